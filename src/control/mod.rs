@@ -1,0 +1,1 @@
+//! The control thread: mirror lifecycle, `__mirror_state`, discovery and sync.

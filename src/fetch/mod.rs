@@ -1,0 +1,1 @@
+//! Data plane, source side: the Kafka client that fetches record batches from source brokers.

@@ -1,0 +1,63 @@
+//! Every bound kmirror enforces, in one place, tied together by compile-time assertions.
+//!
+//! A number that limits memory, a queue, a loop or something read from the wire lives here and
+//! nowhere else, so changing a bound is one edit and the relations between bounds are checked by
+//! the compiler.
+
+/// Size of the length prefix plus offset that precede every batch: baseOffset (8) + length (4).
+pub const LOG_OVERHEAD: usize = 12;
+
+/// Fixed size of a v2 record batch header (up to and including recordsCount).
+pub const RECORD_BATCH_V2_HEADER_BYTES: usize = 61;
+
+/// Smallest legacy (magic 0) message: LOG_OVERHEAD + crc, magic, attributes, key len, value len.
+pub const LEGACY_RECORD_V0_MIN_BYTES: usize = 26;
+
+/// Kafka refuses batches whose declared size is below this (it treats them as corruption).
+pub const BATCH_BYTES_MIN: usize = 26;
+
+/// The largest record batch kmirror accepts from a source or a client. Kafka's
+/// `message.max.bytes` defaults to ~1 MiB but topics may raise `max.message.bytes`; 64 MiB covers
+/// every sane configuration while keeping a corrupt length from claiming gigabytes.
+pub const BATCH_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Largest Kafka protocol frame (request or response) we will read. A fetch response is bounded
+/// by `fetch.max.bytes` plus per-partition overhead.
+pub const FRAME_BYTES_MAX: usize = 128 * 1024 * 1024;
+
+/// Segments are bounded by the int32 positions stored in `.index`.
+pub const SEGMENT_BYTES_MAX: u64 = i32::MAX as u64;
+
+/// Kafka's default `segment.bytes` (1 GiB).
+pub const SEGMENT_BYTES_DEFAULT: u64 = 1024 * 1024 * 1024;
+
+/// Kafka's default `segment.ms` (7 days).
+pub const SEGMENT_MS_DEFAULT: i64 = 7 * 24 * 60 * 60 * 1000;
+
+/// Kafka's default `index.interval.bytes`.
+pub const INDEX_INTERVAL_BYTES_DEFAULT: u32 = 4096;
+
+/// Kafka's default `segment.index.bytes` (10 MiB); the offset index of the active segment is
+/// preallocated to this size, rounded down to a multiple of the entry size.
+pub const SEGMENT_INDEX_BYTES_DEFAULT: u32 = 10 * 1024 * 1024;
+
+/// `.index` entry: relative offset (int32) + position (int32).
+pub const OFFSET_INDEX_ENTRY_BYTES: u32 = 8;
+
+/// `.timeindex` entry: timestamp (int64) + relative offset (int32).
+pub const TIME_INDEX_ENTRY_BYTES: u32 = 12;
+
+/// `.txnindex` entry: version, producerId, firstOffset, lastOffset, lastStableOffset.
+pub const TXN_INDEX_ENTRY_BYTES: u32 = 34;
+
+/// Producer snapshot entry size (version 1 layout).
+pub const PRODUCER_SNAPSHOT_ENTRY_BYTES: usize = 46;
+
+/// Longest topic name Kafka allows.
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+
+const _: () = assert!(BATCH_BYTES_MAX <= FRAME_BYTES_MAX);
+const _: () = assert!((BATCH_BYTES_MAX as u64) < SEGMENT_BYTES_MAX);
+const _: () = assert!(SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
+const _: () = assert!(RECORD_BATCH_V2_HEADER_BYTES > LOG_OVERHEAD);
+const _: () = assert!(SEGMENT_INDEX_BYTES_DEFAULT % OFFSET_INDEX_ENTRY_BYTES == 0);

@@ -1,0 +1,4 @@
+//! Storage in Apache Kafka's own on-disk format: partition directories with segments, indexes,
+//! checkpoints and producer state, written so that Kafka's tools and brokers can read them.
+
+pub mod io;

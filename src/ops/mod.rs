@@ -1,0 +1,1 @@
+//! Operator-facing edges: CLI tools, metrics, latency export, systemd notification.

@@ -1,0 +1,1 @@
+//! The per-core machine: pinned shard threads, each with its own io_uring and registered arena.

@@ -1,0 +1,1 @@
+//! The Kafka-protocol endpoint that serves mirrored partitions to stock clients.

@@ -1,0 +1,3 @@
+//! Kafka bytes in and out, with no I/O: batch views, frames and protocol helpers.
+
+pub mod batch;
