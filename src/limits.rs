@@ -61,3 +61,7 @@ const _: () = assert!((BATCH_BYTES_MAX as u64) < SEGMENT_BYTES_MAX);
 const _: () = assert!(SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
 const _: () = assert!(RECORD_BATCH_V2_HEADER_BYTES > LOG_OVERHEAD);
 const _: () = assert!(SEGMENT_INDEX_BYTES_DEFAULT % OFFSET_INDEX_ENTRY_BYTES == 0);
+
+/// Largest text checkpoint or small metadata file we read into memory. A log dir with 100k
+/// partitions writes ~40 bytes per entry, so 64 MiB leaves ample room.
+pub const CHECKPOINT_BYTES_MAX: u64 = 64 * 1024 * 1024;

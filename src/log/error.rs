@@ -7,7 +7,10 @@ use crate::wire::batch::BatchError;
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
     #[error("invalid batch: {0}")]
@@ -17,10 +20,16 @@ pub enum LogError {
 impl LogError {
     /// Wraps an I/O error with the path it happened on (the std error alone does not say).
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> LogError {
-        LogError::Io { path: path.into(), source }
+        LogError::Io {
+            path: path.into(),
+            source,
+        }
     }
 
     pub fn corrupt(path: impl Into<PathBuf>, reason: impl Into<String>) -> LogError {
-        LogError::Corrupt { path: path.into(), reason: reason.into() }
+        LogError::Corrupt {
+            path: path.into(),
+            reason: reason.into(),
+        }
     }
 }

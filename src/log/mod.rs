@@ -1,7 +1,11 @@
 //! Storage in Apache Kafka's own on-disk format: partition directories with segments, indexes,
 //! checkpoints and producer state, written so that Kafka's tools and brokers can read them.
 
+pub mod checkpoint;
+pub mod clean_shutdown;
+pub mod epoch_cache;
 pub mod error;
 pub mod io;
+pub mod partition_meta;
 
 pub use error::LogError;

@@ -15,19 +15,35 @@ use crate::limits::{BATCH_BYTES_MAX, LOG_OVERHEAD, RECORD_BATCH_V2_HEADER_BYTES}
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BatchError {
     #[error("batch at offset {base_offset}: declared size {size} is below the minimum {min}")]
-    TooSmall { base_offset: i64, size: i64, min: usize },
+    TooSmall {
+        base_offset: i64,
+        size: i64,
+        min: usize,
+    },
     #[error("batch at offset {base_offset}: declared size {size} exceeds the limit {max}")]
-    TooLarge { base_offset: i64, size: i64, max: usize },
+    TooLarge {
+        base_offset: i64,
+        size: i64,
+        max: usize,
+    },
     #[error("batch at offset {base_offset}: unknown magic {magic}")]
     UnknownMagic { base_offset: i64, magic: i8 },
     #[error("batch at offset {base_offset}: CRC mismatch (stored {stored:#010x}, computed {computed:#010x})")]
-    CrcMismatch { base_offset: i64, stored: u32, computed: u32 },
+    CrcMismatch {
+        base_offset: i64,
+        stored: u32,
+        computed: u32,
+    },
     #[error("batch at offset {base_offset}: negative lastOffsetDelta {delta}")]
     NegativeLastOffsetDelta { base_offset: i64, delta: i32 },
     #[error("batch at offset {base_offset}: negative base offset")]
     NegativeOffset { base_offset: i64 },
     #[error("batch at offset {base_offset}: record count {count} inconsistent with lastOffsetDelta {delta}")]
-    BadRecordCount { base_offset: i64, count: i32, delta: i32 },
+    BadRecordCount {
+        base_offset: i64,
+        count: i32,
+        delta: i32,
+    },
     #[error("batch at offset {base_offset}: control batch is not transactional or holds {count} records")]
     BadControlBatch { base_offset: i64, count: i32 },
 }
@@ -178,12 +194,20 @@ impl<'a> Batch<'a> {
         }
         let total = length as usize + LOG_OVERHEAD;
         if total > BATCH_BYTES_MAX {
-            return Err(BatchError::TooLarge { base_offset, size: total as i64, max: BATCH_BYTES_MAX });
+            return Err(BatchError::TooLarge {
+                base_offset,
+                size: total as i64,
+                max: BATCH_BYTES_MAX,
+            });
         }
         if buf.len() < total {
-            return Ok(Peek::Incomplete { needed: Some(total) });
+            return Ok(Peek::Incomplete {
+                needed: Some(total),
+            });
         }
-        Ok(Peek::Complete(Batch { bytes: &buf[..total] }))
+        Ok(Peek::Complete(Batch {
+            bytes: &buf[..total],
+        }))
     }
 
     /// Peek and fully validate (CRC and offset sanity) the batch at the start of `buf`.
@@ -415,7 +439,11 @@ impl<'a> Batch<'a> {
         let stored = self.stored_crc();
         let computed = self.computed_crc();
         if stored != computed {
-            return Err(BatchError::CrcMismatch { base_offset, stored, computed });
+            return Err(BatchError::CrcMismatch {
+                base_offset,
+                stored,
+                computed,
+            });
         }
         if self.is_legacy() {
             return Ok(());
@@ -427,7 +455,11 @@ impl<'a> Batch<'a> {
         let count = self.records_count();
         // Compaction may leave fewer records than offsets (even zero), never more.
         if count < 0 || count as i64 > delta as i64 + 1 {
-            return Err(BatchError::BadRecordCount { base_offset, count, delta });
+            return Err(BatchError::BadRecordCount {
+                base_offset,
+                count,
+                delta,
+            });
         }
         if self.is_control() && (!self.is_transactional() || count != 1) {
             return Err(BatchError::BadControlBatch { base_offset, count });
@@ -469,7 +501,11 @@ pub struct Batches<'a> {
 
 impl<'a> Batches<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
-        Batches { buf, pos: 0, failed: false }
+        Batches {
+            buf,
+            pos: 0,
+            failed: false,
+        }
     }
 
     /// Byte position of the next batch within the buffer.
