@@ -7,5 +7,6 @@ pub mod epoch_cache;
 pub mod error;
 pub mod io;
 pub mod partition_meta;
+pub mod txn_index;
 
 pub use error::LogError;
