@@ -65,3 +65,41 @@ const _: () = assert!(SEGMENT_INDEX_BYTES_DEFAULT % OFFSET_INDEX_ENTRY_BYTES == 
 /// Largest text checkpoint or small metadata file we read into memory. A log dir with 100k
 /// partitions writes ~40 bytes per entry, so 64 MiB leaves ample room.
 pub const CHECKPOINT_BYTES_MAX: u64 = 64 * 1024 * 1024;
+
+// ---- Source client (fetch/) ----
+
+/// Requests one source connection may have outstanding. The fetcher keeps one fetch in flight
+/// per broker (as Kafka's replica fetcher does); a little headroom covers a metadata or
+/// ListOffsets call issued alongside it by the blocking driver.
+pub const SOURCE_IN_FLIGHT_MAX: usize = 4;
+
+/// Partitions one fetcher (one source broker) may own. Bounds the request size and the
+/// per-response lookup work.
+pub const FETCHER_PARTITIONS_MAX: usize = 16 * 1024;
+
+/// Upper bound on `fetch.max.bytes` we ask a source for; a response carries at most this much
+/// record data plus per-partition overhead, so it must fit in a frame.
+pub const FETCH_RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Upper bound on `max_wait_ms` in a fetch request (a long poll longer than this only delays
+/// shutdown and rebalancing).
+pub const FETCH_WAIT_MS_MAX: u32 = 30_000;
+
+/// Retry backoff after a source error: starts here and doubles per consecutive failure...
+pub const SOURCE_BACKOFF_MS_MIN: u64 = 100;
+/// ...up to here (Kafka's `retry.backoff.max.ms` default is 1 s; sources recover slowly after
+/// a broker restart, so we allow longer).
+pub const SOURCE_BACKOFF_MS_MAX: u64 = 10_000;
+
+/// Largest throttle a source may impose on us. Brokers cap quota delays at their
+/// `quota.window.size.seconds * num` (default 11 s); anything larger is treated as this.
+pub const SOURCE_THROTTLE_MS_MAX: u64 = 60_000;
+
+/// Socket timeouts of the blocking driver (control-thread tools and tests).
+pub const BLOCKING_CONNECT_TIMEOUT_MS: u64 = 10_000;
+pub const BLOCKING_IO_TIMEOUT_MS: u64 = FETCH_WAIT_MS_MAX as u64 + 30_000;
+
+const _: () = assert!(FETCH_RESPONSE_BYTES_MAX < FRAME_BYTES_MAX);
+const _: () = assert!(BATCH_BYTES_MAX <= FETCH_RESPONSE_BYTES_MAX);
+const _: () = assert!(SOURCE_BACKOFF_MS_MIN <= SOURCE_BACKOFF_MS_MAX);
+const _: () = assert!(BLOCKING_IO_TIMEOUT_MS > FETCH_WAIT_MS_MAX as u64);

@@ -1,4 +1,6 @@
 //! Kafka bytes in and out, with no I/O: batch views, frames and protocol helpers.
 
+pub mod api;
 pub mod batch;
 pub mod batch_builder;
+pub mod frame;

@@ -1,0 +1,190 @@
+//! A blocking driver for the sans-IO source client, over `std::net::TcpStream` with timeouts.
+//!
+//! For the control thread (bootstrap, metadata, ListOffsets) and for tests. It owns only the
+//! socket and buffers; framing, correlation, version choice and all fetch logic are the same
+//! code the io_uring shards drive.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiVersionsRequest, MetadataRequest};
+use kafka_protocol::protocol::Request;
+
+use crate::fetch::conn::{ConnError, Connection};
+use crate::fetch::metadata::{self, ClusterMetadata, MetadataError};
+use crate::fetch::versions::{self, Negotiation, Versions, VersionsError};
+use crate::limits::{BLOCKING_CONNECT_TIMEOUT_MS, BLOCKING_IO_TIMEOUT_MS};
+use crate::wire::api;
+use crate::wire::frame::{self, FrameError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BlockingError {
+    #[error("cannot resolve {0}")]
+    Resolve(String),
+    #[error("i/o with {addr}: {source}")]
+    Io {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{addr} closed the connection")]
+    Closed { addr: SocketAddr },
+    #[error(transparent)]
+    Conn(#[from] ConnError),
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    #[error(transparent)]
+    Versions(#[from] VersionsError),
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    #[error("ApiVersions negotiation did not settle")]
+    NegotiationLoop,
+}
+
+/// One blocking connection to a source broker, with negotiated versions.
+#[derive(Debug)]
+pub struct BlockingClient {
+    addr: SocketAddr,
+    stream: TcpStream,
+    pub conn: Connection,
+    pub versions: Versions,
+    out: BytesMut,
+    inbuf: BytesMut,
+}
+
+impl BlockingClient {
+    /// Connect and negotiate API versions.
+    pub fn connect(addr: &str, client_id: &str) -> Result<BlockingClient, BlockingError> {
+        let sock = addr
+            .to_socket_addrs()
+            .map_err(|_| BlockingError::Resolve(addr.to_owned()))?
+            .next()
+            .ok_or_else(|| BlockingError::Resolve(addr.to_owned()))?;
+        let io = |source| BlockingError::Io { addr: sock, source };
+        let stream =
+            TcpStream::connect_timeout(&sock, Duration::from_millis(BLOCKING_CONNECT_TIMEOUT_MS))
+                .map_err(io)?;
+        stream.set_nodelay(true).map_err(io)?;
+        stream
+            .set_read_timeout(Some(Duration::from_millis(BLOCKING_IO_TIMEOUT_MS)))
+            .map_err(io)?;
+        stream
+            .set_write_timeout(Some(Duration::from_millis(BLOCKING_IO_TIMEOUT_MS)))
+            .map_err(io)?;
+        let placeholder = Versions {
+            api_versions: 0,
+            metadata: api::METADATA.min,
+            fetch: api::FETCH.min,
+            list_offsets: api::LIST_OFFSETS.min,
+            offset_for_leader_epoch: api::OFFSET_FOR_LEADER_EPOCH.min,
+        };
+        let mut client = BlockingClient {
+            addr: sock,
+            stream,
+            conn: Connection::new(client_id),
+            versions: placeholder,
+            out: BytesMut::with_capacity(64 * 1024),
+            inbuf: BytesMut::with_capacity(64 * 1024),
+        };
+        client.versions = client.negotiate()?;
+        Ok(client)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn negotiate(&mut self) -> Result<Versions, BlockingError> {
+        let mut version = api::API_VERSIONS.max;
+        // Each retry strictly lowers the version, so this ends within max+1 rounds.
+        for _ in 0..=api::API_VERSIONS.max {
+            self.conn.encode(
+                &mut self.out,
+                version,
+                &versions::api_versions_request(version),
+            )?;
+            self.flush()?;
+            let frame = self.read_frame()?;
+            let (_, body) = self.conn.accept::<ApiVersionsRequest>(frame)?;
+            let resp = versions::decode_api_versions(body, version)?;
+            match versions::negotiate(&resp, version)? {
+                Negotiation::Done(v) => return Ok(v),
+                Negotiation::RetryWith(lower) if lower < version => version = lower,
+                Negotiation::RetryWith(_) => break,
+            }
+        }
+        Err(BlockingError::NegotiationLoop)
+    }
+
+    /// Write every byte in the outgoing buffer.
+    pub fn flush(&mut self) -> Result<(), BlockingError> {
+        let addr = self.addr;
+        self.stream
+            .write_all(&self.out)
+            .map_err(|source| BlockingError::Io { addr, source })?;
+        self.out.clear();
+        Ok(())
+    }
+
+    /// The buffer requests are framed into; `flush` sends it.
+    pub fn out_buf(&mut self) -> &mut BytesMut {
+        &mut self.out
+    }
+
+    /// Read until one whole response frame is buffered and return its body.
+    pub fn read_frame(&mut self) -> Result<Bytes, BlockingError> {
+        let addr = self.addr;
+        loop {
+            if let Some(frame) = frame::split_frame(&mut self.inbuf)? {
+                return Ok(frame);
+            }
+            let need = match frame::body_len(&self.inbuf)? {
+                Some(len) => frame::LENGTH_PREFIX_BYTES + len,
+                None => frame::LENGTH_PREFIX_BYTES,
+            };
+            let have = self.inbuf.len();
+            // Grow to the announced frame size (already bounded by FRAME_BYTES_MAX).
+            self.inbuf.resize(need.max(have + 4096), 0);
+            let n = self
+                .stream
+                .read(&mut self.inbuf[have..])
+                .map_err(|source| {
+                    self.inbuf.truncate(have);
+                    BlockingError::Io { addr, source }
+                })?;
+            self.inbuf.truncate(have + n);
+            if n == 0 {
+                return Err(BlockingError::Closed { addr });
+            }
+        }
+    }
+
+    /// Wait out a throttle the broker asked for.
+    fn honour_throttle(&self) {
+        let now = Instant::now();
+        if let Some(until) = self.conn.throttled_until(now) {
+            std::thread::sleep(until - now);
+        }
+    }
+
+    /// Send one request and wait for its response.
+    pub fn request<R: Request>(
+        &mut self,
+        version: i16,
+        body: &R,
+    ) -> Result<R::Response, BlockingError> {
+        self.honour_throttle();
+        self.conn.encode(&mut self.out, version, body)?;
+        self.flush()?;
+        let frame = self.read_frame()?;
+        Ok(self.conn.decode::<R>(frame)?)
+    }
+
+    /// Metadata for the named topics, or all topics.
+    pub fn metadata(&mut self, topics: Option<&[&str]>) -> Result<ClusterMetadata, BlockingError> {
+        let req = metadata::metadata_request(topics);
+        let resp = self.request::<MetadataRequest>(self.versions.metadata, &req)?;
+        Ok(metadata::parse_metadata(&resp)?)
+    }
+}
