@@ -7,6 +7,7 @@ pub mod epoch_cache;
 pub mod error;
 pub mod io;
 pub mod partition_meta;
+pub mod producer_state;
 pub mod txn_index;
 
 pub use error::LogError;
