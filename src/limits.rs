@@ -56,7 +56,21 @@ pub const PRODUCER_SNAPSHOT_ENTRY_BYTES: usize = 46;
 /// Longest topic name Kafka allows.
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 
+/// Largest request the synthetic bench source reads (a Fetch for thousands of partitions is a
+/// few hundred KiB).
+pub const SYNTH_REQUEST_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// The synthetic source honours a Fetch's max_wait_ms up to this many milliseconds.
+pub const SYNTH_MAX_WAIT_MS_MAX: u64 = 1_000;
+
+/// Most partitions (over all topics) one synthetic source serves.
+pub const SYNTH_PARTITIONS_MAX: usize = 65_536;
+
+/// Slices handed to one `writev`: Linux's IOV_MAX.
+pub const IOV_PER_WRITE_MAX: usize = 1024;
+
 const _: () = assert!(BATCH_BYTES_MAX <= FRAME_BYTES_MAX);
+const _: () = assert!(SYNTH_REQUEST_BYTES_MAX <= FRAME_BYTES_MAX);
 const _: () = assert!((BATCH_BYTES_MAX as u64) < SEGMENT_BYTES_MAX);
 const _: () = assert!(SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
 const _: () = assert!(RECORD_BATCH_V2_HEADER_BYTES > LOG_OVERHEAD);

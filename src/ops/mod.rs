@@ -1,1 +1,3 @@
 //! Operator-facing edges: CLI tools, metrics, latency export, systemd notification.
+
+pub mod bench;

@@ -1,0 +1,35 @@
+//! A synthetic Kafka source for benchmarks: serves pre-built compressed batches from memory.
+
+use clap::Parser;
+use kmirror::ops::bench::server::SynthServer;
+use kmirror::ops::bench::spec::SynthArgs;
+
+#[derive(Debug, Parser)]
+#[command(about = "Serve a synthetic Kafka topic from in-memory compressed batches")]
+struct Cli {
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    listen: String,
+    #[command(flatten)]
+    synth: SynthArgs,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let server = SynthServer::bind(&cli.listen, cli.synth.to_spec())?;
+    let c = server.catalog();
+    println!(
+        "listening on {} batch_bytes={} records_per_batch={} batches_per_partition={}",
+        server.local_addr(),
+        c.template.size(),
+        c.template.records_per_batch(),
+        c.batches_per_partition
+            .map_or("endless".to_string(), |n| n.to_string()),
+    );
+    server.run()?;
+    Ok(())
+}
