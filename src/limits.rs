@@ -66,6 +66,10 @@ pub const SYNTH_MAX_WAIT_MS_MAX: u64 = 1_000;
 /// Most partitions (over all topics) one synthetic source serves.
 pub const SYNTH_PARTITIONS_MAX: usize = 65_536;
 
+/// Read size of the raw-copy bench client: big enough to amortise syscalls, small enough to
+/// stay in L2/L3 between the socket read and the file write.
+pub const RAW_COPY_CHUNK_BYTES: usize = 1024 * 1024;
+
 /// Slices handed to one `writev`: Linux's IOV_MAX.
 pub const IOV_PER_WRITE_MAX: usize = 1024;
 

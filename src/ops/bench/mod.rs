@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod fetch_response;
+pub mod raw_copy;
 pub mod records;
 pub mod server;
 pub mod spec;

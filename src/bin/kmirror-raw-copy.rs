@@ -1,0 +1,77 @@
+//! The raw-copy limit: fetch from the synthetic source and write the response bytes to files,
+//! with no parsing or validation. Pass the same data flags as to `kmirror-synth-source`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use kmirror::ops::bench::raw_copy::{self, RawCopyConfig};
+use kmirror::ops::bench::spec::SynthArgs;
+
+#[derive(Debug, Parser)]
+#[command(about = "Fetch from a synthetic source and write raw responses to disk")]
+struct Cli {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    #[command(flatten)]
+    synth: SynthArgs,
+    #[arg(long, default_value_t = 17)]
+    fetch_version: i16,
+    /// Fetch max_bytes (response budget).
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    max_bytes: i32,
+    #[arg(long, default_value_t = 1024 * 1024)]
+    partition_max_bytes: i32,
+    #[arg(long, default_value_t = 1)]
+    connections: usize,
+    /// Directory for the output files (raw-copy-<n>.bin); without it the bytes are discarded.
+    #[arg(long)]
+    out_dir: Option<PathBuf>,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Stop after this many GB in all.
+    #[arg(long)]
+    max_gb: Option<f64>,
+}
+
+/// CPU seconds (user + system) this process has used, from /proc/self/stat. Linux reports them
+/// in USER_HZ ticks, which is 100 on every architecture kmirror targets.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let mut config = RawCopyConfig::new(cli.bootstrap, cli.synth.to_spec());
+    config.fetch_version = cli.fetch_version;
+    config.max_bytes = cli.max_bytes;
+    config.partition_max_bytes = cli.partition_max_bytes;
+    config.connections = cli.connections;
+    config.out_dir = cli.out_dir;
+    config.duration = Duration::from_secs_f64(cli.seconds);
+    if let Some(gb) = cli.max_gb {
+        config.max_total_bytes = (gb * 1e9) as u64;
+    }
+    let cpu_before = cpu_seconds();
+    let report = raw_copy::run(&config)?;
+    let cpu = cpu_before.zip(cpu_seconds()).map(|(a, b)| b - a);
+    let gb = report.bytes as f64 / 1e9;
+    println!(
+        "raw-copy bytes={} responses={} batches={} seconds={:.3} MB/s={:.1} batches/s={:.0} cpu_s={} cpu_s_per_GB={}",
+        report.bytes,
+        report.responses,
+        report.batches,
+        report.elapsed.as_secs_f64(),
+        report.mb_per_s(),
+        report.batches_per_s(),
+        cpu.map_or("n/a".into(), |c| format!("{c:.2}")),
+        cpu.filter(|_| gb > 0.0).map_or("n/a".into(), |c| format!("{:.3}", c / gb)),
+    );
+    Ok(())
+}
