@@ -125,3 +125,20 @@ const _: () = assert!(FETCH_RESPONSE_BYTES_MAX < FRAME_BYTES_MAX);
 const _: () = assert!(BATCH_BYTES_MAX <= FETCH_RESPONSE_BYTES_MAX);
 const _: () = assert!(SOURCE_BACKOFF_MS_MIN <= SOURCE_BACKOFF_MS_MAX);
 const _: () = assert!(BLOCKING_IO_TIMEOUT_MS > FETCH_WAIT_MS_MAX as u64);
+
+/// Smallest `segment.bytes` Kafka accepts (LegacyRecord.RECORD_OVERHEAD_V0).
+pub const SEGMENT_BYTES_MIN: u64 = 14;
+
+/// Smallest `segment.index.bytes` we accept: room for a few entries of either index, so that
+/// "full" (time index at maxEntries − 1) is never true for an empty index.
+pub const SEGMENT_INDEX_BYTES_MIN: u32 = 4 * TIME_INDEX_ENTRY_BYTES;
+
+/// Bytes read from a `.log` file to look at one batch header without reading the batch:
+/// the whole v2 header (legacy headers are shorter).
+pub const BATCH_HEADER_PEEK_BYTES: usize = RECORD_BATCH_V2_HEADER_BYTES;
+
+/// Read buffer used when walking the batches of a `.log` file (recovery, verify, dump). It grows
+/// to hold a single larger batch, up to `BATCH_BYTES_MAX`.
+pub const SEGMENT_SCAN_BUFFER_BYTES: usize = 1024 * 1024;
+
+const _: () = assert!(SEGMENT_SCAN_BUFFER_BYTES <= BATCH_BYTES_MAX);

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::ids::Offset;
+use crate::log::config::ConfigError;
 use crate::wire::batch::BatchError;
 
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +17,42 @@ pub enum LogError {
     Corrupt { path: PathBuf, reason: String },
     #[error("invalid batch: {0}")]
     InvalidBatch(#[from] BatchError),
+    #[error("{partition}: append at offset {first} is below the log end offset {log_end}")]
+    UnexpectedAppendOffset {
+        partition: String,
+        first: Offset,
+        log_end: Offset,
+    },
+    #[error("{partition}: batch at offset {offset} does not follow the previous batch ending at {previous}")]
+    NonIncreasingOffsets {
+        partition: String,
+        offset: Offset,
+        previous: Offset,
+    },
+    #[error("{partition}: records end with a partial batch ({trailing} bytes)")]
+    PartialBatch { partition: String, trailing: usize },
+    #[error(
+        "{partition}: batch at offset {offset} has {size} bytes, more than segment.bytes {max}"
+    )]
+    BatchLargerThanSegment {
+        partition: String,
+        offset: Offset,
+        size: usize,
+        max: u64,
+    },
+    #[error("{partition}: offset {requested} is outside [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        partition: String,
+        requested: Offset,
+        log_start: Offset,
+        log_end: Offset,
+    },
+    #[error(
+        "{partition}: log is failed after an I/O error that could not be rolled back; reopen it"
+    )]
+    Failed { partition: String },
+    #[error("invalid log config: {0}")]
+    Config(#[from] ConfigError),
 }
 
 impl LogError {

@@ -3,11 +3,19 @@
 
 pub mod checkpoint;
 pub mod clean_shutdown;
+pub mod config;
 pub mod epoch_cache;
 pub mod error;
 pub mod io;
+pub mod offset_index;
+pub mod partition_log;
 pub mod partition_meta;
 pub mod producer_state;
+pub mod recovery;
+pub mod retention;
+pub mod scan;
+pub mod segment;
+pub mod time_index;
 pub mod txn_index;
 
 pub use error::LogError;

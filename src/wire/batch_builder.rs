@@ -270,6 +270,41 @@ fn encode(h: Header<'_>) -> Vec<u8> {
     out
 }
 
+/// One uncompressed legacy message (magic 0 or 1) at absolute `offset`, with its CRC-32
+/// (kafka-formats.md §1.5). Sources on old message formats still serve these, so the log and
+/// its tools must handle them; tests need them without an old broker.
+pub fn legacy_message(
+    magic: i8,
+    offset: Offset,
+    timestamp: TimestampMs,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+) -> Vec<u8> {
+    assert!(magic == 0 || magic == 1, "legacy magic is 0 or 1");
+    let mut body = vec![magic as u8, 0u8]; // magic, attributes (no compression)
+    if magic == 1 {
+        body.extend_from_slice(&timestamp.0.to_be_bytes());
+    }
+    for field in [key, value] {
+        match field {
+            Some(bytes) => {
+                let len = i32::try_from(bytes.len()).expect("a test message is far below 2 GiB");
+                body.extend_from_slice(&len.to_be_bytes());
+                body.extend_from_slice(bytes);
+            }
+            None => body.extend_from_slice(&(-1i32).to_be_bytes()),
+        }
+    }
+    let crc = crc32fast::hash(&body);
+    let size = i32::try_from(4 + body.len()).expect("a test message is far below 2 GiB");
+    let mut out = Vec::with_capacity(LOG_OVERHEAD + 4 + body.len());
+    out.extend_from_slice(&offset.0.to_be_bytes());
+    out.extend_from_slice(&size.to_be_bytes());
+    out.extend_from_slice(&crc.to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,6 +421,26 @@ mod tests {
             prop_assert_eq!(b.records_count() as usize, values.len());
             prop_assert_eq!(b.last_offset(), Offset(base + values.len() as i64 - 1));
             prop_assert_eq!(b.max_timestamp(), TimestampMs(ts + values.len() as i64 - 1));
+        }
+    }
+
+    #[test]
+    fn legacy_messages_validate_with_crc32() {
+        use crate::wire::batch::{Batch, Peek};
+        for magic in [0, 1] {
+            let bytes = legacy_message(magic, Offset(42), TimestampMs(77), None, Some(b"x"));
+            let Ok(Peek::Complete(b)) = Batch::peek(&bytes) else {
+                panic!("not a batch")
+            };
+            b.validate().expect("valid");
+            assert_eq!(b.magic(), magic);
+            assert_eq!(b.last_offset(), Offset(42));
+            let ts = if magic == 1 {
+                TimestampMs(77)
+            } else {
+                TimestampMs::NONE
+            };
+            assert_eq!(b.max_timestamp(), ts);
         }
     }
 }

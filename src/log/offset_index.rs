@@ -1,0 +1,307 @@
+//! `.index`: sparse map from offsets to `.log` byte positions (kafka-formats.md §3.2).
+//!
+//! The file always holds exactly `entries × 8` bytes: we never preallocate the zero tail Kafka
+//! uses for its mmap. Kafka takes an existing index's length as its valid size, so an exact-size
+//! file is what a broker or DumpLogSegments expects, at any moment, without a trim on roll or
+//! close. The entries are also kept in memory (at most `segment.index.bytes` per segment) so a
+//! lookup never touches the disk.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use crate::ids::{FilePosition, Offset, RelativeOffset};
+use crate::limits::OFFSET_INDEX_ENTRY_BYTES;
+use crate::log::io::LogIo;
+use crate::log::LogError;
+
+const ENTRY: usize = OFFSET_INDEX_ENTRY_BYTES as usize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetIndexEntry {
+    pub relative_offset: RelativeOffset,
+    pub position: FilePosition,
+}
+
+#[derive(Debug)]
+pub struct OffsetIndex {
+    path: PathBuf,
+    file: File,
+    base: Offset,
+    max_entries: u32,
+    entries: Vec<OffsetIndexEntry>,
+}
+
+impl OffsetIndex {
+    /// Creates an empty index, replacing whatever file was there.
+    pub fn create(path: &Path, base: Offset, max_entries: u32) -> Result<OffsetIndex, LogError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| LogError::io(path, e))?;
+        Ok(OffsetIndex {
+            path: path.to_path_buf(),
+            file,
+            base,
+            max_entries,
+            entries: Vec::new(),
+        })
+    }
+
+    /// Opens an existing index and runs the sanity check: a length that is not a multiple of
+    /// the entry size, offsets or positions that do not increase, or an entry below the base is
+    /// `Corrupt` (the caller rebuilds the index from the log).
+    pub fn open(path: &Path, base: Offset, max_entries: u32) -> Result<OffsetIndex, LogError> {
+        let bytes = std::fs::read(path).map_err(|e| LogError::io(path, e))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| LogError::io(path, e))?;
+        let entries = parse(path, &bytes)?;
+        Ok(OffsetIndex {
+            path: path.to_path_buf(),
+            file,
+            base,
+            max_entries,
+            entries,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    pub fn entries(&self) -> &[OffsetIndexEntry] {
+        &self.entries
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.entries.len() >= self.max_entries as usize
+    }
+
+    /// Appends (absolute `offset`, `position`). Offsets must strictly increase, as in Kafka
+    /// (`InvalidOffsetException`); the caller guarantees it by construction.
+    pub fn append(
+        &mut self,
+        io: &mut impl LogIo,
+        offset: Offset,
+        position: FilePosition,
+    ) -> Result<(), LogError> {
+        assert!(!self.is_full(), "offset index appended past its capacity");
+        let relative = relative(self.base, offset).ok_or_else(|| {
+            LogError::corrupt(&self.path, format!("offset {offset} out of range"))
+        })?;
+        if let Some(last) = self.entries.last() {
+            if relative <= last.relative_offset || position <= last.position {
+                return Err(LogError::corrupt(
+                    &self.path,
+                    format!(
+                        "entry ({offset}, {}) does not follow the last entry",
+                        position.0
+                    ),
+                ));
+            }
+        }
+        let mut buf = [0u8; ENTRY];
+        buf[..4].copy_from_slice(&relative.0.to_be_bytes());
+        buf[4..].copy_from_slice(&position.0.to_be_bytes());
+        let at = (self.entries.len() * ENTRY) as u64;
+        io.write_all_at(&self.file, at, &buf)
+            .map_err(|e| LogError::io(&self.path, e))?;
+        self.entries.push(OffsetIndexEntry {
+            relative_offset: relative,
+            position,
+        });
+        Ok(())
+    }
+
+    /// The largest entry whose offset is ≤ `target`, as (absolute offset, position); the
+    /// segment start when there is none.
+    pub fn lookup(&self, target: Offset) -> (Offset, FilePosition) {
+        let found = match relative(self.base, target) {
+            Some(rel) => {
+                let n = self.entries.partition_point(|e| e.relative_offset <= rel);
+                n.checked_sub(1).map(|i| self.entries[i])
+            }
+            None if target < self.base => None,
+            None => self.entries.last().copied(),
+        };
+        match found {
+            Some(e) => (Offset(self.base.0 + e.relative_offset.0 as i64), e.position),
+            None => (self.base, FilePosition(0)),
+        }
+    }
+
+    /// Removes the entries for offsets ≥ `offset`.
+    pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
+        let keep = if offset <= self.base {
+            0
+        } else {
+            let rel = offset.0 - self.base.0;
+            self.entries
+                .partition_point(|e| (e.relative_offset.0 as i64) < rel)
+        };
+        self.truncate_entries(keep)
+    }
+
+    /// Drops every entry (recovery rebuilds the index from scratch).
+    pub fn reset(&mut self) -> Result<(), LogError> {
+        self.truncate_entries(0)
+    }
+
+    fn truncate_entries(&mut self, keep: usize) -> Result<(), LogError> {
+        self.entries.truncate(keep);
+        self.file
+            .set_len((keep * ENTRY) as u64)
+            .map_err(|e| LogError::io(&self.path, e))
+    }
+
+    pub fn sync(&self, io: &mut impl LogIo) -> Result<(), LogError> {
+        io.sync_data(&self.file)
+            .map_err(|e| LogError::io(&self.path, e))
+    }
+}
+
+/// `offset − base` when it fits the int32 Kafka stores.
+pub fn relative(base: Offset, offset: Offset) -> Option<RelativeOffset> {
+    let rel = offset.0.checked_sub(base.0)?;
+    if (0..=i32::MAX as i64).contains(&rel) {
+        Some(RelativeOffset(rel as u32))
+    } else {
+        None
+    }
+}
+
+/// Parses index bytes; `Corrupt` names the first problem.
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<OffsetIndexEntry>, LogError> {
+    if bytes.len() % ENTRY != 0 {
+        return Err(LogError::corrupt(
+            path,
+            format!("length {} is not a multiple of {ENTRY}", bytes.len()),
+        ));
+    }
+    let mut entries: Vec<OffsetIndexEntry> = Vec::with_capacity(bytes.len() / ENTRY);
+    for (i, chunk) in bytes.chunks_exact(ENTRY).enumerate() {
+        let rel = i32::from_be_bytes(chunk[..4].try_into().expect("4 bytes"));
+        let pos = i32::from_be_bytes(chunk[4..].try_into().expect("4 bytes"));
+        if rel < 0 || pos < 0 {
+            return Err(LogError::corrupt(
+                path,
+                format!("entry {i} is negative ({rel}, {pos})"),
+            ));
+        }
+        let entry = OffsetIndexEntry {
+            relative_offset: RelativeOffset(rel as u32),
+            position: FilePosition(pos as u32),
+        };
+        if let Some(last) = entries.last() {
+            if entry.relative_offset <= last.relative_offset || entry.position <= last.position {
+                return Err(LogError::corrupt(
+                    path,
+                    format!("entry {i} ({rel}, {pos}) does not increase over the previous one"),
+                ));
+            }
+        }
+        entries.push(entry);
+    }
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::io::StdIo;
+    use proptest::prelude::*;
+
+    #[test]
+    fn file_is_exact_size_and_round_trips() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("00000000000000000100.index");
+        let mut idx = OffsetIndex::create(&path, Offset(100), 16).expect("create");
+        idx.append(&mut StdIo, Offset(105), FilePosition(4200))
+            .expect("append");
+        idx.append(&mut StdIo, Offset(110), FilePosition(8500))
+            .expect("append");
+        let bytes = std::fs::read(&path).expect("read");
+        assert_eq!(
+            bytes,
+            [0, 0, 0, 5, 0, 0, 0x10, 0x68, 0, 0, 0, 10, 0, 0, 0x21, 0x34]
+        );
+        let again = OffsetIndex::open(&path, Offset(100), 16).expect("open");
+        assert_eq!(again.entries(), idx.entries());
+    }
+
+    #[test]
+    fn lookup_falls_back_to_segment_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("x.index");
+        let mut idx = OffsetIndex::create(&path, Offset(100), 16).expect("create");
+        assert_eq!(idx.lookup(Offset(150)), (Offset(100), FilePosition(0)));
+        idx.append(&mut StdIo, Offset(120), FilePosition(5000))
+            .expect("append");
+        assert_eq!(idx.lookup(Offset(119)), (Offset(100), FilePosition(0)));
+        assert_eq!(idx.lookup(Offset(120)), (Offset(120), FilePosition(5000)));
+        assert_eq!(idx.lookup(Offset(99)), (Offset(100), FilePosition(0)));
+    }
+
+    #[test]
+    fn non_increasing_file_is_corrupt() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("x.index");
+        std::fs::write(&path, [0, 0, 0, 5, 0, 0, 0, 9, 0, 0, 0, 5, 0, 0, 0, 10]).expect("write");
+        assert!(matches!(
+            OffsetIndex::open(&path, Offset(0), 16),
+            Err(LogError::Corrupt { .. })
+        ));
+        std::fs::write(&path, [0, 0, 0, 5, 0]).expect("write");
+        assert!(matches!(
+            OffsetIndex::open(&path, Offset(0), 16),
+            Err(LogError::Corrupt { .. })
+        ));
+    }
+
+    proptest! {
+        /// Lookup returns exactly the greatest entry ≤ target, for any sorted entry set.
+        #[test]
+        fn lookup_is_greatest_lower_bound(
+            deltas in proptest::collection::vec(1u32..1000, 0..50),
+            target in 0i64..60_000,
+        ) {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("p.index");
+            let base = Offset(1_000);
+            let mut idx = OffsetIndex::create(&path, base, 64).expect("create");
+            let mut off = base.0;
+            let mut pairs = Vec::new();
+            for (i, d) in deltas.iter().enumerate() {
+                off += *d as i64;
+                let pos = FilePosition((i as u32 + 1) * 100);
+                idx.append(&mut StdIo, Offset(off), pos).expect("append");
+                pairs.push((Offset(off), pos));
+            }
+            let target = Offset(base.0 + target);
+            let expected = pairs.iter().rev().find(|(o, _)| *o <= target).copied()
+                .unwrap_or((base, FilePosition(0)));
+            prop_assert_eq!(idx.lookup(target), expected);
+            idx.truncate_to(target).expect("truncate");
+            prop_assert!(idx.entries().iter().all(|e| (e.relative_offset.0 as i64) < target.0 - base.0));
+            let len = std::fs::metadata(&path).expect("meta").len();
+            prop_assert_eq!(len, idx.len() as u64 * 8);
+        }
+    }
+}

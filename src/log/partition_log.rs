@@ -1,0 +1,714 @@
+//! One partition's log: an ordered run of segments in a `<topic>-<partition>` directory,
+//! appended byte-for-byte at the offsets the batches carry (kafka-formats.md §1.4, §3).
+//!
+//! The log is driven by one thread (a shard or a tool); it has no locks. Writes go through the
+//! caller's `LogIo` so that a shard can issue them on its io_uring straight from the registered
+//! buffer that holds the fetched bytes: the record bytes are never copied here.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use uuid::Uuid;
+
+use crate::ids::{FilePosition, LeaderEpoch, Offset, TimestampMs, TopicPartition};
+use crate::log::checkpoint::sync_dir;
+use crate::log::config::{FlushPolicy, LogConfig};
+use crate::log::epoch_cache::LeaderEpochCache;
+use crate::log::io::LogIo;
+use crate::log::recovery::{self, LoadOptions};
+use crate::log::retention::{deletable_prefix, SegmentFacts};
+use crate::log::segment::{ChunkStats, Segment};
+use crate::log::{partition_meta, LogError};
+use crate::wire::batch::{Batch, Batches, Codec, Peek};
+
+/// What an append wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// First offset of the first batch (for a legacy entry, its offset).
+    pub first_offset: Offset,
+    pub last_offset: Offset,
+    pub bytes: u64,
+    /// Largest batch max timestamp (NONE when no batch carries one).
+    pub max_timestamp: TimestampMs,
+    pub batches: u32,
+}
+
+/// A stretch of one segment's `.log` holding whole batches: what a fetch response sends, e.g.
+/// with `sendfile` from `file` at `position`.
+#[derive(Debug, Clone, Copy)]
+pub struct LogSlice<'a> {
+    pub segment_base: Offset,
+    pub file: &'a File,
+    pub path: &'a Path,
+    pub position: FilePosition,
+    pub length: u64,
+}
+
+#[derive(Debug)]
+pub struct PartitionLog {
+    dir: PathBuf,
+    tp: TopicPartition,
+    topic_id: Option<Uuid>,
+    config: LogConfig,
+    /// Sorted by base offset; never empty (the last one is the active segment).
+    segments: Vec<Segment>,
+    log_start: Offset,
+    /// Everything below this offset is known to be on disk (fdatasync'ed).
+    recovery_point: Offset,
+    epochs: LeaderEpochCache,
+    unflushed_messages: u64,
+    last_flush_ms: i64,
+    /// Set when an I/O error left the files in a state we could not roll back.
+    failed: bool,
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl PartitionLog {
+    /// Creates a new, empty partition directory (it must not exist yet) starting at offset 0.
+    pub fn create(
+        dir: &Path,
+        tp: TopicPartition,
+        topic_id: Option<Uuid>,
+        config: LogConfig,
+    ) -> Result<PartitionLog, LogError> {
+        config.validate()?;
+        std::fs::create_dir(dir).map_err(|e| LogError::io(dir, e))?;
+        if let Some(id) = topic_id {
+            partition_meta::write(dir, id)?;
+        }
+        let now = now_ms();
+        let segment = Segment::create(dir, Offset::ZERO, &config, now)?;
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent)?;
+        }
+        sync_dir(dir)?;
+        Ok(PartitionLog {
+            dir: dir.to_path_buf(),
+            tp,
+            topic_id,
+            epochs: LeaderEpochCache::load(dir)?,
+            config,
+            segments: vec![segment],
+            log_start: Offset::ZERO,
+            recovery_point: Offset::ZERO,
+            unflushed_messages: 0,
+            last_flush_ms: now,
+            failed: false,
+        })
+    }
+
+    /// Opens an existing partition directory, recovering it as `load` says (§4): segments from
+    /// the recovery point on are revalidated unless the log dir was shut down cleanly, and any
+    /// segment with missing or bad indexes is rebuilt.
+    pub fn open(
+        dir: &Path,
+        tp: TopicPartition,
+        topic_id: Option<Uuid>,
+        config: LogConfig,
+        load: LoadOptions,
+        io: &mut impl LogIo,
+    ) -> Result<PartitionLog, LogError> {
+        config.validate()?;
+        let stored_id = partition_meta::read(dir)?;
+        let topic_id = match (stored_id, topic_id) {
+            (Some(stored), Some(wanted)) if stored != wanted => {
+                return Err(LogError::corrupt(
+                    dir.join("partition.metadata"),
+                    format!("topic id {stored} differs from the expected {wanted}"),
+                ))
+            }
+            (None, Some(wanted)) => {
+                partition_meta::write(dir, wanted)?;
+                Some(wanted)
+            }
+            (stored, wanted) => stored.or(wanted),
+        };
+        let mut epochs = LeaderEpochCache::load(dir)?;
+        let loaded = recovery::load(dir, &config, &load, io, &mut epochs)?;
+        Ok(PartitionLog {
+            dir: dir.to_path_buf(),
+            tp,
+            topic_id,
+            config,
+            segments: loaded.segments,
+            log_start: loaded.log_start,
+            recovery_point: loaded.recovery_point,
+            epochs,
+            unflushed_messages: 0,
+            last_flush_ms: now_ms(),
+            failed: false,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn topic_partition(&self) -> &TopicPartition {
+        &self.tp
+    }
+
+    pub fn topic_id(&self) -> Option<Uuid> {
+        self.topic_id
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    pub fn epoch_cache(&self) -> &LeaderEpochCache {
+        &self.epochs
+    }
+
+    pub fn log_start_offset(&self) -> Offset {
+        self.log_start
+    }
+
+    pub fn log_end_offset(&self) -> Offset {
+        self.active().next_offset()
+    }
+
+    /// A mirror exposes everything it has stored: its high watermark is its log end.
+    pub fn high_watermark(&self) -> Offset {
+        self.log_end_offset()
+    }
+
+    pub fn recovery_point(&self) -> Offset {
+        self.recovery_point
+    }
+
+    /// Total bytes in all `.log` files.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(Segment::size).sum()
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments
+            .last()
+            .expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .last_mut()
+            .expect("a log always has an active segment")
+    }
+
+    fn name(&self) -> String {
+        self.tp.to_string()
+    }
+
+    /// Appends `records` (one or more complete batches, any magic) at the offsets they carry.
+    ///
+    /// Every batch is checked first (framing, CRC, offsets at or past the log end and
+    /// increasing); if any fails nothing is written. The bytes then go to the active segment
+    /// unchanged, rolling first when Kafka would. An append larger than `segment.bytes` (a big
+    /// fetch into small segments) is split at batch boundaries into several segment appends.
+    /// If a write fails, the log is truncated back to where it was; if even that fails the log
+    /// is marked failed and refuses further appends until reopened (which recovers it).
+    pub fn append(&mut self, io: &mut impl LogIo, records: &[u8]) -> Result<AppendInfo, LogError> {
+        if self.failed {
+            return Err(LogError::Failed {
+                partition: self.name(),
+            });
+        }
+        let info = self.validate_append(records)?;
+        if info.batches == 0 {
+            return Ok(info);
+        }
+        let old_end = self.log_end_offset();
+        if let Err(e) = self.write_chunks(io, records) {
+            if let Err(rollback) = self.truncate_to(io, old_end) {
+                tracing::error!(partition = %self.tp, error = %rollback, "append rollback failed");
+                self.failed = true;
+            }
+            return Err(e);
+        }
+        self.unflushed_messages += (info.last_offset.0 - info.first_offset.0 + 1) as u64;
+        self.maybe_flush(io)?;
+        Ok(info)
+    }
+
+    fn validate_append(&self, records: &[u8]) -> Result<AppendInfo, LogError> {
+        let mut info = AppendInfo {
+            first_offset: Offset(-1),
+            last_offset: Offset(-1),
+            bytes: records.len() as u64,
+            max_timestamp: TimestampMs::NONE,
+            batches: 0,
+        };
+        let mut batches = Batches::new(records);
+        for item in batches.by_ref() {
+            let (_, batch) = item?;
+            batch.validate()?;
+            if batch.size() as u64 > self.config.segment_bytes {
+                return Err(LogError::BatchLargerThanSegment {
+                    partition: self.name(),
+                    offset: batch.base_offset(),
+                    size: batch.size(),
+                    max: self.config.segment_bytes,
+                });
+            }
+            if info.batches == 0 {
+                // Kafka's follower check: the first offset (v2) or the first entry's offset
+                // (legacy, which only carries its last offset) must not be below the log end.
+                let first = batch.base_offset();
+                if first < self.log_end_offset() {
+                    return Err(LogError::UnexpectedAppendOffset {
+                        partition: self.name(),
+                        first,
+                        log_end: self.log_end_offset(),
+                    });
+                }
+                info.first_offset = first;
+            } else if batch.base_offset() <= info.last_offset {
+                return Err(LogError::NonIncreasingOffsets {
+                    partition: self.name(),
+                    offset: batch.base_offset(),
+                    previous: info.last_offset,
+                });
+            }
+            info.last_offset = batch.last_offset();
+            info.max_timestamp = info.max_timestamp.max(batch.max_timestamp());
+            info.batches += 1;
+        }
+        if batches.trailing_bytes() != 0 {
+            return Err(LogError::PartialBatch {
+                partition: self.name(),
+                trailing: batches.trailing_bytes(),
+            });
+        }
+        Ok(info)
+    }
+
+    /// Writes validated `records` in chunks that each fit one segment.
+    fn write_chunks(&mut self, io: &mut impl LogIo, records: &[u8]) -> Result<(), LogError> {
+        let mut start = 0;
+        while start < records.len() {
+            let (end, stats) = self.next_chunk(records, start);
+            let now = now_ms();
+            if let Some(reason) = self.active().roll_reason(&stats, &self.config, now) {
+                // Legacy entries do not carry their first offset; Kafka then takes the lowest
+                // base that still fits the last offset in an int32.
+                let candidate = stats
+                    .first_offset
+                    .unwrap_or(Offset(stats.last_offset.0 - i32::MAX as i64));
+                let base = candidate.max(self.log_end_offset());
+                tracing::debug!(partition = %self.tp, ?reason, new_base = %base, "rolling segment");
+                self.roll(io, base, now)?;
+            }
+            let chunk = &records[start..end];
+            self.active_mut().append(io, chunk)?;
+            for item in Batches::new(chunk) {
+                let (_, batch) = item.expect("validated above");
+                self.on_appended_batch(&batch)?;
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// The longest run of batches from `start` that one segment can take: at most
+    /// `segment.bytes`, with every offset within int32 of the run's first offset.
+    fn next_chunk(&self, records: &[u8], start: usize) -> (usize, ChunkStats) {
+        let mut end = start;
+        let mut stats: Option<ChunkStats> = None;
+        let mut first_base = Offset::ZERO;
+        for item in Batches::new(&records[start..]) {
+            let (_, batch) = item.expect("validated above");
+            let size = batch.size() as u64;
+            if let Some(s) = &stats {
+                let too_big = s.bytes + size > self.config.segment_bytes;
+                let too_far = batch.last_offset().0 - first_base.0 > i32::MAX as i64;
+                if too_big || too_far {
+                    break;
+                }
+            }
+            let s = stats.get_or_insert_with(|| {
+                first_base = batch.base_offset();
+                ChunkStats {
+                    bytes: 0,
+                    first_offset: (!batch.is_legacy()).then(|| batch.base_offset()),
+                    last_offset: batch.last_offset(),
+                    max_timestamp: TimestampMs::NONE,
+                }
+            });
+            s.bytes += size;
+            s.last_offset = batch.last_offset();
+            s.max_timestamp = s.max_timestamp.max(batch.max_timestamp());
+            end += batch.size();
+        }
+        (end, stats.expect("at least one batch per chunk"))
+    }
+
+    /// Epoch cache and (later) producer state see every appended batch in offset order.
+    fn on_appended_batch(&mut self, batch: &Batch<'_>) -> Result<(), LogError> {
+        if assign_epoch(&mut self.epochs, batch) {
+            self.epochs.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Makes a new active segment at `base`. The old one gets its final time-index entry and
+    /// is flushed, so the recovery point moves to `base` (Kafka flushes rolled segments too).
+    fn roll(&mut self, io: &mut impl LogIo, base: Offset, now: i64) -> Result<(), LogError> {
+        let active = self.active();
+        if active.is_empty() && active.base_offset() == base {
+            return Ok(());
+        }
+        assert!(base >= self.log_end_offset(), "roll base below the log end");
+        let active = self.active_mut();
+        active.write_final_time_entry(io)?;
+        active.flush(io)?;
+        let segment = Segment::create(&self.dir, base, &self.config, now)?;
+        self.segments.push(segment);
+        sync_dir(&self.dir)?;
+        self.recovery_point = self.recovery_point.max(base);
+        Ok(())
+    }
+
+    fn maybe_flush(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        let due = match self.config.flush {
+            FlushPolicy::PageCache => false,
+            FlushPolicy::EveryAppend => true,
+            FlushPolicy::Interval { messages, ms } => {
+                self.unflushed_messages >= messages || now_ms() - self.last_flush_ms >= ms
+            }
+        };
+        if due {
+            self.flush(io)?;
+        }
+        Ok(())
+    }
+
+    /// fdatasyncs every segment holding data above the recovery point, then moves the
+    /// recovery point to the log end.
+    pub fn flush(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        let end = self.log_end_offset();
+        for seg in &self.segments {
+            if seg.next_offset() > self.recovery_point || seg.base_offset() >= self.recovery_point {
+                seg.flush(io)?;
+            }
+        }
+        self.recovery_point = end;
+        self.unflushed_messages = 0;
+        self.last_flush_ms = now_ms();
+        Ok(())
+    }
+
+    fn check_range(&self, offset: Offset) -> Result<(), LogError> {
+        if offset < self.log_start || offset > self.log_end_offset() {
+            return Err(LogError::OffsetOutOfRange {
+                partition: self.name(),
+                requested: offset,
+                log_start: self.log_start,
+                log_end: self.log_end_offset(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whole batches starting with the one that contains `from` (or the next one after a gap):
+    /// at least one batch, then more while within `max_bytes`, never past one segment. `None`
+    /// at the log end; `OffsetOutOfRange` outside [log start, log end].
+    pub fn read(&self, from: Offset, max_bytes: u64) -> Result<Option<LogSlice<'_>>, LogError> {
+        self.check_range(from)?;
+        let first = self
+            .segments
+            .partition_point(|s| s.base_offset() <= from)
+            .saturating_sub(1);
+        for seg in &self.segments[first..] {
+            if let Some((position, length)) = seg.read(from, max_bytes)? {
+                return Ok(Some(LogSlice {
+                    segment_base: seg.base_offset(),
+                    file: seg.log_file(),
+                    path: seg.log_path(),
+                    position,
+                    length,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `read`, returning the bytes.
+    pub fn read_bytes(&self, from: Offset, max_bytes: u64) -> Result<Vec<u8>, LogError> {
+        let Some(slice) = self.read(from, max_bytes)? else {
+            return Ok(Vec::new());
+        };
+        let mut buf = vec![0u8; slice.length as usize];
+        slice
+            .file
+            .read_exact_at(&mut buf, slice.position.0 as u64)
+            .map_err(|e| LogError::io(slice.path, e))?;
+        Ok(buf)
+    }
+
+    /// Kafka's ListOffsets by timestamp: the first offset at or after the log start whose
+    /// record timestamp is ≥ `target`, with that timestamp; `None` if no record is that late.
+    /// Special targets: -1 latest (log end), -2 earliest (log start), -3 the batch holding the
+    /// largest timestamp. For compressed batches the answer is the batch's first offset
+    /// (kmirror does not decompress), which a consumer seeking there reads through correctly.
+    pub fn offset_for_timestamp(
+        &self,
+        target: TimestampMs,
+    ) -> Result<Option<(Offset, TimestampMs)>, LogError> {
+        match target.0 {
+            -1 => return Ok(Some((self.log_end_offset(), TimestampMs::NONE))),
+            -2 => return Ok(Some((self.log_start, TimestampMs::NONE))),
+            -3 => {
+                let best = self
+                    .segments
+                    .iter()
+                    .filter_map(|s| s.max_timestamp().map(|ts| (ts, s)))
+                    .fold(None::<(TimestampMs, &Segment)>, |acc, (ts, s)| match acc {
+                        Some((best, _)) if best >= ts => acc,
+                        _ => Some((ts, s)),
+                    });
+                let Some((ts, seg)) = best else {
+                    return Ok(None);
+                };
+                let found = seg.find_batch_by_timestamp(ts, self.log_start)?;
+                return Ok(found.map(|h| (h.last_offset, ts)));
+            }
+            t if t < 0 => return Ok(None),
+            _ => {}
+        }
+        for seg in &self.segments {
+            if seg.max_timestamp().is_none_or(|ts| ts < target) {
+                continue;
+            }
+            let Some(h) = seg.find_batch_by_timestamp(target, self.log_start)? else {
+                continue;
+            };
+            let mut buf = vec![0u8; h.size as usize];
+            seg.log_file()
+                .read_exact_at(&mut buf, h.position.0 as u64)
+                .map_err(|e| LogError::io(seg.log_path(), e))?;
+            let batch = match Batch::peek(&buf)? {
+                Peek::Complete(b) => b,
+                Peek::Incomplete { .. } => {
+                    return Err(LogError::corrupt(
+                        seg.log_path(),
+                        "batch shorter than its header",
+                    ))
+                }
+            };
+            return Ok(Some(first_record_at_or_after(
+                &batch,
+                target,
+                self.log_start,
+            )));
+        }
+        Ok(None)
+    }
+
+    /// Removes everything at offsets ≥ `offset` (divergence or rollback). Whole segments above
+    /// it are deleted; the one containing it is cut at a batch boundary, so the new log end is
+    /// the end of the last batch that lies entirely below `offset`.
+    pub fn truncate_to(&mut self, io: &mut impl LogIo, offset: Offset) -> Result<(), LogError> {
+        if offset >= self.log_end_offset() {
+            return Ok(());
+        }
+        if offset < self.log_start || offset < self.segments[0].base_offset() {
+            return self.truncate_fully_and_start_at(io, offset.max(Offset::ZERO));
+        }
+        while self.segments.len() > 1 && self.active().base_offset() > offset {
+            let seg = self.segments.pop().expect("more than one segment");
+            seg.delete_files()?;
+        }
+        self.active_mut().truncate_to(offset, now_ms())?;
+        let end = self.log_end_offset();
+        self.epochs.truncate_from_end(end);
+        self.epochs.flush_if_dirty()?;
+        self.recovery_point = self.recovery_point.min(end);
+        Ok(())
+    }
+
+    /// Deletes every segment and starts an empty log at `offset` (the source's log start
+    /// moved past our end, or we diverged below our own start).
+    pub fn truncate_fully_and_start_at(
+        &mut self,
+        io: &mut impl LogIo,
+        offset: Offset,
+    ) -> Result<(), LogError> {
+        let _ = io;
+        let fresh = Segment::create(&self.dir, offset, &self.config, now_ms());
+        // Build the new segment before deleting: if its base equals an old segment's, the old
+        // files are simply replaced by the create.
+        let old = std::mem::take(&mut self.segments);
+        let fresh = fresh?;
+        for seg in old {
+            if seg.base_offset() != offset {
+                seg.delete_files()?;
+            }
+        }
+        self.segments.push(fresh);
+        sync_dir(&self.dir)?;
+        self.log_start = offset;
+        self.recovery_point = offset;
+        self.epochs.clear();
+        self.epochs.flush()?;
+        self.failed = false;
+        Ok(())
+    }
+
+    /// Moves the log start forward to `offset` (≤ log end), e.g. when the source's log start
+    /// advanced. Segments entirely below it are deleted by the next `delete_old_segments`.
+    pub fn increase_log_start_offset(&mut self, offset: Offset) -> Result<bool, LogError> {
+        if offset <= self.log_start {
+            return Ok(false);
+        }
+        self.check_range(offset)?;
+        self.log_start = offset;
+        self.epochs.truncate_from_start(offset);
+        self.epochs.flush_if_dirty()?;
+        Ok(true)
+    }
+
+    /// Applies retention.ms, retention.bytes and the log start offset; returns how many
+    /// segments were deleted. The log start moves to the first remaining segment's base.
+    pub fn delete_old_segments(
+        &mut self,
+        io: &mut impl LogIo,
+        now_ms: i64,
+    ) -> Result<usize, LogError> {
+        let mut facts = Vec::with_capacity(self.segments.len());
+        for (i, seg) in self.segments.iter().enumerate() {
+            let next_base = self
+                .segments
+                .get(i + 1)
+                .map_or(self.log_end_offset(), Segment::base_offset);
+            facts.push(SegmentFacts {
+                size: seg.size(),
+                largest_timestamp_ms: seg.largest_timestamp()?,
+                next_base: next_base.0,
+            });
+        }
+        let n = deletable_prefix(
+            &facts,
+            now_ms,
+            self.config.retention_ms,
+            self.config.retention_bytes,
+            self.log_start.0,
+        );
+        if n == 0 {
+            return Ok(0);
+        }
+        if n == self.segments.len() {
+            // Kafka rolls first so that the log keeps an (empty) active segment at its end.
+            let end = self.log_end_offset();
+            self.roll(io, end, now_ms)?;
+        }
+        let doomed: Vec<Segment> = self.segments.drain(..n).collect();
+        for seg in doomed {
+            seg.delete_files()?;
+        }
+        let new_start = self.segments[0].base_offset().max(self.log_start);
+        self.log_start = new_start;
+        self.epochs.truncate_from_start(new_start);
+        self.epochs.flush_if_dirty()?;
+        Ok(n)
+    }
+
+    /// Final time-index entry, fsync of everything, epoch checkpoint: the state a clean
+    /// shutdown marker may vouch for.
+    pub fn close(mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        if self.failed {
+            return Err(LogError::Failed {
+                partition: self.name(),
+            });
+        }
+        self.active_mut().write_final_time_entry(io)?;
+        self.flush(io)?;
+        self.epochs.flush_if_dirty()?;
+        Ok(())
+    }
+
+    /// Deletes the whole partition directory.
+    pub fn delete(self) -> Result<(), LogError> {
+        let dir = self.dir.clone();
+        drop(self);
+        std::fs::remove_dir_all(&dir).map_err(|e| LogError::io(&dir, e))
+    }
+}
+
+/// The rule shared by append and recovery: a v2 batch whose epoch is known and higher than the
+/// latest starts a new epoch at its base offset. Legacy batches carry no epoch and leave the
+/// cache alone (Kafka's leader clears its cache on a legacy append to fall back to
+/// high-watermark truncation; a mirror keeps the source's epochs, which remain true for the
+/// v2 batches around the legacy ones). Returns whether the cache changed.
+pub(crate) fn assign_epoch(epochs: &mut LeaderEpochCache, batch: &Batch<'_>) -> bool {
+    if batch.is_legacy() {
+        return false;
+    }
+    let epoch: LeaderEpoch = batch.partition_leader_epoch();
+    if !epoch.is_known() || epochs.latest_epoch().is_some_and(|latest| epoch <= latest) {
+        return false;
+    }
+    epochs.assign(epoch, batch.base_offset())
+}
+
+/// Within a batch known to reach `target`: the first record with timestamp ≥ `target` and
+/// offset ≥ `min_offset`. Uncompressed v2 records are walked; compressed batches and legacy
+/// entries answer with the batch itself.
+fn first_record_at_or_after(
+    batch: &Batch<'_>,
+    target: TimestampMs,
+    min_offset: Offset,
+) -> (Offset, TimestampMs) {
+    let fallback = (batch.base_offset().max(min_offset), batch.max_timestamp());
+    if batch.is_legacy() || batch.codec() != Codec::None || batch.is_log_append_time() {
+        return fallback;
+    }
+    let bytes = batch.bytes();
+    let base_ts = batch.base_timestamp().0;
+    let base = batch.base_offset().0;
+    let mut at = crate::limits::RECORD_BATCH_V2_HEADER_BYTES;
+    for _ in 0..batch.records_count() {
+        let Some((len, body)) = varint(bytes, at) else {
+            return fallback;
+        };
+        let Some((ts_delta, next)) = varint(bytes, body + 1) else {
+            return fallback;
+        };
+        let Some((off_delta, _)) = varint(bytes, next) else {
+            return fallback;
+        };
+        let (offset, ts) = (base + off_delta, base_ts + ts_delta);
+        if ts >= target.0 && offset >= min_offset.0 {
+            return (Offset(offset), TimestampMs(ts));
+        }
+        at = body + len.max(0) as usize;
+    }
+    fallback
+}
+
+/// A zigzag varint at `at`: (value, next position).
+fn varint(buf: &[u8], mut at: usize) -> Option<(i64, usize)> {
+    let mut raw: u64 = 0;
+    let mut shift = 0;
+    loop {
+        let byte = *buf.get(at)?;
+        at += 1;
+        raw |= ((byte & 0x7f) as u64) << shift;
+        if byte & 0x80 == 0 {
+            return Some((((raw >> 1) as i64) ^ -((raw & 1) as i64), at));
+        }
+        shift += 7;
+        if shift > 63 {
+            return None;
+        }
+    }
+}

@@ -1,0 +1,546 @@
+//! One log segment: a `.log` file of complete batches and its `.index` and `.timeindex`
+//! (kafka-formats.md §3.1–3.3, §3.9), with Kafka's indexing and roll rules.
+
+use std::fs::{File, OpenOptions};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use crate::ids::{FilePosition, Offset, TimestampMs};
+use crate::log::config::LogConfig;
+use crate::log::io::LogIo;
+use crate::log::offset_index::{relative, OffsetIndex};
+use crate::log::scan::{for_each_batch, read_header, BatchHeader, ScanEnd};
+use crate::log::time_index::TimeIndex;
+use crate::log::LogError;
+use crate::wire::batch::{Batch, Batches};
+
+pub const LOG_SUFFIX: &str = ".log";
+pub const INDEX_SUFFIX: &str = ".index";
+pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
+pub const TXN_INDEX_SUFFIX: &str = ".txnindex";
+
+/// `<dir>/<base padded to 20 digits><suffix>`, Kafka's file naming.
+pub fn segment_file(dir: &Path, base: Offset, suffix: &str) -> PathBuf {
+    dir.join(format!("{:020}{suffix}", base.0))
+}
+
+/// The base offset in a segment file name (the digits before the first `.`).
+pub fn parse_base_offset(file_name: &str) -> Option<Offset> {
+    let digits = file_name.split('.').next()?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<i64>().ok().map(Offset)
+}
+
+/// Aggregate facts about batches about to be appended, used for the roll decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkStats {
+    pub bytes: u64,
+    /// First offset of the first batch when it is v2; legacy entries do not carry it.
+    pub first_offset: Option<Offset>,
+    pub last_offset: Offset,
+    pub max_timestamp: TimestampMs,
+}
+
+/// Why a segment is being rolled (for logs and tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RollReason {
+    Size,
+    Time,
+    OffsetIndexFull,
+    TimeIndexFull,
+    OffsetOverflow,
+}
+
+#[derive(Debug)]
+pub struct Segment {
+    base: Offset,
+    log_path: PathBuf,
+    log: File,
+    size: u64,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    index_interval_bytes: u32,
+    /// Log bytes written since the last offset-index entry (Kafka's bytesSinceLastIndexEntry).
+    bytes_since_last_index_entry: u64,
+    /// Largest batch max timestamp in the segment and the last offset of its batch.
+    max_timestamp_so_far: (TimestampMs, Offset),
+    /// maxTimestamp of the first batch: the clock for segment.ms.
+    first_batch_max_timestamp: Option<TimestampMs>,
+    created_ms: i64,
+    next_offset: Offset,
+}
+
+impl Segment {
+    /// Creates an empty segment (all files replaced).
+    pub fn create(
+        dir: &Path,
+        base: Offset,
+        config: &LogConfig,
+        now_ms: i64,
+    ) -> Result<Segment, LogError> {
+        let log_path = segment_file(dir, base, LOG_SUFFIX);
+        let log = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&log_path)
+            .map_err(|e| LogError::io(&log_path, e))?;
+        let offset_index = OffsetIndex::create(
+            &segment_file(dir, base, INDEX_SUFFIX),
+            base,
+            config.offset_index_max_entries(),
+        )?;
+        let time_index = TimeIndex::create(
+            &segment_file(dir, base, TIME_INDEX_SUFFIX),
+            base,
+            config.time_index_max_entries(),
+        )?;
+        Ok(Segment {
+            base,
+            log_path,
+            log,
+            size: 0,
+            offset_index,
+            time_index,
+            index_interval_bytes: config.index_interval_bytes,
+            bytes_since_last_index_entry: 0,
+            max_timestamp_so_far: (TimestampMs::NONE, base),
+            first_batch_max_timestamp: None,
+            created_ms: now_ms,
+            next_offset: base,
+        })
+    }
+
+    /// Opens an existing segment. Returns whether its indexes were missing or failed the sanity
+    /// check, in which case they are empty now and the caller must `recover` the segment.
+    pub fn open(
+        dir: &Path,
+        base: Offset,
+        config: &LogConfig,
+        now_ms: i64,
+    ) -> Result<(Segment, bool), LogError> {
+        let log_path = segment_file(dir, base, LOG_SUFFIX);
+        let log = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&log_path)
+            .map_err(|e| LogError::io(&log_path, e))?;
+        let size = log
+            .metadata()
+            .map_err(|e| LogError::io(&log_path, e))?
+            .len();
+        let index_path = segment_file(dir, base, INDEX_SUFFIX);
+        let time_path = segment_file(dir, base, TIME_INDEX_SUFFIX);
+        let oi_max = config.offset_index_max_entries();
+        let ti_max = config.time_index_max_entries();
+        let loaded = match (
+            OffsetIndex::open(&index_path, base, oi_max),
+            TimeIndex::open(&time_path, base, ti_max),
+        ) {
+            (Ok(oi), Ok(ti)) => Some((oi, ti)),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(segment = %log_path.display(), error = %e, "rebuilding indexes");
+                None
+            }
+        };
+        let (offset_index, time_index, mut needs_recovery) = match loaded {
+            Some((oi, ti)) => (oi, ti, false),
+            None => (
+                OffsetIndex::create(&index_path, base, oi_max)?,
+                TimeIndex::create(&time_path, base, ti_max)?,
+                true,
+            ),
+        };
+        let mut seg = Segment {
+            base,
+            log_path,
+            log,
+            size,
+            offset_index,
+            time_index,
+            index_interval_bytes: config.index_interval_bytes,
+            bytes_since_last_index_entry: 0,
+            max_timestamp_so_far: (TimestampMs::NONE, base),
+            first_batch_max_timestamp: None,
+            created_ms: now_ms,
+            next_offset: base,
+        };
+        seg.max_timestamp_so_far = seg.time_index.last_entry();
+        seg.first_batch_max_timestamp =
+            read_header(&seg.log, &seg.log_path, 0, size)?.map(|h| h.max_timestamp);
+        match seg.read_next_offset() {
+            Ok(next) => seg.next_offset = next,
+            Err(LogError::Corrupt { .. }) => needs_recovery = true,
+            Err(e) => return Err(e),
+        }
+        if !needs_recovery && !seg.indexes_agree_with_log() {
+            needs_recovery = true;
+        }
+        if needs_recovery {
+            seg.offset_index.reset()?;
+            seg.time_index.reset()?;
+        }
+        Ok((seg, needs_recovery))
+    }
+
+    /// Cheap consistency check of index tails against the log, done at every open: an entry
+    /// pointing past the log or past the last offset means the index belongs to other data.
+    fn indexes_agree_with_log(&self) -> bool {
+        let last_offset = Offset(self.next_offset.0 - 1);
+        let oi_ok = self.offset_index.entries().last().is_none_or(|e| {
+            (e.position.0 as u64) < self.size
+                && self.base.0 + e.relative_offset.0 as i64 <= last_offset.0
+        });
+        let (_, ti_offset) = self.time_index.last_entry();
+        let ti_ok = self.time_index.is_empty() || ti_offset <= last_offset;
+        oi_ok && ti_ok
+    }
+
+    /// Next offset after the last batch, scanning headers from the last index entry.
+    fn read_next_offset(&self) -> Result<Offset, LogError> {
+        let (_, start) = self.offset_index.lookup(Offset(i64::MAX));
+        let mut pos = start.0 as u64;
+        let mut next = self.base;
+        while let Some(h) = read_header(&self.log, &self.log_path, pos, self.size)? {
+            next = h.last_offset.next();
+            pos = h.end();
+        }
+        Ok(next)
+    }
+
+    pub fn base_offset(&self) -> Offset {
+        self.base
+    }
+
+    /// Offset after the last batch (the base offset when empty).
+    pub fn next_offset(&self) -> Offset {
+        self.next_offset
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    pub fn log_file(&self) -> &File {
+        &self.log
+    }
+
+    pub fn offset_index(&self) -> &OffsetIndex {
+        &self.offset_index
+    }
+
+    pub fn time_index(&self) -> &TimeIndex {
+        &self.time_index
+    }
+
+    /// Largest record timestamp in the segment, if any batch carried one.
+    pub fn max_timestamp(&self) -> Option<TimestampMs> {
+        let ts = self.max_timestamp_so_far.0;
+        (ts.0 >= 0).then_some(ts)
+    }
+
+    /// Kafka's `largestTimestamp`: the max timestamp, else the file's modification time.
+    pub fn largest_timestamp(&self) -> Result<i64, LogError> {
+        if let Some(ts) = self.max_timestamp() {
+            return Ok(ts.0);
+        }
+        let modified = self
+            .log
+            .metadata()
+            .and_then(|m| m.modified())
+            .map_err(|e| LogError::io(&self.log_path, e))?;
+        Ok(modified
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0))
+    }
+
+    /// Kafka's `shouldRoll`, checked before appending `chunk` (kafka-formats.md §3.9).
+    pub fn roll_reason(
+        &self,
+        chunk: &ChunkStats,
+        config: &LogConfig,
+        now_ms: i64,
+    ) -> Option<RollReason> {
+        let waited = match self.first_batch_max_timestamp {
+            Some(ts) if ts.0 >= 0 => chunk.max_timestamp.0.saturating_sub(ts.0),
+            _ => now_ms.saturating_sub(self.created_ms),
+        };
+        if self.size > config.segment_bytes.saturating_sub(chunk.bytes) {
+            Some(RollReason::Size)
+        } else if self.size > 0 && waited > config.segment_ms {
+            Some(RollReason::Time)
+        } else if self.offset_index.is_full() {
+            Some(RollReason::OffsetIndexFull)
+        } else if self.time_index.is_full() {
+            Some(RollReason::TimeIndexFull)
+        } else if relative(self.base, chunk.last_offset).is_none() {
+            Some(RollReason::OffsetOverflow)
+        } else {
+            None
+        }
+    }
+
+    /// Appends `bytes`, complete and already validated batches, at the end of the `.log`, then
+    /// adds index entries per batch with Kafka's rule. On an I/O error the segment's in-memory
+    /// state is unchanged and the `.log` is cut back to its old size (best effort).
+    pub fn append(&mut self, io: &mut impl LogIo, bytes: &[u8]) -> Result<(), LogError> {
+        let start = self.size;
+        let end = start + bytes.len() as u64;
+        assert!(
+            end <= crate::limits::SEGMENT_BYTES_MAX,
+            "segment grew past int32 positions"
+        );
+        if let Err(e) = io.write_all_at(&self.log, start, bytes) {
+            let _ = self.log.set_len(start);
+            return Err(LogError::io(&self.log_path, e));
+        }
+        self.size = end;
+        let mut pos = start;
+        for item in Batches::new(bytes) {
+            let (_, batch) = item.expect("append is given validated batches");
+            self.index_batch(io, FilePosition(pos as u32), &batch)?;
+            pos += batch.size() as u64;
+        }
+        assert_eq!(pos, end, "append is given whole batches");
+        Ok(())
+    }
+
+    /// Kafka's per-batch index step (shared by append and recovery so both produce the same
+    /// entries): the max timestamp is updated first, then an entry is added when more than
+    /// `index.interval.bytes` have been written since the last one.
+    fn index_batch(
+        &mut self,
+        io: &mut impl LogIo,
+        pos: FilePosition,
+        batch: &Batch<'_>,
+    ) -> Result<(), LogError> {
+        let max_ts = batch.max_timestamp();
+        if pos.0 == 0 {
+            self.first_batch_max_timestamp = Some(max_ts);
+        }
+        if max_ts > self.max_timestamp_so_far.0 {
+            self.max_timestamp_so_far = (max_ts, batch.last_offset());
+        }
+        if self.bytes_since_last_index_entry > self.index_interval_bytes as u64 {
+            self.offset_index.append(io, batch.last_offset(), pos)?;
+            let (ts, off) = self.max_timestamp_so_far;
+            self.time_index.maybe_append(io, ts, off, false)?;
+            self.bytes_since_last_index_entry = 0;
+        }
+        self.bytes_since_last_index_entry += batch.size() as u64;
+        self.next_offset = batch.next_offset();
+        Ok(())
+    }
+
+    /// Rebuilds the indexes from the `.log`, validating every batch; cuts the `.log` at the
+    /// first invalid or partial batch. `on_batch` sees every valid batch in order (epoch cache,
+    /// producer state). Returns the number of bytes cut.
+    pub fn recover<F>(&mut self, io: &mut impl LogIo, mut on_batch: F) -> Result<u64, LogError>
+    where
+        F: FnMut(&Batch<'_>) -> Result<(), LogError>,
+    {
+        self.offset_index.reset()?;
+        self.time_index.reset()?;
+        self.bytes_since_last_index_entry = 0;
+        self.max_timestamp_so_far = (TimestampMs::NONE, self.base);
+        self.first_batch_max_timestamp = None;
+        self.next_offset = self.base;
+        let mut valid_end = 0u64;
+        let file = self
+            .log
+            .try_clone()
+            .map_err(|e| LogError::io(&self.log_path, e))?;
+        let path = self.log_path.clone();
+        let mut failure: Option<String> = None;
+        let outcome = for_each_batch(&file, &path, 0, self.size, |pos, batch| {
+            if let Err(e) = batch.validate() {
+                failure = Some(e.to_string());
+                return Ok(ControlFlow::Break(()));
+            }
+            // Kafka only needs the relative offset to fit; a batch that goes back in offsets
+            // would corrupt the index, so recovery keeps the prefix before it.
+            if relative(self.base, batch.last_offset()).is_none()
+                || batch.base_offset() < self.next_offset
+            {
+                failure = Some(format!(
+                    "offset {} out of order or out of range for base {}",
+                    batch.last_offset(),
+                    self.base
+                ));
+                return Ok(ControlFlow::Break(()));
+            }
+            self.index_batch(io, pos, &batch)?;
+            on_batch(&batch)?;
+            valid_end = pos.0 as u64 + batch.size() as u64;
+            Ok(ControlFlow::Continue(()))
+        })?;
+        match (&outcome, &failure) {
+            (ScanEnd::Clean, _) => {}
+            (ScanEnd::Stopped { at }, Some(why)) => {
+                tracing::warn!(segment = %path.display(), position = at, reason = %why, "invalid batch; truncating")
+            }
+            (ScanEnd::Partial { at }, _) => {
+                tracing::warn!(segment = %path.display(), position = at, "partial batch; truncating")
+            }
+            (ScanEnd::Malformed { at, error }, _) => {
+                tracing::warn!(segment = %path.display(), position = at, error = %error, "malformed batch; truncating")
+            }
+            (ScanEnd::Stopped { .. }, None) => {}
+        }
+        let cut = self.size - valid_end;
+        if cut > 0 {
+            self.log
+                .set_len(valid_end)
+                .map_err(|e| LogError::io(&self.log_path, e))?;
+            self.size = valid_end;
+        }
+        let (ts, off) = self.max_timestamp_so_far;
+        self.time_index.maybe_append(io, ts, off, true)?;
+        Ok(cut)
+    }
+
+    /// Position and header of the first batch whose last offset is ≥ `offset`: index lookup,
+    /// then a header scan (Kafka's `translateOffset`). `None` if every batch is below `offset`.
+    pub fn translate_offset(&self, offset: Offset) -> Result<Option<BatchHeader>, LogError> {
+        let (_, start) = self.offset_index.lookup(offset);
+        let mut pos = start.0 as u64;
+        while let Some(h) = read_header(&self.log, &self.log_path, pos, self.size)? {
+            if h.last_offset >= offset {
+                return Ok(Some(h));
+            }
+            pos = h.end();
+        }
+        Ok(None)
+    }
+
+    /// Whole batches from the one containing `from`: at least one batch, then more while the
+    /// total stays within `max_bytes`. Returns (position, length) or `None` past the end.
+    pub fn read(
+        &self,
+        from: Offset,
+        max_bytes: u64,
+    ) -> Result<Option<(FilePosition, u64)>, LogError> {
+        let Some(first) = self.translate_offset(from)? else {
+            return Ok(None);
+        };
+        let mut len = first.size as u64;
+        let mut pos = first.end();
+        while let Some(h) = read_header(&self.log, &self.log_path, pos, self.size)? {
+            if len + h.size as u64 > max_bytes {
+                break;
+            }
+            len += h.size as u64;
+            pos = h.end();
+        }
+        Ok(Some((first.position, len)))
+    }
+
+    /// First batch at or after `from_position` whose max timestamp is ≥ `target` and whose last
+    /// offset is ≥ `min_offset` (Kafka's `searchForTimestamp`, at batch level).
+    pub fn find_batch_by_timestamp(
+        &self,
+        target: TimestampMs,
+        min_offset: Offset,
+    ) -> Result<Option<BatchHeader>, LogError> {
+        let (_, indexed_offset) = self.time_index.lookup(target);
+        let (_, start) = self.offset_index.lookup(indexed_offset.max(min_offset));
+        let mut pos = start.0 as u64;
+        while let Some(h) = read_header(&self.log, &self.log_path, pos, self.size)? {
+            if h.max_timestamp >= target && h.last_offset >= min_offset {
+                return Ok(Some(h));
+            }
+            pos = h.end();
+        }
+        Ok(None)
+    }
+
+    /// Drops everything at offsets ≥ `offset`: the `.log` is cut at the start of the batch that
+    /// contains `offset`, the index entries at or above it removed. Returns the bytes cut.
+    pub fn truncate_to(&mut self, offset: Offset, now_ms: i64) -> Result<u64, LogError> {
+        let Some(cut_at) = self.translate_offset(offset)? else {
+            return Ok(0);
+        };
+        self.offset_index.truncate_to(offset)?;
+        self.time_index.truncate_to(offset)?;
+        let new_size = cut_at.position.0 as u64;
+        let cut = self.size - new_size;
+        self.log
+            .set_len(new_size)
+            .map_err(|e| LogError::io(&self.log_path, e))?;
+        self.size = new_size;
+        if new_size == 0 {
+            self.created_ms = now_ms;
+            self.first_batch_max_timestamp = None;
+        }
+        self.bytes_since_last_index_entry = 0;
+        self.next_offset = self.read_next_offset()?;
+        self.max_timestamp_so_far = self.read_largest_timestamp()?;
+        Ok(cut)
+    }
+
+    /// Max timestamp: the last time-index entry, or a larger one found in the batches after it.
+    fn read_largest_timestamp(&self) -> Result<(TimestampMs, Offset), LogError> {
+        let mut best = self.time_index.last_entry();
+        let (_, start) = self.offset_index.lookup(best.1);
+        let mut pos = start.0 as u64;
+        while let Some(h) = read_header(&self.log, &self.log_path, pos, self.size)? {
+            if h.max_timestamp > best.0 {
+                best = (h.max_timestamp, h.last_offset);
+            }
+            pos = h.end();
+        }
+        Ok(best)
+    }
+
+    /// Writes the final time-index entry (the segment's max timestamp). Done when the segment
+    /// stops being active and on close, so time-based retention and lookups see it.
+    pub fn write_final_time_entry(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        let (ts, off) = self.max_timestamp_so_far;
+        self.time_index.maybe_append(io, ts, off, true)
+    }
+
+    /// fdatasync of the `.log` and both indexes.
+    pub fn flush(&self, io: &mut impl LogIo) -> Result<(), LogError> {
+        io.sync_data(&self.log)
+            .map_err(|e| LogError::io(&self.log_path, e))?;
+        self.offset_index.sync(io)?;
+        self.time_index.sync(io)
+    }
+
+    /// Removes the segment's files (`.log`, indexes, and a `.txnindex` if there is one).
+    pub fn delete_files(self) -> Result<(), LogError> {
+        let dir = self
+            .log_path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let base = self.base;
+        drop(self);
+        for suffix in [
+            INDEX_SUFFIX,
+            TIME_INDEX_SUFFIX,
+            TXN_INDEX_SUFFIX,
+            LOG_SUFFIX,
+        ] {
+            let path = segment_file(&dir, base, suffix);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(LogError::io(&path, e)),
+            }
+        }
+        Ok(())
+    }
+}
