@@ -142,3 +142,54 @@ pub const BATCH_HEADER_PEEK_BYTES: usize = RECORD_BATCH_V2_HEADER_BYTES;
 pub const SEGMENT_SCAN_BUFFER_BYTES: usize = 1024 * 1024;
 
 const _: () = assert!(SEGMENT_SCAN_BUFFER_BYTES <= BATCH_BYTES_MAX);
+
+// ---- runtime (shards, rings, arenas) ----
+
+/// Submission-queue entries per shard ring. Sized for every op a shard can have in flight at once
+/// (see `RING_OPS_IN_FLIGHT_MAX`) so a full slab never finds the SQ full as well.
+pub const RING_SQ_ENTRIES: u32 = 256;
+
+/// Completion-queue entries: 4x the SQ so bursts of completions never overflow the CQ.
+pub const RING_CQ_ENTRIES: u32 = 4 * RING_SQ_ENTRIES;
+
+/// Asynchronous ops a shard may have in flight: the op slab is allocated once with this many
+/// entries. One recv + one send + one timeout per source connection, the wakeup read, plus room.
+pub const RING_OPS_IN_FLIGHT_MAX: usize = 192;
+
+/// Smallest arena slot: must hold a useful fetch response (1 MiB, Kafka's default
+/// `max.partition.fetch.bytes`) plus the frame and response headers.
+pub const ARENA_SLOT_BYTES_MIN: usize = 64 * 1024;
+
+/// Largest arena slot: one slot holds one whole response frame.
+pub const ARENA_SLOT_BYTES_MAX: usize = FRAME_BYTES_MAX;
+
+/// Slots per arena; slot indexes are u32 and the free list is allocated once at this size.
+pub const ARENA_SLOTS_MAX: usize = 4096;
+
+/// Largest single registered buffer the kernel accepts (1 GiB); bigger arenas register chunks.
+pub const ARENA_REGISTERED_CHUNK_BYTES_MAX: usize = 1024 * 1024 * 1024;
+
+/// Largest arena per shard (16 GiB): far beyond what a shard can fill between appends, and
+/// keeps `slot_count * slot_bytes` far from overflow.
+pub const ARENA_BYTES_MAX: usize = 16 * 1024 * 1024 * 1024;
+
+/// Registered chunks per arena (the kernel's fixed-buffer table is indexed by u16). A chunk holds
+/// as many whole slots as fit in 1 GiB, so it is never shorter than 1 GiB minus one largest slot.
+pub const ARENA_CHUNKS_MAX: usize =
+    ARENA_BYTES_MAX / (ARENA_REGISTERED_CHUNK_BYTES_MAX - ARENA_SLOT_BYTES_MAX) + 1;
+
+/// Shards (pinned threads) per process.
+pub const SHARDS_MAX: usize = 256;
+
+/// Messages the control thread may queue to one shard before it must wait.
+pub const MAILBOX_TO_SHARD_CAPACITY: usize = 1024;
+
+/// Events one shard may queue to the control thread before it must wait.
+pub const MAILBOX_TO_CONTROL_CAPACITY: usize = 1024;
+
+const _: () = assert!(ARENA_SLOT_BYTES_MIN <= ARENA_SLOT_BYTES_MAX);
+const _: () = assert!(ARENA_SLOT_BYTES_MAX <= ARENA_REGISTERED_CHUNK_BYTES_MAX);
+const _: () = assert!(ARENA_SLOTS_MAX <= u32::MAX as usize);
+const _: () = assert!(ARENA_CHUNKS_MAX <= u16::MAX as usize);
+const _: () = assert!(RING_OPS_IN_FLIGHT_MAX <= RING_SQ_ENTRIES as usize);
+const _: () = assert!(RING_CQ_ENTRIES >= 2 * RING_SQ_ENTRIES);

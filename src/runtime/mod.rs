@@ -1,1 +1,25 @@
 //! The per-core machine: pinned shard threads, each with its own io_uring and registered arena.
+//!
+//! | file          | job                                                                    |
+//! |---------------|------------------------------------------------------------------------|
+//! | `ring`        | the only io_uring wrapper: flags, op slab, blocking file ops, wakeup   |
+//! | `arena`       | registered hugepage arena cut into slots; slots freeze into `Bytes`    |
+//! | `memlock`     | start-up RLIMIT_MEMLOCK / CAP_IPC_LOCK check with a fix-it message    |
+//! | `uring_io`    | `LogIo` on the shard ring (WRITE_FIXED from the arena)                 |
+//! | `mailbox`     | bounded SPSC queues control<->shard with wakeups                       |
+//! | `shard`       | the pinned shard loop and the `ShardHandler` trait                     |
+//! | `start`       | `Runtime`: core selection, spawning, stopping                          |
+
+pub mod arena;
+pub mod mailbox;
+pub mod memlock;
+pub mod ring;
+pub mod shard;
+pub mod start;
+pub mod uring_io;
+
+pub use arena::{Arena, SlotBuf};
+pub use ring::{Completion, OpBuf, Ring, RingMode, RingStats, Waker};
+pub use shard::{ShardCx, ShardHandler, ShardInfo};
+pub use start::{Runtime, RuntimeConfig, RuntimeError};
+pub use uring_io::RingIo;

@@ -1,0 +1,515 @@
+//! The only io_uring wrapper: one ring per shard, an op slab keyed by `user_data`, and the
+//! blocking helpers the log's `LogIo` uses.
+//!
+//! Owned by one shard thread and created on it (SINGLE_ISSUER requires every submit to come from
+//! the creating thread). Asynchronous ops (RECV, SEND, CONNECT, TIMEOUT, eventfd READ) *own* their
+//! buffer for the whole flight: the buffer sits in the slab entry and comes back in the
+//! `Completion`, so nothing the kernel writes into can be freed early. Blocking ops (file WRITE /
+//! WRITE_FIXED / FSYNC) borrow their buffer and do not return before their CQE arrives.
+//!
+//! Steady state allocates nothing: the slab, its free list and the ready queue are allocated once
+//! at `Ring::new` with `RING_OPS_IN_FLIGHT_MAX` entries; each op only moves values into a
+//! preallocated entry. (Counting-allocator test: tests/runtime_no_alloc.rs.)
+#![allow(unsafe_code)]
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use socket2::SockAddr;
+
+use super::arena::{Arena, RegisteredChunk, SlotBuf};
+use crate::limits::{RING_CQ_ENTRIES, RING_OPS_IN_FLIGHT_MAX, RING_SQ_ENTRIES};
+
+/// `user_data` of the single blocking op that may be in flight (it never enters the slab).
+const SYNC_KEY: u64 = u64::MAX;
+/// `user_data` of cancel requests, whose own completions carry nothing we need.
+const CANCEL_KEY: u64 = u64::MAX - 1;
+
+/// Applies one candidate set of setup flags to a ring builder.
+type SetFlags = fn(&mut io_uring::Builder);
+
+/// Which setup flags the kernel accepted, best first. `kmirror doctor` prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingMode {
+    /// SINGLE_ISSUER | DEFER_TASKRUN (6.1+): completions run only when we enter; no IPIs.
+    SingleIssuerDeferTaskrun,
+    /// COOP_TASKRUN | TASKRUN_FLAG (5.19+).
+    CoopTaskrun,
+    /// No setup flags.
+    Plain,
+}
+
+impl std::fmt::Display for RingMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RingMode::SingleIssuerDeferTaskrun => "SINGLE_ISSUER|DEFER_TASKRUN",
+            RingMode::CoopTaskrun => "COOP_TASKRUN|TASKRUN_FLAG",
+            RingMode::Plain => "plain",
+        })
+    }
+}
+
+/// The buffer an async op owned while in flight, handed back with its completion.
+#[derive(Debug)]
+pub enum OpBuf {
+    None,
+    /// RECV target; its length already includes the received bytes.
+    Slot(SlotBuf),
+    /// SEND source; the caller resends `data.slice(sent..)` after a short send.
+    Bytes(Bytes),
+}
+
+/// One finished async op.
+#[derive(Debug)]
+pub struct Completion {
+    /// The caller's tag given at submission.
+    pub tag: u64,
+    /// The kernel's result: bytes moved, 0, or a negated errno (`-ETIME` for an expired timeout).
+    pub result: i32,
+    pub buf: OpBuf,
+}
+
+impl Completion {
+    /// The result as an `io::Result` of a byte count.
+    pub fn io_result(&self) -> io::Result<usize> {
+        if self.result < 0 {
+            Err(io::Error::from_raw_os_error(-self.result))
+        } else {
+            Ok(self.result as usize)
+        }
+    }
+}
+
+/// The slab had no room; the op was not submitted and its buffer is returned.
+#[derive(Debug)]
+pub struct SlabFull(pub OpBuf);
+
+impl std::fmt::Display for SlabFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "all {RING_OPS_IN_FLIGHT_MAX} ring op slots are in flight"
+        )
+    }
+}
+
+impl std::error::Error for SlabFull {}
+
+/// What an async op keeps alive until its CQE: the buffer, and the memory the SQE points at.
+struct OpEntry {
+    tag: u64,
+    buf: OpBuf,
+    timespec: types::Timespec,
+    addr: Option<SockAddr>,
+    counter: [u8; 8],
+}
+
+/// Per-ring counters, read by metrics and tests (plain integers: only the owning shard writes).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RingStats {
+    pub writes_fixed: u64,
+    pub writes_plain: u64,
+    pub syncs: u64,
+}
+
+/// One io_uring with its op slab. Owned by one shard thread; never shared.
+pub struct Ring {
+    uring: IoUring,
+    mode: RingMode,
+    slab: Vec<Option<OpEntry>>,
+    free: Vec<u32>,
+    ready: VecDeque<Completion>,
+    sync_result: Option<i32>,
+    stats: RingStats,
+    fixed: Vec<RegisteredChunk>,
+    /// Keeps registered memory mapped for as long as the ring may reference it.
+    arena: Option<Arena>,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("mode", &self.mode)
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
+impl Ring {
+    /// Builds the ring with the best flags the kernel accepts. Call on the owning thread.
+    pub fn new() -> io::Result<Ring> {
+        let attempts: [(RingMode, SetFlags); 3] = [
+            (RingMode::SingleIssuerDeferTaskrun, |b| {
+                b.setup_single_issuer().setup_defer_taskrun();
+            }),
+            (RingMode::CoopTaskrun, |b| {
+                b.setup_coop_taskrun().setup_taskrun_flag();
+            }),
+            (RingMode::Plain, |_| {}),
+        ];
+        let mut last_err = None;
+        for (mode, flags) in attempts {
+            let mut builder = IoUring::builder();
+            builder.setup_cqsize(RING_CQ_ENTRIES);
+            flags(&mut builder);
+            match builder.build(RING_SQ_ENTRIES) {
+                Ok(uring) => return Ok(Ring::with(uring, mode)),
+                // EINVAL: flag unknown to this kernel; try the next set.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last_err = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| io::Error::other("io_uring setup failed")))
+    }
+
+    fn with(uring: IoUring, mode: RingMode) -> Ring {
+        let mut slab = Vec::with_capacity(RING_OPS_IN_FLIGHT_MAX);
+        slab.resize_with(RING_OPS_IN_FLIGHT_MAX, || None);
+        Ring {
+            uring,
+            mode,
+            slab,
+            free: (0..RING_OPS_IN_FLIGHT_MAX as u32).rev().collect(),
+            ready: VecDeque::with_capacity(RING_OPS_IN_FLIGHT_MAX),
+            sync_result: None,
+            stats: RingStats::default(),
+            fixed: Vec::new(),
+            arena: None,
+        }
+    }
+
+    pub fn mode(&self) -> RingMode {
+        self.mode
+    }
+
+    pub fn stats(&self) -> RingStats {
+        self.stats
+    }
+
+    /// Async ops submitted and not yet reaped.
+    pub fn in_flight(&self) -> usize {
+        RING_OPS_IN_FLIGHT_MAX - self.free.len()
+    }
+
+    pub fn has_room(&self) -> bool {
+        !self.free.is_empty()
+    }
+
+    /// Registers the arena's memory as fixed buffers. Once, at start, before any op (registration
+    /// quiesces the ring on older kernels).
+    pub fn register_arena(&mut self, arena: &Arena) -> io::Result<()> {
+        assert!(self.arena.is_none(), "an arena is registered once per ring");
+        let chunks = arena.chunks();
+        let iovecs: Vec<libc::iovec> = chunks
+            .iter()
+            .map(|c| libc::iovec {
+                iov_base: c.addr as *mut libc::c_void,
+                iov_len: c.len,
+            })
+            .collect();
+        // SAFETY: every iovec lies inside the arena's live mapping, and `self.arena` keeps that
+        // mapping alive for as long as the ring exists, so the kernel never references freed
+        // memory through these registrations.
+        unsafe { self.uring.submitter().register_buffers(&iovecs)? };
+        self.fixed = chunks;
+        self.arena = Some(arena.clone());
+        Ok(())
+    }
+
+    /// The registered buffer index covering all of `data`, if any (pointer range check).
+    pub fn fixed_index(&self, data: &[u8]) -> Option<u16> {
+        let start = data.as_ptr() as usize;
+        let end = start.checked_add(data.len())?;
+        self.fixed
+            .iter()
+            .find(|c| start >= c.addr && end <= c.addr + c.len)
+            .map(|c| c.index)
+    }
+
+    fn alloc(&mut self, tag: u64, buf: OpBuf) -> Result<u32, SlabFull> {
+        let Some(key) = self.free.pop() else {
+            return Err(SlabFull(buf));
+        };
+        let slot = &mut self.slab[key as usize];
+        assert!(slot.is_none(), "free list pointed at a busy slab entry");
+        *slot = Some(OpEntry {
+            tag,
+            buf,
+            timespec: types::Timespec::new(),
+            addr: None,
+            counter: [0; 8],
+        });
+        Ok(key)
+    }
+
+    fn entry_mut(&mut self, key: u32) -> &mut OpEntry {
+        self.slab[key as usize]
+            .as_mut()
+            .expect("entry just allocated")
+    }
+
+    fn push(&mut self, sqe: squeue::Entry) {
+        // SAFETY: every pointer in `sqe` targets memory that outlives the op: slab entries (stable,
+        // the slab never reallocates) and their owned buffers for async ops, or a borrow held by
+        // `run_sync` until the CQE arrives.
+        if unsafe { self.uring.submission().push(&sqe) }.is_ok() {
+            return;
+        }
+        // SQ full: flush it to the kernel and retry; the SQ has room for every slab entry plus the
+        // sync and cancel ops, so the retry cannot fail.
+        self.submit_retrying(0);
+        // SAFETY: as above.
+        let pushed = unsafe { self.uring.submission().push(&sqe) };
+        assert!(pushed.is_ok(), "SQ still full after submit");
+    }
+
+    /// RECV into the slot's spare room, at most `max` bytes.
+    pub fn recv(&mut self, tag: u64, fd: RawFd, slot: SlotBuf, max: usize) -> Result<(), SlabFull> {
+        let len = max.min(slot.remaining()) as u32;
+        let key = self.alloc(tag, OpBuf::Slot(slot))?;
+        let OpBuf::Slot(slot) = &mut self.entry_mut(key).buf else {
+            unreachable!()
+        };
+        let ptr = slot.spare_ptr();
+        let sqe = opcode::Recv::new(types::Fd(fd), ptr, len)
+            .build()
+            .user_data(key as u64);
+        self.push(sqe);
+        Ok(())
+    }
+
+    /// SEND of `data` (may complete short; the caller resends the rest).
+    pub fn send(&mut self, tag: u64, fd: RawFd, data: Bytes) -> Result<(), SlabFull> {
+        let (ptr, len) = (data.as_ptr(), data.len() as u32);
+        let key = self.alloc(tag, OpBuf::Bytes(data))?;
+        let sqe = opcode::Send::new(types::Fd(fd), ptr, len)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(key as u64);
+        self.push(sqe);
+        Ok(())
+    }
+
+    /// CONNECT of a socket (non-blocking connect handled by the kernel).
+    pub fn connect(&mut self, tag: u64, fd: RawFd, addr: SockAddr) -> Result<(), SlabFull> {
+        let key = self.alloc(tag, OpBuf::None)?;
+        let entry = self.entry_mut(key);
+        let addr = entry.addr.insert(addr);
+        let sqe = opcode::Connect::new(types::Fd(fd), addr.as_ptr().cast(), addr.len())
+            .build()
+            .user_data(key as u64);
+        self.push(sqe);
+        Ok(())
+    }
+
+    /// A relative TIMEOUT; completes with `-ETIME` when it expires.
+    pub fn timeout(&mut self, tag: u64, after: Duration) -> Result<(), SlabFull> {
+        let key = self.alloc(tag, OpBuf::None)?;
+        let entry = self.entry_mut(key);
+        entry.timespec = types::Timespec::from(after);
+        let ts: *const types::Timespec = &entry.timespec;
+        let sqe = opcode::Timeout::new(ts).build().user_data(key as u64);
+        self.push(sqe);
+        Ok(())
+    }
+
+    /// READ of an eventfd's 8-byte counter (the shard's wakeup).
+    pub fn read_waker(&mut self, tag: u64, waker: &Waker) -> Result<(), SlabFull> {
+        let key = self.alloc(tag, OpBuf::None)?;
+        let ptr = self.entry_mut(key).counter.as_mut_ptr();
+        let sqe = opcode::Read::new(types::Fd(waker.file.as_raw_fd()), ptr, 8)
+            .build()
+            .user_data(key as u64);
+        self.push(sqe);
+        Ok(())
+    }
+
+    /// Asks the kernel to cancel every async op; each then completes (usually `-ECANCELED`).
+    pub fn cancel_all(&mut self) {
+        let sqe = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+            .build()
+            .user_data(CANCEL_KEY);
+        self.push(sqe);
+    }
+
+    fn submit_retrying(&mut self, want: usize) {
+        loop {
+            match self.uring.submit_and_wait(want) {
+                Ok(_) => return,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                // EBUSY: completions are backed up; reap some, then retry.
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    self.reap();
+                    if want > 0 && (self.sync_result.is_some() || !self.ready.is_empty()) {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    // The kernel may still reference borrowed buffers of an op in flight, so
+                    // unwinding past them is not an option; a ring that cannot be entered is
+                    // unusable anyway.
+                    eprintln!("kmirror: io_uring_enter failed fatally: {e}");
+                    std::process::abort();
+                }
+            }
+        }
+    }
+
+    fn reap(&mut self) {
+        loop {
+            let next = self.uring.completion().next();
+            let Some(cqe) = next else { break };
+            self.complete(cqe);
+        }
+    }
+
+    fn complete(&mut self, cqe: cqueue::Entry) {
+        let key = cqe.user_data();
+        let result = cqe.result();
+        match key {
+            SYNC_KEY => self.sync_result = Some(result),
+            CANCEL_KEY => {}
+            _ => {
+                let entry = self.slab[key as usize]
+                    .take()
+                    .expect("CQE for a free slab entry");
+                self.free.push(key as u32);
+                let mut buf = entry.buf;
+                if let OpBuf::Slot(slot) = &mut buf {
+                    if result > 0 {
+                        slot.advance(result as usize);
+                    }
+                }
+                self.ready.push_back(Completion {
+                    tag: entry.tag,
+                    result,
+                    buf,
+                });
+            }
+        }
+    }
+
+    /// Submits queued SQEs and, if nothing is ready yet, waits for at least one completion.
+    pub fn submit_and_wait(&mut self) {
+        let want = usize::from(self.ready.is_empty());
+        self.submit_retrying(want);
+        self.reap();
+    }
+
+    /// Submits queued SQEs without waiting.
+    pub fn submit(&mut self) {
+        self.submit_retrying(0);
+        self.reap();
+    }
+
+    pub fn pop_completion(&mut self) -> Option<Completion> {
+        self.ready.pop_front()
+    }
+
+    /// Runs one op that borrows memory and waits for it; async completions that arrive meanwhile
+    /// are queued for `pop_completion`.
+    fn run_sync(&mut self, sqe: squeue::Entry) -> i32 {
+        assert!(self.sync_result.is_none(), "one blocking op at a time");
+        self.push(sqe.user_data(SYNC_KEY));
+        loop {
+            self.submit_retrying(1);
+            self.reap();
+            if let Some(r) = self.sync_result.take() {
+                return r;
+            }
+        }
+    }
+
+    /// One positional write (may be short): WRITE_FIXED when `data` lies in the registered
+    /// arena, plain WRITE otherwise.
+    pub fn write_at(&mut self, file: &File, pos: u64, data: &[u8]) -> io::Result<usize> {
+        let fd = types::Fd(file.as_raw_fd());
+        let len = data.len().min(u32::MAX as usize) as u32;
+        let sqe = match self.fixed_index(data) {
+            Some(index) => {
+                self.stats.writes_fixed += 1;
+                opcode::WriteFixed::new(fd, data.as_ptr(), len, index)
+                    .offset(pos)
+                    .build()
+            }
+            None => {
+                self.stats.writes_plain += 1;
+                opcode::Write::new(fd, data.as_ptr(), len)
+                    .offset(pos)
+                    .build()
+            }
+        };
+        // `data` stays borrowed until run_sync returns, which is after the CQE.
+        let r = self.run_sync(sqe);
+        if r < 0 {
+            Err(io::Error::from_raw_os_error(-r))
+        } else {
+            Ok(r as usize)
+        }
+    }
+
+    /// FSYNC with DATASYNC (fdatasync).
+    pub fn fdatasync(&mut self, file: &File) -> io::Result<()> {
+        let sqe = opcode::Fsync::new(types::Fd(file.as_raw_fd()))
+            .flags(types::FsyncFlags::DATASYNC)
+            .build();
+        self.stats.syncs += 1;
+        let r = self.run_sync(sqe);
+        if r < 0 {
+            Err(io::Error::from_raw_os_error(-r))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // Buffers owned by in-flight ops must not be released while the kernel may still write
+        // into them: cancel everything and wait for every CQE before the slab is dropped.
+        if self.in_flight() > 0 {
+            self.cancel_all();
+            while self.in_flight() > 0 {
+                self.submit_retrying(1);
+                self.reap();
+            }
+        }
+        self.ready.clear();
+    }
+}
+
+/// Wakes a shard blocked in `io_uring_enter` from another thread: an eventfd the shard keeps a
+/// READ posted on. Cloneable and `Send`; the control thread holds one per shard.
+#[derive(Debug, Clone)]
+pub struct Waker {
+    file: Arc<File>,
+}
+
+impl Waker {
+    pub fn new() -> io::Result<Waker> {
+        // SAFETY: eventfd has no memory arguments; the returned descriptor is checked and then
+        // owned exclusively by the OwnedFd.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh, valid descriptor that nothing else owns.
+        Ok(Waker {
+            file: Arc::new(File::from(unsafe { OwnedFd::from_raw_fd(fd) })),
+        })
+    }
+
+    /// Adds 1 to the counter, completing the shard's posted READ.
+    pub fn wake(&self) -> io::Result<()> {
+        // eventfd's counter is a host-endian u64 by kernel ABI.
+        #[allow(clippy::host_endian_bytes)]
+        let one = 1u64.to_ne_bytes();
+        (&*self.file).write_all(&one)
+    }
+}

@@ -1,0 +1,188 @@
+//! The pinned shard thread: owns its ring, its arena and a `ShardHandler` (the data path), and
+//! runs to completion: drain the mailbox, submit, wait, dispatch completions, repeat.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::arena::Arena;
+use super::mailbox::{ControlSender, MailboxFull};
+use super::ring::{Completion, Ring, RingMode, Waker};
+use crate::ids::ShardId;
+
+/// Tag of the shard's own eventfd READ; handler tags must be below it.
+pub const WAKER_TAG: u64 = u64::MAX;
+
+/// What a shard runs. Created on the shard thread by the runtime's factory, so it may hold
+/// `!Send` state; it sees the ring and arena only through `ShardCx`.
+pub trait ShardHandler {
+    /// Control → shard message.
+    type Msg: Send + 'static;
+    /// Shard → control event.
+    type Event: Send + 'static;
+
+    /// Once, after the ring and arena are ready.
+    fn start(&mut self, cx: &mut ShardCx<'_, Self::Event>);
+    fn on_message(&mut self, cx: &mut ShardCx<'_, Self::Event>, msg: Self::Msg);
+    fn on_completion(&mut self, cx: &mut ShardCx<'_, Self::Event>, completion: Completion);
+    /// Once, on clean stop, before in-flight ops are cancelled: close files and sockets here.
+    fn stop(&mut self, cx: &mut ShardCx<'_, Self::Event>);
+}
+
+/// What a handler may use while it runs on its shard.
+pub struct ShardCx<'a, E> {
+    pub shard: ShardId,
+    pub ring: &'a mut Ring,
+    pub arena: &'a Arena,
+    events: &'a mut ControlSender<E>,
+}
+
+impl<E> ShardCx<'_, E> {
+    /// Sends an event to the control thread.
+    pub fn emit(&mut self, event: E) -> Result<(), MailboxFull<E>> {
+        self.events.send(event)
+    }
+}
+
+/// Facts about a started shard, for tests and `kmirror doctor`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardInfo {
+    pub shard: ShardId,
+    /// The CPU the thread is pinned to.
+    pub core: usize,
+    /// Kernel thread id (for /proc/<pid>/task/<tid>).
+    pub tid: u32,
+    pub ring_mode: RingMode,
+    pub arena_bytes: usize,
+}
+
+/// Everything a shard thread is started with.
+pub(crate) struct ShardSeed<H: ShardHandler> {
+    pub shard: ShardId,
+    pub core: core_affinity::CoreId,
+    pub slot_bytes: usize,
+    pub slots: usize,
+    pub inbox: rtrb::Consumer<H::Msg>,
+    pub events: ControlSender<H::Event>,
+    pub waker: Waker,
+    pub stop: Arc<AtomicBool>,
+}
+
+/// Why a shard could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardStartError {
+    #[error("shard {shard}: cannot pin to core {core}")]
+    Pin { shard: u16, core: usize },
+    #[error("shard {shard}: io_uring setup failed: {source}")]
+    Ring { shard: u16, source: std::io::Error },
+    #[error("shard {shard}: {source}")]
+    Arena {
+        shard: u16,
+        source: super::arena::ArenaError,
+    },
+    #[error(
+        "shard {shard}: registering the {bytes} B arena failed: {source} (ENOMEM usually means \
+         RLIMIT_MEMLOCK is too low: raise LimitMEMLOCK= / `ulimit -l` or grant CAP_IPC_LOCK)"
+    )]
+    Register {
+        shard: u16,
+        bytes: usize,
+        source: std::io::Error,
+    },
+    #[error("shard {shard}: cannot read own thread id: {source}")]
+    Tid { shard: u16, source: std::io::Error },
+}
+
+fn current_tid() -> std::io::Result<u32> {
+    // "/proc/thread-self" links to "<pid>/task/<tid>"; reading it needs no unsafe gettid call.
+    let link = std::fs::read_link("/proc/thread-self")?;
+    link.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| std::io::Error::other("unexpected /proc/thread-self link"))
+}
+
+/// Sets up the pinned thread's ring and arena; the caller reports the result to `start`.
+fn prepare<H: ShardHandler>(
+    seed: &ShardSeed<H>,
+) -> Result<(Ring, Arena, ShardInfo), ShardStartError> {
+    let shard = seed.shard.0;
+    if !core_affinity::set_for_current(seed.core) {
+        return Err(ShardStartError::Pin {
+            shard,
+            core: seed.core.id,
+        });
+    }
+    // Ring and arena are created after pinning: SINGLE_ISSUER binds the ring to this thread, and
+    // the arena's pages are first touched here, on the local NUMA node.
+    let mut ring = Ring::new().map_err(|source| ShardStartError::Ring { shard, source })?;
+    let arena = Arena::new(seed.slot_bytes, seed.slots)
+        .map_err(|source| ShardStartError::Arena { shard, source })?;
+    ring.register_arena(&arena)
+        .map_err(|source| ShardStartError::Register {
+            shard,
+            bytes: arena.bytes(),
+            source,
+        })?;
+    let tid = current_tid().map_err(|source| ShardStartError::Tid { shard, source })?;
+    let info = ShardInfo {
+        shard: seed.shard,
+        core: seed.core.id,
+        tid,
+        ring_mode: ring.mode(),
+        arena_bytes: arena.bytes(),
+    };
+    Ok((ring, arena, info))
+}
+
+/// The shard thread body. `ready` receives the start result exactly once.
+pub(crate) fn run<H: ShardHandler>(
+    mut seed: ShardSeed<H>,
+    make: &(dyn Fn(ShardId) -> H + Send + Sync),
+    ready: std::sync::mpsc::Sender<Result<ShardInfo, ShardStartError>>,
+) {
+    let (mut ring, arena) = match prepare(&seed) {
+        Ok((ring, arena, info)) => {
+            let _ = ready.send(Ok(info));
+            (ring, arena)
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let mut handler = make(seed.shard);
+    let mut cx = ShardCx {
+        shard: seed.shard,
+        ring: &mut ring,
+        arena: &arena,
+        events: &mut seed.events,
+    };
+    cx.ring
+        .read_waker(WAKER_TAG, &seed.waker)
+        .unwrap_or_else(|_| unreachable!("empty slab at start"));
+    handler.start(&mut cx);
+    loop {
+        while let Ok(msg) = seed.inbox.pop() {
+            handler.on_message(&mut cx, msg);
+        }
+        if seed.stop.load(Ordering::Acquire) {
+            break;
+        }
+        cx.ring.submit_and_wait();
+        while let Some(c) = cx.ring.pop_completion() {
+            if c.tag == WAKER_TAG {
+                // The READ consumed the counter; post it again so the next wake is seen.
+                // The slot it used was just freed, so the slab has room.
+                cx.ring
+                    .read_waker(WAKER_TAG, &seed.waker)
+                    .unwrap_or_else(|_| unreachable!("slab entry just freed"));
+            } else {
+                handler.on_completion(&mut cx, c);
+            }
+        }
+    }
+    handler.stop(&mut cx);
+    drop(handler);
+    // Dropping the ring cancels and reaps every op still in flight before the arena can go.
+    drop(ring);
+}

@@ -1,0 +1,236 @@
+//! Starting and stopping the shard threads: core selection from the allowed CPU set, the memlock
+//! check, one mailbox pair per shard. `Runtime` is owned by the control thread.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use super::mailbox::{ControlSender, MailboxFull, ShardSender};
+use super::memlock::{self, MemlockError};
+use super::ring::Waker;
+use super::shard::{self, ShardHandler, ShardInfo, ShardSeed, ShardStartError};
+use crate::ids::ShardId;
+use crate::limits::{MAILBOX_TO_CONTROL_CAPACITY, MAILBOX_TO_SHARD_CAPACITY, SHARDS_MAX};
+
+/// How many shards, where, and how big their arenas are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    pub shards: usize,
+    /// CPUs to pin shards to, one per shard; `None` takes the first `shards` allowed CPUs.
+    pub cores: Option<Vec<usize>>,
+    pub arena_slot_bytes: usize,
+    pub arena_slots: usize,
+}
+
+/// Why the runtime did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("shard count {0} is outside [1, {SHARDS_MAX}]")]
+    ShardCount(usize),
+    #[error("cannot read the allowed CPU set (sched_getaffinity)")]
+    NoAffinity,
+    #[error("{shards} shards need {shards} distinct CPUs but only {allowed:?} are allowed")]
+    TooFewCores { shards: usize, allowed: Vec<usize> },
+    #[error("configured cores {cores:?} must be {shards} distinct CPUs from the allowed set {allowed:?}")]
+    BadCores {
+        cores: Vec<usize>,
+        shards: usize,
+        allowed: Vec<usize>,
+    },
+    #[error(transparent)]
+    Memlock(#[from] MemlockError),
+    #[error(transparent)]
+    Shard(#[from] ShardStartError),
+    #[error("cannot create a shard wakeup eventfd: {0}")]
+    Waker(std::io::Error),
+    #[error("cannot spawn a shard thread: {0}")]
+    Spawn(std::io::Error),
+    #[error("shard thread exited before reporting start")]
+    ShardVanished,
+}
+
+struct ShardHandle<H: ShardHandler> {
+    sender: ShardSender<H::Msg>,
+    events: rtrb::Consumer<H::Event>,
+    waker: Waker,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The running shards. Owned by the control thread, which is the thread that called `start`
+/// (shard events unpark it).
+pub struct Runtime<H: ShardHandler> {
+    shards: Vec<ShardHandle<H>>,
+    infos: Vec<ShardInfo>,
+    stop: Arc<AtomicBool>,
+    next_event_shard: usize,
+}
+
+fn pick_cores(config: &RuntimeConfig) -> Result<Vec<core_affinity::CoreId>, RuntimeError> {
+    let allowed: Vec<usize> = core_affinity::get_core_ids()
+        .ok_or(RuntimeError::NoAffinity)?
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    let chosen: Vec<usize> = match &config.cores {
+        None => {
+            if allowed.len() < config.shards {
+                return Err(RuntimeError::TooFewCores {
+                    shards: config.shards,
+                    allowed,
+                });
+            }
+            allowed[..config.shards].to_vec()
+        }
+        Some(cores) => {
+            let mut dedup = cores.clone();
+            dedup.sort_unstable();
+            dedup.dedup();
+            let ok = cores.len() == config.shards
+                && dedup.len() == cores.len()
+                && cores.iter().all(|c| allowed.contains(c));
+            if !ok {
+                return Err(RuntimeError::BadCores {
+                    cores: cores.clone(),
+                    shards: config.shards,
+                    allowed,
+                });
+            }
+            cores.clone()
+        }
+    };
+    Ok(chosen
+        .into_iter()
+        .map(|id| core_affinity::CoreId { id })
+        .collect())
+}
+
+impl<H: ShardHandler + 'static> Runtime<H> {
+    /// Checks memlock, spawns one pinned thread per shard, and waits until each has its ring and
+    /// registered arena (or reports why not). `make` builds each shard's handler on its thread.
+    pub fn start<F>(config: &RuntimeConfig, make: F) -> Result<Runtime<H>, RuntimeError>
+    where
+        F: Fn(ShardId) -> H + Send + Sync + 'static,
+    {
+        if !(1..=SHARDS_MAX).contains(&config.shards) {
+            return Err(RuntimeError::ShardCount(config.shards));
+        }
+        let cores = pick_cores(config)?;
+        let needed = (config.shards * config.arena_slot_bytes * config.arena_slots) as u64;
+        memlock::check(needed)?;
+        let make: Arc<dyn Fn(ShardId) -> H + Send + Sync> = Arc::new(make);
+        let stop = Arc::new(AtomicBool::new(false));
+        let control = std::thread::current();
+        let mut rt = Runtime {
+            shards: Vec::new(),
+            infos: Vec::new(),
+            stop,
+            next_event_shard: 0,
+        };
+        for (i, core) in cores.into_iter().enumerate() {
+            let shard = ShardId(i as u16);
+            let waker = Waker::new().map_err(RuntimeError::Waker)?;
+            let (to_shard, inbox) = rtrb::RingBuffer::new(MAILBOX_TO_SHARD_CAPACITY);
+            let (to_control, events) = rtrb::RingBuffer::new(MAILBOX_TO_CONTROL_CAPACITY);
+            let seed = ShardSeed::<H> {
+                shard,
+                core,
+                slot_bytes: config.arena_slot_bytes,
+                slots: config.arena_slots,
+                inbox,
+                events: ControlSender::new(to_control, control.clone()),
+                waker: waker.clone(),
+                stop: Arc::clone(&rt.stop),
+            };
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+            let make = Arc::clone(&make);
+            let thread = std::thread::Builder::new()
+                .name(format!("kmirror-shard-{i}"))
+                .spawn(move || shard::run(seed, &*make, ready_tx))
+                .map_err(RuntimeError::Spawn)?;
+            rt.shards.push(ShardHandle {
+                sender: ShardSender::new(to_shard, waker.clone()),
+                events,
+                waker,
+                thread: Some(thread),
+            });
+            // On error `rt` drops here, stopping the shards already started.
+            let info = ready_rx.recv().map_err(|_| RuntimeError::ShardVanished)??;
+            rt.infos.push(info);
+        }
+        Ok(rt)
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Per-shard facts (core, tid, ring flags, arena size).
+    pub fn infos(&self) -> &[ShardInfo] {
+        &self.infos
+    }
+
+    /// Queues a message to a shard and wakes it.
+    pub fn send(&mut self, shard: ShardId, msg: H::Msg) -> Result<(), MailboxFull<H::Msg>> {
+        self.shards[shard.0 as usize].sender.send(msg)
+    }
+
+    /// The next queued shard event, round-robin over shards, without waiting.
+    pub fn try_event(&mut self) -> Option<(ShardId, H::Event)> {
+        let n = self.shards.len();
+        for k in 0..n {
+            let i = (self.next_event_shard + k) % n;
+            if let Ok(e) = self.shards[i].events.pop() {
+                self.next_event_shard = (i + 1) % n;
+                return Some((ShardId(i as u16), e));
+            }
+        }
+        None
+    }
+
+    /// The next shard event, waiting up to `timeout` (parks the control thread).
+    pub fn next_event(&mut self, timeout: std::time::Duration) -> Option<(ShardId, H::Event)> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.try_event() {
+                return Some(e);
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            std::thread::park_timeout(deadline - now);
+        }
+    }
+
+    /// Stops every shard cleanly (handlers' `stop`, in-flight ops cancelled) and joins them.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        for s in &self.shards {
+            let _ = s.waker.wake();
+        }
+        for s in &mut self.shards {
+            if let Some(t) = s.thread.take() {
+                // A shard that panicked has already reported it on stderr.
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl<H: ShardHandler> Drop for Runtime<H> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        for s in &self.shards {
+            let _ = s.waker.wake();
+        }
+        for s in &mut self.shards {
+            if let Some(t) = s.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
