@@ -16,7 +16,10 @@ use crate::log::checkpoint::sync_dir;
 use crate::log::config::{FlushPolicy, LogConfig};
 use crate::log::epoch_cache::LeaderEpochCache;
 use crate::log::io::LogIo;
-use crate::log::recovery::{self, LoadOptions};
+use crate::log::producer_state::{
+    delete_snapshots_above, delete_snapshots_below, ProducerStateManager,
+};
+use crate::log::recovery::{self, rebuild_producer_state, LoadOptions};
 use crate::log::retention::{deletable_prefix, SegmentFacts};
 use crate::log::segment::{ChunkStats, Segment};
 use crate::log::{partition_meta, LogError};
@@ -57,6 +60,7 @@ pub struct PartitionLog {
     /// Everything below this offset is known to be on disk (fdatasync'ed).
     recovery_point: Offset,
     epochs: LeaderEpochCache,
+    producers: ProducerStateManager,
     unflushed_messages: u64,
     last_flush_ms: i64,
     /// Set when an I/O error left the files in a state we could not roll back.
@@ -94,6 +98,7 @@ impl PartitionLog {
             tp,
             topic_id,
             epochs: LeaderEpochCache::load(dir)?,
+            producers: ProducerStateManager::new(),
             config,
             segments: vec![segment],
             log_start: Offset::ZERO,
@@ -131,7 +136,8 @@ impl PartitionLog {
             (stored, wanted) => stored.or(wanted),
         };
         let mut epochs = LeaderEpochCache::load(dir)?;
-        let loaded = recovery::load(dir, &config, &load, io, &mut epochs)?;
+        let mut producers = ProducerStateManager::new();
+        let loaded = recovery::load(dir, &config, &load, io, &mut epochs, &mut producers)?;
         Ok(PartitionLog {
             dir: dir.to_path_buf(),
             tp,
@@ -141,6 +147,7 @@ impl PartitionLog {
             log_start: loaded.log_start,
             recovery_point: loaded.recovery_point,
             epochs,
+            producers,
             unflushed_messages: 0,
             last_flush_ms: now_ms(),
             failed: false,
@@ -169,6 +176,18 @@ impl PartitionLog {
 
     pub fn epoch_cache(&self) -> &LeaderEpochCache {
         &self.epochs
+    }
+
+    pub fn producer_state(&self) -> &ProducerStateManager {
+        &self.producers
+    }
+
+    /// The first offset of the earliest open transaction, else the log end (what a
+    /// READ_COMMITTED fetch may read up to).
+    pub fn last_stable_offset(&self) -> Offset {
+        self.producers
+            .first_unstable_offset()
+            .unwrap_or(self.log_end_offset())
     }
 
     pub fn log_start_offset(&self) -> Offset {
@@ -312,7 +331,7 @@ impl PartitionLog {
             self.active_mut().append(io, chunk)?;
             for item in Batches::new(chunk) {
                 let (_, batch) = item.expect("validated above");
-                self.on_appended_batch(&batch)?;
+                self.on_appended_batch(io, &batch)?;
             }
             start = end;
         }
@@ -352,10 +371,18 @@ impl PartitionLog {
         (end, stats.expect("at least one batch per chunk"))
     }
 
-    /// Epoch cache and (later) producer state see every appended batch in offset order.
-    fn on_appended_batch(&mut self, batch: &Batch<'_>) -> Result<(), LogError> {
+    /// Epoch cache and producer state see every appended batch in offset order; an ABORT
+    /// marker that completes a transaction is indexed in the segment that holds it.
+    fn on_appended_batch(
+        &mut self,
+        io: &mut impl LogIo,
+        batch: &Batch<'_>,
+    ) -> Result<(), LogError> {
         if assign_epoch(&mut self.epochs, batch) {
             self.epochs.flush()?;
+        }
+        if let Some(txn) = self.producers.on_batch(batch) {
+            self.active_mut().append_aborted(io, &txn)?;
         }
         Ok(())
     }
@@ -373,6 +400,8 @@ impl PartitionLog {
         active.flush(io)?;
         let segment = Segment::create(&self.dir, base, &self.config, now)?;
         self.segments.push(segment);
+        // Kafka snapshots producer state on every roll, named after the new segment.
+        self.producers.take_snapshot(&self.dir, base)?;
         sync_dir(&self.dir)?;
         self.recovery_point = self.recovery_point.max(base);
         Ok(())
@@ -396,7 +425,7 @@ impl PartitionLog {
     /// recovery point to the log end.
     pub fn flush(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
         let end = self.log_end_offset();
-        for seg in &self.segments {
+        for seg in &mut self.segments {
             if seg.next_offset() > self.recovery_point || seg.base_offset() >= self.recovery_point {
                 seg.flush(io)?;
             }
@@ -532,6 +561,8 @@ impl PartitionLog {
         let end = self.log_end_offset();
         self.epochs.truncate_from_end(end);
         self.epochs.flush_if_dirty()?;
+        delete_snapshots_above(&self.dir, end)?;
+        rebuild_producer_state(&self.dir, &self.segments, &mut self.producers, end)?;
         self.recovery_point = self.recovery_point.min(end);
         Ok(())
     }
@@ -560,6 +591,8 @@ impl PartitionLog {
         self.recovery_point = offset;
         self.epochs.clear();
         self.epochs.flush()?;
+        delete_snapshots_above(&self.dir, Offset(-1))?;
+        self.producers.reset(offset);
         self.failed = false;
         Ok(())
     }
@@ -619,6 +652,7 @@ impl PartitionLog {
         self.log_start = new_start;
         self.epochs.truncate_from_start(new_start);
         self.epochs.flush_if_dirty()?;
+        delete_snapshots_below(&self.dir, self.segments[0].base_offset())?;
         Ok(n)
     }
 
@@ -633,6 +667,10 @@ impl PartitionLog {
         self.active_mut().write_final_time_entry(io)?;
         self.flush(io)?;
         self.epochs.flush_if_dirty()?;
+        // A clean-shutdown marker makes Kafka trust the latest snapshot instead of rebuilding
+        // producer state, so one must exist for the log end.
+        let end = self.log_end_offset();
+        self.producers.take_snapshot(&self.dir, end)?;
         Ok(())
     }
 

@@ -15,6 +15,9 @@ use crate::log::config::LogConfig;
 use crate::log::epoch_cache::LeaderEpochCache;
 use crate::log::io::LogIo;
 use crate::log::partition_log::{assign_epoch, now_ms};
+use crate::log::producer_state::{
+    delete_snapshots_above, list_snapshots, snapshot_path, ProducerStateManager,
+};
 use crate::log::scan::for_each_batch;
 use crate::log::segment::{
     parse_base_offset, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
@@ -60,6 +63,7 @@ pub(crate) fn load(
     opts: &LoadOptions,
     io: &mut impl LogIo,
     epochs: &mut LeaderEpochCache,
+    producers: &mut ProducerStateManager,
 ) -> Result<Loaded, LogError> {
     let bases = list_segments(dir)?;
     let now = now_ms();
@@ -81,17 +85,20 @@ pub(crate) fn load(
     let mut recovered = false;
     if let Some(first) = needs.iter().position(|&n| n) {
         recovered = true;
-        // Epochs of the region being revalidated are rebuilt from its batches.
-        epochs.truncate_from_end(segments[first].base_offset());
+        // Epochs and producer state of the region being revalidated are rebuilt from its
+        // batches; the producer state first has to reach the region's start.
+        let region_start = segments[first].base_offset();
+        epochs.truncate_from_end(region_start);
+        rebuild_producer_state(dir, &segments[..first], producers, region_start)?;
         let mut i = first;
         while i < segments.len() {
             let cut = if needs[i] {
                 segments[i].recover(io, |batch| {
                     assign_epoch(epochs, batch);
-                    Ok(())
+                    Ok(producers.on_batch(batch))
                 })?
             } else {
-                replay(&segments[i], epochs)?;
+                replay(&segments[i], epochs, producers)?;
                 0
             };
             if cut > 0 {
@@ -129,8 +136,13 @@ pub(crate) fn load(
     epochs.truncate_from_end(end);
     epochs.truncate_from_start(log_start);
     epochs.flush_if_dirty()?;
+    // Snapshots past the end describe data that is gone.
+    delete_snapshots_above(dir, end)?;
+    if !recovered || producers.map_end_offset() != end {
+        rebuild_producer_state(dir, &segments, producers, end)?;
+    }
     let recovery_point = if recovered {
-        for seg in &segments {
+        for seg in &mut segments {
             seg.flush(io)?;
         }
         end
@@ -146,12 +158,63 @@ pub(crate) fn load(
     })
 }
 
-/// Feeds a trusted segment's batches to the epoch cache (it lies between recovered segments).
-fn replay(seg: &Segment, epochs: &mut LeaderEpochCache) -> Result<(), LogError> {
+/// Feeds a trusted segment's batches to the epoch cache and producer state (it lies between
+/// recovered segments).
+fn replay(
+    seg: &Segment,
+    epochs: &mut LeaderEpochCache,
+    producers: &mut ProducerStateManager,
+) -> Result<(), LogError> {
     for_each_batch(seg.log_file(), seg.log_path(), 0, seg.size(), |_, batch| {
         assign_epoch(epochs, &batch);
+        producers.on_batch(&batch);
         Ok(ControlFlow::Continue(()))
     })?;
+    Ok(())
+}
+
+/// Brings `producers` to the state at `upto` (exclusive): the newest usable snapshot at or
+/// below it, then the batches of `segments` from there. A corrupt snapshot is deleted and the
+/// next older one tried; with none, the whole log is replayed (never Kafka's "assume an
+/// upgrade and skip", which would lose idempotence and open transactions).
+pub(crate) fn rebuild_producer_state(
+    dir: &Path,
+    segments: &[Segment],
+    producers: &mut ProducerStateManager,
+    upto: Offset,
+) -> Result<(), LogError> {
+    let from = loop {
+        match producers.load_latest_snapshot(dir, upto) {
+            Ok(Some(offset)) => break offset,
+            Ok(None) => {
+                let start = segments.first().map_or(upto, Segment::base_offset);
+                producers.reset(start);
+                break start;
+            }
+            Err(e) => {
+                let Some(bad) = list_snapshots(dir)?.into_iter().rev().find(|o| *o <= upto) else {
+                    return Err(e);
+                };
+                tracing::warn!(error = %e, "deleting unreadable producer snapshot");
+                let path = snapshot_path(dir, bad);
+                std::fs::remove_file(&path).map_err(|e| LogError::io(&path, e))?;
+            }
+        }
+    };
+    for seg in segments {
+        if seg.next_offset() <= from || seg.base_offset() >= upto {
+            continue;
+        }
+        for_each_batch(seg.log_file(), seg.log_path(), 0, seg.size(), |_, batch| {
+            if batch.base_offset() >= upto {
+                return Ok(ControlFlow::Break(()));
+            }
+            if batch.last_offset() >= from {
+                producers.on_batch(&batch);
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+    }
     Ok(())
 }
 

@@ -11,6 +11,7 @@ use crate::log::io::LogIo;
 use crate::log::offset_index::{relative, OffsetIndex};
 use crate::log::scan::{for_each_batch, read_header, BatchHeader, ScanEnd};
 use crate::log::time_index::TimeIndex;
+use crate::log::txn_index::{AbortedTxn, TxnIndex};
 use crate::log::LogError;
 use crate::wire::batch::{Batch, Batches};
 
@@ -61,6 +62,7 @@ pub struct Segment {
     size: u64,
     offset_index: OffsetIndex,
     time_index: TimeIndex,
+    txn_index: TxnIndex,
     index_interval_bytes: u32,
     /// Log bytes written since the last offset-index entry (Kafka's bytesSinceLastIndexEntry).
     bytes_since_last_index_entry: u64,
@@ -98,6 +100,14 @@ impl Segment {
             base,
             config.time_index_max_entries(),
         )?;
+        // The txnindex is created lazily on its first entry; drop any stale one.
+        let txn_path = segment_file(dir, base, TXN_INDEX_SUFFIX);
+        match std::fs::remove_file(&txn_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(LogError::io(&txn_path, e)),
+        }
+        let txn_index = TxnIndex::open(&txn_path, base)?;
         Ok(Segment {
             base,
             log_path,
@@ -105,6 +115,7 @@ impl Segment {
             size: 0,
             offset_index,
             time_index,
+            txn_index,
             index_interval_bytes: config.index_interval_bytes,
             bytes_since_last_index_entry: 0,
             max_timestamp_so_far: (TimestampMs::NONE, base),
@@ -154,6 +165,24 @@ impl Segment {
                 true,
             ),
         };
+        let txn_path = segment_file(dir, base, TXN_INDEX_SUFFIX);
+        let txn_index = match TxnIndex::open(&txn_path, base).and_then(|t| {
+            t.sanity_check()?;
+            Ok(t)
+        }) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(segment = %log_path.display(), error = %e, "rebuilding txnindex");
+                needs_recovery = true;
+                // Recovery re-creates it from the ABORT markers in the log.
+                match std::fs::remove_file(&txn_path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(LogError::io(&txn_path, e)),
+                }
+                TxnIndex::open(&txn_path, base)?
+            }
+        };
         let mut seg = Segment {
             base,
             log_path,
@@ -161,6 +190,7 @@ impl Segment {
             size,
             offset_index,
             time_index,
+            txn_index,
             index_interval_bytes: config.index_interval_bytes,
             bytes_since_last_index_entry: 0,
             max_timestamp_so_far: (TimestampMs::NONE, base),
@@ -182,6 +212,7 @@ impl Segment {
         if needs_recovery {
             seg.offset_index.reset()?;
             seg.time_index.reset()?;
+            seg.txn_index.reset()?;
         }
         Ok((seg, needs_recovery))
     }
@@ -242,6 +273,19 @@ impl Segment {
 
     pub fn time_index(&self) -> &TimeIndex {
         &self.time_index
+    }
+
+    pub fn txn_index(&self) -> &TxnIndex {
+        &self.txn_index
+    }
+
+    /// Records an aborted transaction whose ABORT marker was appended to this segment.
+    pub fn append_aborted(
+        &mut self,
+        io: &mut impl LogIo,
+        txn: &AbortedTxn,
+    ) -> Result<(), LogError> {
+        self.txn_index.append(io, txn)
     }
 
     /// Largest record timestamp in the segment, if any batch carried one.
@@ -349,10 +393,11 @@ impl Segment {
     /// producer state). Returns the number of bytes cut.
     pub fn recover<F>(&mut self, io: &mut impl LogIo, mut on_batch: F) -> Result<u64, LogError>
     where
-        F: FnMut(&Batch<'_>) -> Result<(), LogError>,
+        F: FnMut(&Batch<'_>) -> Result<Option<AbortedTxn>, LogError>,
     {
         self.offset_index.reset()?;
         self.time_index.reset()?;
+        self.txn_index.reset()?;
         self.bytes_since_last_index_entry = 0;
         self.max_timestamp_so_far = (TimestampMs::NONE, self.base);
         self.first_batch_max_timestamp = None;
@@ -382,7 +427,9 @@ impl Segment {
                 return Ok(ControlFlow::Break(()));
             }
             self.index_batch(io, pos, &batch)?;
-            on_batch(&batch)?;
+            if let Some(txn) = on_batch(&batch)? {
+                self.txn_index.append(io, &txn)?;
+            }
             valid_end = pos.0 as u64 + batch.size() as u64;
             Ok(ControlFlow::Continue(()))
         })?;
@@ -474,6 +521,7 @@ impl Segment {
         };
         self.offset_index.truncate_to(offset)?;
         self.time_index.truncate_to(offset)?;
+        self.txn_index.truncate_to(offset)?;
         let new_size = cut_at.position.0 as u64;
         let cut = self.size - new_size;
         self.log
@@ -511,12 +559,13 @@ impl Segment {
         self.time_index.maybe_append(io, ts, off, true)
     }
 
-    /// fdatasync of the `.log` and both indexes.
-    pub fn flush(&self, io: &mut impl LogIo) -> Result<(), LogError> {
+    /// fdatasync of the `.log` and all indexes.
+    pub fn flush(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
         io.sync_data(&self.log)
             .map_err(|e| LogError::io(&self.log_path, e))?;
         self.offset_index.sync(io)?;
-        self.time_index.sync(io)
+        self.time_index.sync(io)?;
+        self.txn_index.flush(io)
     }
 
     /// Removes the segment's files (`.log`, indexes, and a `.txnindex` if there is one).
