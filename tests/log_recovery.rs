@@ -298,8 +298,7 @@ fn aborted_transactions_are_indexed_and_rebuilt_by_recovery() {
     let last_snapshot = |files: &[(String, Vec<u8>)]| {
         files
             .iter()
-            .filter(|(n, _)| n.ends_with(".snapshot"))
-            .next_back()
+            .rfind(|(n, _)| n.ends_with(".snapshot"))
             .cloned()
             .expect("snapshot")
     };
