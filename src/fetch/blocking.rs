@@ -13,6 +13,7 @@ use kafka_protocol::messages::{ApiVersionsRequest, MetadataRequest};
 use kafka_protocol::protocol::Request;
 
 use crate::fetch::conn::{ConnError, Connection};
+use crate::fetch::fetcher::{FetchConfig, FetchEvent, Fetcher, FetcherError, Poll};
 use crate::fetch::metadata::{self, ClusterMetadata, MetadataError};
 use crate::fetch::versions::{self, Negotiation, Versions, VersionsError};
 use crate::limits::{BLOCKING_CONNECT_TIMEOUT_MS, BLOCKING_IO_TIMEOUT_MS};
@@ -38,24 +39,22 @@ pub enum BlockingError {
     Versions(#[from] VersionsError),
     #[error(transparent)]
     Metadata(#[from] MetadataError),
+    #[error(transparent)]
+    Fetcher(#[from] FetcherError),
     #[error("ApiVersions negotiation did not settle")]
     NegotiationLoop,
 }
 
-/// One blocking connection to a source broker, with negotiated versions.
+/// A TCP stream with an input buffer that yields whole frames.
 #[derive(Debug)]
-pub struct BlockingClient {
+struct Socket {
     addr: SocketAddr,
     stream: TcpStream,
-    pub conn: Connection,
-    pub versions: Versions,
-    out: BytesMut,
     inbuf: BytesMut,
 }
 
-impl BlockingClient {
-    /// Connect and negotiate API versions.
-    pub fn connect(addr: &str, client_id: &str) -> Result<BlockingClient, BlockingError> {
+impl Socket {
+    fn connect(addr: &str) -> Result<Socket, BlockingError> {
         let sock = addr
             .to_socket_addrs()
             .map_err(|_| BlockingError::Resolve(addr.to_owned()))?
@@ -66,12 +65,67 @@ impl BlockingClient {
             TcpStream::connect_timeout(&sock, Duration::from_millis(BLOCKING_CONNECT_TIMEOUT_MS))
                 .map_err(io)?;
         stream.set_nodelay(true).map_err(io)?;
-        stream
-            .set_read_timeout(Some(Duration::from_millis(BLOCKING_IO_TIMEOUT_MS)))
-            .map_err(io)?;
-        stream
-            .set_write_timeout(Some(Duration::from_millis(BLOCKING_IO_TIMEOUT_MS)))
-            .map_err(io)?;
+        let timeout = Some(Duration::from_millis(BLOCKING_IO_TIMEOUT_MS));
+        stream.set_read_timeout(timeout).map_err(io)?;
+        stream.set_write_timeout(timeout).map_err(io)?;
+        Ok(Socket {
+            addr: sock,
+            stream,
+            inbuf: BytesMut::with_capacity(64 * 1024),
+        })
+    }
+
+    fn write_all(&mut self, out: &mut BytesMut) -> Result<(), BlockingError> {
+        let addr = self.addr;
+        self.stream
+            .write_all(out)
+            .map_err(|source| BlockingError::Io { addr, source })?;
+        out.clear();
+        Ok(())
+    }
+
+    /// Read until one whole response frame is buffered and return its body.
+    fn read_frame(&mut self) -> Result<Bytes, BlockingError> {
+        let addr = self.addr;
+        loop {
+            if let Some(frame) = frame::split_frame(&mut self.inbuf)? {
+                return Ok(frame);
+            }
+            let need = match frame::body_len(&self.inbuf)? {
+                Some(len) => frame::LENGTH_PREFIX_BYTES + len,
+                None => frame::LENGTH_PREFIX_BYTES,
+            };
+            let have = self.inbuf.len();
+            // Grow to the announced frame size (already bounded by FRAME_BYTES_MAX).
+            self.inbuf.resize(need.max(have + 4096), 0);
+            let n = self
+                .stream
+                .read(&mut self.inbuf[have..])
+                .map_err(|source| {
+                    self.inbuf.truncate(have);
+                    BlockingError::Io { addr, source }
+                })?;
+            self.inbuf.truncate(have + n);
+            if n == 0 {
+                return Err(BlockingError::Closed { addr });
+            }
+        }
+    }
+}
+
+/// One blocking connection to a source broker, with negotiated versions.
+#[derive(Debug)]
+pub struct BlockingClient {
+    socket: Socket,
+    pub conn: Connection,
+    pub versions: Versions,
+    out: BytesMut,
+}
+
+impl BlockingClient {
+    /// Connect and negotiate API versions.
+    pub fn connect(addr: &str, client_id: &str) -> Result<BlockingClient, BlockingError> {
+        let socket = Socket::connect(addr)?;
         let placeholder = Versions {
             api_versions: 0,
             metadata: api::METADATA.min,
@@ -80,19 +134,17 @@ impl BlockingClient {
             offset_for_leader_epoch: api::OFFSET_FOR_LEADER_EPOCH.min,
         };
         let mut client = BlockingClient {
-            addr: sock,
-            stream,
+            socket,
             conn: Connection::new(client_id),
             versions: placeholder,
             out: BytesMut::with_capacity(64 * 1024),
-            inbuf: BytesMut::with_capacity(64 * 1024),
         };
         client.versions = client.negotiate()?;
         Ok(client)
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.socket.addr
     }
 
     fn negotiate(&mut self) -> Result<Versions, BlockingError> {
@@ -119,12 +171,7 @@ impl BlockingClient {
 
     /// Write every byte in the outgoing buffer.
     pub fn flush(&mut self) -> Result<(), BlockingError> {
-        let addr = self.addr;
-        self.stream
-            .write_all(&self.out)
-            .map_err(|source| BlockingError::Io { addr, source })?;
-        self.out.clear();
-        Ok(())
+        self.socket.write_all(&mut self.out)
     }
 
     /// The buffer requests are framed into; `flush` sends it.
@@ -132,32 +179,9 @@ impl BlockingClient {
         &mut self.out
     }
 
-    /// Read until one whole response frame is buffered and return its body.
+    /// Read one whole response frame and return its body.
     pub fn read_frame(&mut self) -> Result<Bytes, BlockingError> {
-        let addr = self.addr;
-        loop {
-            if let Some(frame) = frame::split_frame(&mut self.inbuf)? {
-                return Ok(frame);
-            }
-            let need = match frame::body_len(&self.inbuf)? {
-                Some(len) => frame::LENGTH_PREFIX_BYTES + len,
-                None => frame::LENGTH_PREFIX_BYTES,
-            };
-            let have = self.inbuf.len();
-            // Grow to the announced frame size (already bounded by FRAME_BYTES_MAX).
-            self.inbuf.resize(need.max(have + 4096), 0);
-            let n = self
-                .stream
-                .read(&mut self.inbuf[have..])
-                .map_err(|source| {
-                    self.inbuf.truncate(have);
-                    BlockingError::Io { addr, source }
-                })?;
-            self.inbuf.truncate(have + n);
-            if n == 0 {
-                return Err(BlockingError::Closed { addr });
-            }
-        }
+        self.socket.read_frame()
     }
 
     /// Wait out a throttle the broker asked for.
@@ -186,5 +210,71 @@ impl BlockingClient {
         let req = metadata::metadata_request(topics);
         let resp = self.request::<MetadataRequest>(self.versions.metadata, &req)?;
         Ok(metadata::parse_metadata(&resp)?)
+    }
+}
+
+/// What one step of a blocking fetch loop did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A request went out and its response was handled (see the events).
+    Exchanged,
+    /// The fetcher asked to wait (throttle or backoff); the driver slept until then.
+    Waited,
+    /// Nothing to fetch.
+    Idle,
+}
+
+/// Drives a sans-IO `Fetcher` over its own blocking socket: the same code path as the shards,
+/// with std I/O. For tools and tests.
+#[derive(Debug)]
+pub struct BlockingFetcher {
+    socket: Socket,
+    pub fetcher: Fetcher,
+    out: BytesMut,
+}
+
+impl BlockingFetcher {
+    /// Connect to a broker whose versions are already known (from a `BlockingClient`).
+    pub fn connect(
+        addr: &str,
+        versions: Versions,
+        config: FetchConfig,
+        client_id: &str,
+    ) -> Result<BlockingFetcher, BlockingError> {
+        Ok(BlockingFetcher {
+            socket: Socket::connect(addr)?,
+            fetcher: Fetcher::new(config, versions, client_id)?,
+            out: BytesMut::with_capacity(64 * 1024),
+        })
+    }
+
+    /// One request/response exchange, or one wait. Events are appended to `events`.
+    pub fn step(&mut self, events: &mut Vec<FetchEvent>) -> Result<Step, BlockingError> {
+        let now = Instant::now();
+        match self.fetcher.poll_request(&mut self.out, now)? {
+            Poll::Sent(_) => {
+                let frame = self
+                    .socket
+                    .write_all(&mut self.out)
+                    .and_then(|()| self.socket.read_frame());
+                match frame {
+                    Ok(frame) => {
+                        self.fetcher
+                            .handle_response(frame, Instant::now(), events)?;
+                        Ok(Step::Exchanged)
+                    }
+                    Err(e) => {
+                        self.fetcher.connection_lost(Instant::now());
+                        Err(e)
+                    }
+                }
+            }
+            Poll::NotBefore(t) => {
+                std::thread::sleep(t.saturating_duration_since(now));
+                Ok(Step::Waited)
+            }
+            Poll::AwaitingResponse => Err(ConnError::UnexpectedResponse.into()),
+            Poll::Idle => Ok(Step::Idle),
+        }
     }
 }

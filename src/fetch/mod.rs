@@ -10,9 +10,20 @@
 //! | `conn`     | one connection's correlation ids, in-flight requests, poison, throttle |
 //! | `versions` | ApiVersions negotiation                                               |
 //! | `metadata` | topics, partitions, leaders, leader epochs, topic ids                 |
+//! | `fetcher`  | per source broker: partitions, fetch sessions, requests, events      |
+//! | `response` | validation of one partition's records, in place                      |
+//! | `divergence` | Kafka's truncation rule, to report where logs diverge              |
+//! | `backoff`  | retry timing after source errors                                      |
 //! | `blocking` | a std-socket driver for the control thread and tests                  |
 
+pub mod backoff;
 pub mod blocking;
 pub mod conn;
+pub mod divergence;
+pub mod fetcher;
 pub mod metadata;
+pub mod response;
 pub mod versions;
+
+#[cfg(test)]
+mod fetcher_tests;

@@ -1,0 +1,551 @@
+//! Unit tests of the sans-IO fetcher: we play the broker with the crate's broker-side codecs
+//! (decode the request bytes the fetcher produced, encode a response). These check our state
+//! machine against the protocol's rules (kafka-formats.md §6); the real-broker proof is in
+//! tests/fetch_source.rs.
+
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::fetch_response::{
+    EpochEndOffset, FetchableTopicResponse, PartitionData,
+};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset as OfleEnd, OffsetForLeaderTopicResult,
+};
+use kafka_protocol::messages::{
+    ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, RequestHeader, ResponseHeader,
+    TopicName,
+};
+use kafka_protocol::protocol::{
+    decode_request_header_from_buffer, Decodable, Encodable, HeaderVersion, StrBytes,
+};
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use super::fetcher::*;
+use super::versions::Versions;
+use crate::ids::{LeaderEpoch, Offset, TopicPartition};
+use crate::wire::frame;
+
+fn versions(fetch: i16) -> Versions {
+    Versions {
+        api_versions: 3,
+        metadata: 12,
+        fetch,
+        list_offsets: 7,
+        offset_for_leader_epoch: if fetch >= 12 { 4 } else { 2 },
+    }
+}
+
+struct Broker {
+    f: Fetcher,
+    out: BytesMut,
+    now: Instant,
+    events: Vec<FetchEvent>,
+}
+
+const TOPIC_ID: Uuid = Uuid::from_u128(0x1234);
+
+impl Broker {
+    fn new(fetch_version: i16) -> Broker {
+        let f = Fetcher::new(FetchConfig::default(), versions(fetch_version), "test").unwrap();
+        Broker {
+            f,
+            out: BytesMut::new(),
+            now: Instant::now(),
+            events: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, partition: i32, log_end: i64, last_epoch: i32) -> Slot {
+        self.f
+            .add_partition(PartitionStart {
+                tp: TopicPartition::new("t", partition),
+                topic_id: TOPIC_ID,
+                log_end: Offset(log_end),
+                last_epoch: LeaderEpoch(last_epoch),
+                leader_epoch: LeaderEpoch(5),
+            })
+            .unwrap()
+    }
+
+    /// Ask the fetcher for its next request; decode it as the broker would.
+    fn request<R: Decodable>(&mut self, key: ApiKey) -> (RequestHeader, R) {
+        match self.f.poll_request(&mut self.out, self.now).unwrap() {
+            Poll::Sent(_) => {}
+            other => panic!("expected a request, got {other:?}"),
+        }
+        let mut body = frame::split_frame(&mut self.out).unwrap().unwrap();
+        let header = decode_request_header_from_buffer(&mut body).unwrap();
+        assert_eq!(header.request_api_key, key as i16);
+        let req = R::decode(&mut body, header.request_api_version).unwrap();
+        assert!(body.is_empty());
+        (header, req)
+    }
+
+    fn fetch_request(&mut self) -> (RequestHeader, FetchRequest) {
+        self.request(ApiKey::Fetch)
+    }
+
+    fn respond<R: Encodable + HeaderVersion>(&mut self, header: &RequestHeader, resp: &R) {
+        let frame = encode_response(header, resp);
+        self.events.clear();
+        self.f
+            .handle_response(frame, self.now, &mut self.events)
+            .unwrap();
+    }
+}
+
+fn encode_response<R: Encodable + HeaderVersion>(header: &RequestHeader, resp: &R) -> Bytes {
+    let mut out = BytesMut::new();
+    let v = header.request_api_version;
+    ResponseHeader::default()
+        .with_correlation_id(header.correlation_id)
+        .encode(&mut out, R::header_version(v))
+        .unwrap();
+    resp.encode(&mut out, v).unwrap();
+    out.freeze()
+}
+
+/// A v2 batch with `count` offsets and a valid CRC-32C, fields placed per kafka-formats.md §1.1.
+fn batch(base: i64, count: i32, epoch: i32) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&base.to_be_bytes());
+    b.extend_from_slice(&0i32.to_be_bytes());
+    b.extend_from_slice(&epoch.to_be_bytes());
+    b.push(2);
+    b.extend_from_slice(&0u32.to_be_bytes());
+    b.extend_from_slice(&0i16.to_be_bytes());
+    b.extend_from_slice(&(count - 1).to_be_bytes());
+    b.extend_from_slice(&7i64.to_be_bytes());
+    b.extend_from_slice(&9i64.to_be_bytes());
+    b.extend_from_slice(&(-1i64).to_be_bytes());
+    b.extend_from_slice(&(-1i16).to_be_bytes());
+    b.extend_from_slice(&(-1i32).to_be_bytes());
+    b.extend_from_slice(&0i32.to_be_bytes()); // zero records: allowed (compaction keeps such)
+    let len = (b.len() - 12) as i32;
+    b[8..12].copy_from_slice(&len.to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+fn partition(index: i32, hw: i64, records: Option<Vec<u8>>) -> PartitionData {
+    PartitionData::default()
+        .with_partition_index(index)
+        .with_high_watermark(hw)
+        .with_last_stable_offset(hw)
+        .with_log_start_offset(0)
+        .with_aborted_transactions(None)
+        .with_records(records.map(Bytes::from))
+}
+
+fn fetch_response(session_id: i32, parts: Vec<PartitionData>, by_id: bool) -> FetchResponse {
+    let mut topic = FetchableTopicResponse::default().with_partitions(parts);
+    if by_id {
+        topic.topic_id = TOPIC_ID;
+    } else {
+        topic.topic = TopicName(StrBytes::from_static_str("t"));
+    }
+    FetchResponse::default()
+        .with_session_id(session_id)
+        .with_responses(vec![topic])
+}
+
+fn sent_partitions(req: &FetchRequest) -> Vec<(i32, i64)> {
+    req.topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (p.partition, p.fetch_offset)))
+        .collect()
+}
+
+// Goal: the request is a consumer's (replica -1, READ_UNCOMMITTED), sized from config, uses
+// topic ids at v13+, and carries current and last fetched epochs.
+#[test]
+fn first_request_is_a_full_consumer_fetch_asking_for_a_session() {
+    let mut b = Broker::new(16);
+    b.add(0, 10, 3);
+    b.add(1, 20, -1);
+    let (h, req) = b.fetch_request();
+    assert_eq!(h.request_api_version, 16);
+    assert_eq!((req.session_id, req.session_epoch), (0, 0));
+    assert_eq!(req.replica_id.0, -1);
+    assert_eq!(req.isolation_level, 0);
+    let cfg = FetchConfig::default();
+    assert_eq!(
+        (req.max_wait_ms, req.min_bytes, req.max_bytes),
+        (
+            cfg.max_wait_ms as i32,
+            cfg.min_bytes as i32,
+            cfg.max_bytes as i32
+        )
+    );
+    assert_eq!(req.topics.len(), 1);
+    assert_eq!(req.topics[0].topic_id, TOPIC_ID);
+    let p0 = &req.topics[0].partitions[0];
+    assert_eq!(
+        (
+            p0.fetch_offset,
+            p0.current_leader_epoch,
+            p0.last_fetched_epoch
+        ),
+        (10, 5, 3)
+    );
+    assert_eq!(p0.partition_max_bytes, cfg.partition_max_bytes as i32);
+    assert_eq!(sent_partitions(&req), vec![(0, 10), (1, 20)]);
+}
+
+// Goal: KIP-227 from the client side. After the broker grants session 77, requests are
+// incremental with epochs 1, 2, ...; only partitions whose fetch offset moved are sent; a
+// partition absent from an incremental response keeps its last high watermark.
+#[test]
+fn incremental_session_sends_only_changes_and_keeps_watermarks() {
+    let mut b = Broker::new(12);
+    let s0 = b.add(0, 0, -1);
+    let s1 = b.add(1, 0, -1);
+    let (h, _) = b.fetch_request();
+    let records = [batch(0, 2, 0), batch(2, 3, 0)].concat();
+    b.respond(
+        &h,
+        &fetch_response(
+            77,
+            vec![
+                partition(0, 5, Some(records.clone())),
+                partition(1, 0, None),
+            ],
+            false,
+        ),
+    );
+    let FetchEvent::Records(r) = &b.events[0] else {
+        panic!("{:?}", b.events)
+    };
+    assert_eq!(
+        (r.slot, r.first_offset, r.last_offset, r.batches),
+        (s0, Offset(0), Offset(4), 2)
+    );
+    assert_eq!(r.records.as_ref(), &records[..]);
+    assert_eq!(b.f.session(), Some((77, 1)));
+
+    let (h, req) = b.fetch_request();
+    assert_eq!((req.session_id, req.session_epoch), (77, 1));
+    assert_eq!(
+        sent_partitions(&req),
+        vec![(0, 5)],
+        "only the partition that moved"
+    );
+    // The broker reports nothing new: no partition in the response.
+    b.respond(&h, &FetchResponse::default().with_session_id(77));
+    assert!(b.events.is_empty());
+    assert_eq!(b.f.watermarks(s0).unwrap().0, Offset(5));
+    assert_eq!(b.f.watermarks(s1).unwrap().0, Offset(0));
+
+    let (_, req) = b.fetch_request();
+    assert_eq!((req.session_id, req.session_epoch), (77, 2));
+    assert!(req.topics.is_empty() && req.forgotten_topics_data.is_empty());
+}
+
+#[test]
+fn session_errors_fall_back_to_full_fetch() {
+    for (code, expect_id) in [
+        (ResponseError::FetchSessionIdNotFound, 0),
+        (ResponseError::InvalidFetchSessionEpoch, 77),
+        (ResponseError::FetchSessionTopicIdError, 77),
+    ] {
+        let mut b = Broker::new(13);
+        b.add(0, 0, -1);
+        b.add(1, 0, -1);
+        let (h, _) = b.fetch_request();
+        b.respond(&h, &fetch_response(77, vec![], true));
+        let (h, req) = b.fetch_request();
+        assert_eq!(req.session_epoch, 1);
+        b.respond(&h, &FetchResponse::default().with_error_code(code.code()));
+        assert!(matches!(b.events[0], FetchEvent::RequestFailed { .. }));
+        let (_, req) = b.fetch_request();
+        assert_eq!(
+            (req.session_id, req.session_epoch),
+            (expect_id, 0),
+            "{code:?}"
+        );
+        assert_eq!(
+            sent_partitions(&req).len(),
+            2,
+            "a full fetch lists every partition"
+        );
+    }
+}
+
+#[test]
+fn removed_partition_is_forgotten_in_the_session() {
+    let mut b = Broker::new(12);
+    b.add(0, 0, -1);
+    let s1 = b.add(1, 0, -1);
+    let (h, _) = b.fetch_request();
+    b.respond(&h, &fetch_response(9, vec![], false));
+    b.f.remove_partition(s1).unwrap();
+    let (_, req) = b.fetch_request();
+    assert!(req.topics.is_empty());
+    assert_eq!(req.forgotten_topics_data.len(), 1);
+    assert_eq!(req.forgotten_topics_data[0].topic.0.as_str(), "t");
+    assert_eq!(req.forgotten_topics_data[0].partitions, vec![1]);
+    assert_eq!(b.f.partitions(), 1);
+}
+
+#[test]
+fn sessionless_source_sends_full_fetches() {
+    let mut b = Broker::new(6);
+    b.add(0, 3, -1);
+    let (h, req) = b.fetch_request();
+    assert_eq!(h.request_api_version, 6);
+    assert_eq!(sent_partitions(&req), vec![(0, 3)]);
+    b.respond(&h, &fetch_response(0, vec![partition(0, 3, None)], false));
+    let (_, req) = b.fetch_request();
+    assert_eq!(sent_partitions(&req), vec![(0, 3)]);
+}
+
+// Goal: OFFSET_OUT_OF_RANGE below the source's log start is followed: a ListOffsets(earliest)
+// goes out, the log start is reported, and fetching resumes there, accepting a first batch that
+// begins below it (mid-batch log start).
+#[test]
+fn out_of_range_below_log_start_moves_to_log_start() {
+    let mut b = Broker::new(12);
+    let s = b.add(0, 10, 0);
+    let (h, _) = b.fetch_request();
+    let oor = partition(0, 100, None).with_error_code(ResponseError::OffsetOutOfRange.code());
+    b.respond(&h, &fetch_response(0, vec![oor], false));
+    assert_eq!(b.f.state(s), Some(PartitionState::AwaitingLogStart));
+    let (h, req) = b.request::<ListOffsetsRequest>(ApiKey::ListOffsets);
+    assert_eq!(req.replica_id.0, -1);
+    assert_eq!(req.topics[0].partitions[0].timestamp, -2);
+    let lo = ListOffsetsResponse::default().with_topics(vec![ListOffsetsTopicResponse::default()
+        .with_name(TopicName(StrBytes::from_static_str("t")))
+        .with_partitions(vec![ListOffsetsPartitionResponse::default()
+            .with_partition_index(0)
+            .with_offset(50)])]);
+    b.respond(&h, &lo);
+    assert_eq!(
+        b.events,
+        vec![FetchEvent::LogStartMoved {
+            slot: s,
+            from: Offset(10),
+            to: Offset(50)
+        }]
+    );
+    let (h, req) = b.fetch_request();
+    assert_eq!(sent_partitions(&req), vec![(0, 50)]);
+    b.respond(
+        &h,
+        &fetch_response(0, vec![partition(0, 100, Some(batch(48, 5, 0)))], false),
+    );
+    let FetchEvent::Records(r) = &b.events[0] else {
+        panic!("{:?}", b.events)
+    };
+    assert_eq!((r.first_offset, r.last_offset), (Offset(48), Offset(52)));
+}
+
+#[test]
+fn out_of_range_above_source_end_is_divergence() {
+    let mut b = Broker::new(12);
+    let s = b.add(0, 10, 0);
+    let (h, _) = b.fetch_request();
+    let oor = partition(0, 4, None).with_error_code(ResponseError::OffsetOutOfRange.code());
+    b.respond(&h, &fetch_response(0, vec![oor], false));
+    let (h, _) = b.request::<ListOffsetsRequest>(ApiKey::ListOffsets);
+    let lo = ListOffsetsResponse::default().with_topics(vec![ListOffsetsTopicResponse::default()
+        .with_name(TopicName(StrBytes::from_static_str("t")))
+        .with_partitions(vec![ListOffsetsPartitionResponse::default().with_offset(0)])]);
+    b.respond(&h, &lo);
+    let FetchEvent::Diverged(d) = b.events[0] else {
+        panic!("{:?}", b.events)
+    };
+    assert_eq!(
+        d.cause,
+        DivergenceCause::BeyondSourceEnd {
+            source_log_start: Offset(0)
+        }
+    );
+    assert_eq!(b.f.state(s), Some(PartitionState::Diverged));
+}
+
+#[test]
+fn diverging_epoch_stops_the_partition() {
+    let mut b = Broker::new(12);
+    let s = b.add(0, 10, 4);
+    let (h, _) = b.fetch_request();
+    let mut pd = partition(0, 8, None);
+    pd.diverging_epoch = EpochEndOffset::default().with_epoch(3).with_end_offset(8);
+    b.respond(&h, &fetch_response(0, vec![pd], false));
+    let FetchEvent::Diverged(d) = b.events[0] else {
+        panic!("{:?}", b.events)
+    };
+    assert_eq!(
+        d.cause,
+        DivergenceCause::EpochEnd {
+            epoch: LeaderEpoch(3),
+            end_offset: Offset(8)
+        }
+    );
+    assert_eq!(
+        (d.fetch_offset, d.last_fetched_epoch),
+        (Offset(10), LeaderEpoch(4))
+    );
+    assert_eq!(b.f.state(s), Some(PartitionState::Diverged));
+    assert_eq!(b.f.poll_request(&mut b.out, b.now).unwrap(), Poll::Idle);
+}
+
+#[test]
+fn leader_errors_ask_for_metadata_and_resume_after_update() {
+    let mut b = Broker::new(12);
+    let s = b.add(0, 0, -1);
+    let (h, _) = b.fetch_request();
+    let err = partition(0, 0, None).with_error_code(ResponseError::NotLeaderOrFollower.code());
+    b.respond(&h, &fetch_response(0, vec![err], false));
+    assert!(matches!(b.events[0], FetchEvent::RefreshMetadata { slot, .. } if slot == s));
+    assert_eq!(b.f.poll_request(&mut b.out, b.now).unwrap(), Poll::Idle);
+    b.f.update_leader(s, TOPIC_ID, LeaderEpoch(6), &mut b.events)
+        .unwrap();
+    let (_, req) = b.fetch_request();
+    assert_eq!(req.topics[0].partitions[0].current_leader_epoch, 6);
+}
+
+#[test]
+fn changed_topic_id_is_divergence() {
+    let mut b = Broker::new(13);
+    let s = b.add(0, 0, -1);
+    b.events.clear();
+    b.f.update_leader(s, Uuid::from_u128(99), LeaderEpoch(0), &mut b.events)
+        .unwrap();
+    assert!(matches!(
+        b.events[0],
+        FetchEvent::Diverged(Divergence {
+            cause: DivergenceCause::TopicIdChanged { .. },
+            ..
+        })
+    ));
+}
+
+// Goal: a source without Fetch v12 (Kafka < 2.7) cannot report divergence in Fetch, so a
+// resumed partition is checked with OffsetForLeaderEpoch v2 first, and the same rule applies.
+#[test]
+fn old_source_checks_epochs_before_fetching() {
+    for (answer, diverges) in [((4, 30), false), ((3, 8), true)] {
+        let mut b = Broker::new(10);
+        let s = b.add(0, 10, 4);
+        let (h, req) = b.request::<OffsetForLeaderEpochRequest>(ApiKey::OffsetForLeaderEpoch);
+        assert_eq!(h.request_api_version, 2);
+        let p = &req.topics[0].partitions[0];
+        assert_eq!((p.leader_epoch, p.current_leader_epoch), (4, 5));
+        let resp = OffsetForLeaderEpochResponse::default().with_topics(vec![
+            OffsetForLeaderTopicResult::default()
+                .with_topic(TopicName(StrBytes::from_static_str("t")))
+                .with_partitions(vec![OfleEnd::default()
+                    .with_partition(0)
+                    .with_leader_epoch(answer.0)
+                    .with_end_offset(answer.1)]),
+        ]);
+        b.respond(&h, &resp);
+        if diverges {
+            assert!(matches!(b.events[0], FetchEvent::Diverged(_)));
+        } else {
+            assert!(b.events.is_empty());
+            assert_eq!(b.f.state(s), Some(PartitionState::Fetching));
+            let (_, req) = b.fetch_request();
+            assert_eq!(sent_partitions(&req), vec![(0, 10)]);
+        }
+    }
+}
+
+#[test]
+fn throttle_holds_the_next_request() {
+    let mut b = Broker::new(12);
+    b.add(0, 0, -1);
+    let (h, _) = b.fetch_request();
+    b.respond(
+        &h,
+        &fetch_response(0, vec![], false).with_throttle_time_ms(250),
+    );
+    assert_eq!(
+        b.f.poll_request(&mut b.out, b.now).unwrap(),
+        Poll::NotBefore(b.now + Duration::from_millis(250))
+    );
+    b.now += Duration::from_millis(250);
+    b.fetch_request();
+}
+
+// Goal: a flipped byte inside one partition's records fails only that partition (typed error,
+// backoff, retry), delivers the valid prefix as a slice of the frame, and leaves other
+// partitions untouched.
+#[test]
+fn corrupt_records_fail_only_their_partition() {
+    let mut b = Broker::new(12);
+    let s0 = b.add(0, 0, -1);
+    let s1 = b.add(1, 0, -1);
+    let (h, _) = b.fetch_request();
+    let good = batch(0, 2, 0);
+    let mut bad = [batch(0, 1, 0), batch(1, 1, 0)].concat();
+    let last = bad.len() - 1;
+    bad[last - 2] ^= 1;
+    let resp = fetch_response(
+        0,
+        vec![partition(0, 2, Some(bad)), partition(1, 2, Some(good))],
+        false,
+    );
+    let frame = encode_response(&h, &resp);
+    let frame_range = frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len();
+    b.events.clear();
+    b.f.handle_response(frame, b.now, &mut b.events).unwrap();
+    let kinds: Vec<_> = b.events.iter().map(std::mem::discriminant).collect();
+    assert_eq!(kinds.len(), 3, "{:?}", b.events);
+    let FetchEvent::Records(prefix) = &b.events[0] else {
+        panic!()
+    };
+    assert_eq!((prefix.slot, prefix.last_offset), (s0, Offset(0)));
+    assert!(
+        frame_range.contains(&(prefix.records.as_ptr() as usize)),
+        "zero copy"
+    );
+    assert!(
+        matches!(b.events[1], FetchEvent::BadRecords { slot, retrying: true, .. } if slot == s0)
+    );
+    let FetchEvent::Records(other) = &b.events[2] else {
+        panic!()
+    };
+    assert_eq!((other.slot, other.last_offset), (s1, Offset(1)));
+    // Partition 0 backs off; partition 1 goes on.
+    let (_, req) = b.fetch_request();
+    assert_eq!(sent_partitions(&req), vec![(1, 2)]);
+}
+
+#[test]
+fn undecodable_response_fails_the_request_not_the_connection() {
+    let mut b = Broker::new(12);
+    b.add(0, 0, -1);
+    let (h, _) = b.fetch_request();
+    let frame = encode_response(&h, &fetch_response(0, vec![partition(0, 0, None)], false));
+    let cut = frame.slice(..frame.len() - 3);
+    b.events.clear();
+    b.f.handle_response(cut, b.now, &mut b.events).unwrap();
+    assert!(matches!(b.events[0], FetchEvent::RequestFailed { .. }));
+    assert!(matches!(
+        b.f.poll_request(&mut b.out, b.now).unwrap(),
+        Poll::NotBefore(_)
+    ));
+    b.now += Duration::from_secs(1);
+    let (_, req) = b.fetch_request();
+    assert_eq!((req.session_id, req.session_epoch), (0, 0));
+}
+
+#[test]
+fn bad_config_is_rejected() {
+    let cfg = FetchConfig {
+        partition_max_bytes: 0,
+        ..FetchConfig::default()
+    };
+    assert!(matches!(
+        Fetcher::new(cfg, versions(12), "t"),
+        Err(FetcherError::Config(_))
+    ));
+}
