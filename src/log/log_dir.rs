@@ -1,0 +1,221 @@
+//! One log directory root (an entry of Kafka's `log.dirs`) holding many partition directories,
+//! with the root-level checkpoints and the clean-shutdown marker (kafka-formats.md §3, §3.7).
+//!
+//! Opening removes `.kafka_cleanshutdown` (after loading every partition, so a crash during the
+//! open still finds it and loses nothing); only `close`, after every partition has written its
+//! final index entries and producer snapshot and fsynced, writes it back.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use uuid::Uuid;
+
+use crate::ids::{Offset, TopicPartition};
+use crate::log::checkpoint::{sync_dir, OffsetCheckpointFile};
+use crate::log::config::LogConfig;
+use crate::log::io::LogIo;
+use crate::log::partition_log::PartitionLog;
+use crate::log::recovery::LoadOptions;
+use crate::log::{clean_shutdown, LogError};
+
+#[derive(Debug)]
+pub struct LogDir {
+    root: PathBuf,
+    default_config: LogConfig,
+    logs: BTreeMap<TopicPartition, PartitionLog>,
+}
+
+/// `<topic>-<partition>` → the partition, for live partition directories. Kafka's deleted,
+/// future and stray directories (`…-delete`, `…-future`, `…-stray`) do not parse.
+pub fn parse_partition_dir(name: &str) -> Option<TopicPartition> {
+    let (topic, partition) = name.rsplit_once('-')?;
+    if topic.is_empty() || partition.is_empty() || !partition.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(TopicPartition::new(topic, partition.parse().ok()?))
+}
+
+impl LogDir {
+    /// Opens (creating if needed) the root and every partition directory in it, all with
+    /// `default_config` (per-topic overrides are applied by the caller afterwards).
+    pub fn open(
+        root: &Path,
+        default_config: LogConfig,
+        io: &mut impl LogIo,
+    ) -> Result<LogDir, LogError> {
+        default_config.validate()?;
+        std::fs::create_dir_all(root).map_err(|e| LogError::io(root, e))?;
+        let clean = clean_shutdown::exists(root)?;
+        let recovery_points =
+            OffsetCheckpointFile::read(&root.join(OffsetCheckpointFile::RECOVERY_POINT))?;
+        let log_starts =
+            OffsetCheckpointFile::read(&root.join(OffsetCheckpointFile::LOG_START_OFFSET))?;
+        let mut logs = BTreeMap::new();
+        let entries = std::fs::read_dir(root).map_err(|e| LogError::io(root, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| LogError::io(root, e))?;
+            let file_type = entry
+                .file_type()
+                .map_err(|e| LogError::io(entry.path(), e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(tp) = parse_partition_dir(&name).filter(|_| file_type.is_dir()) else {
+                continue;
+            };
+            let load = LoadOptions {
+                clean_shutdown: clean,
+                recovery_point: recovery_points.get(&tp).copied().unwrap_or(Offset::ZERO),
+                log_start_offset: log_starts.get(&tp).copied(),
+            };
+            let log = PartitionLog::open(
+                &entry.path(),
+                tp.clone(),
+                None,
+                default_config.clone(),
+                load,
+                io,
+            )?;
+            logs.insert(tp, log);
+        }
+        let dir = LogDir {
+            root: root.to_path_buf(),
+            default_config,
+            logs,
+        };
+        // From here on the directory is live: a crash must trigger recovery.
+        dir.write_checkpoints()?;
+        clean_shutdown::remove(root)?;
+        Ok(dir)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn get(&self, tp: &TopicPartition) -> Option<&PartitionLog> {
+        self.logs.get(tp)
+    }
+
+    pub fn get_mut(&mut self, tp: &TopicPartition) -> Option<&mut PartitionLog> {
+        self.logs.get_mut(tp)
+    }
+
+    pub fn partitions(&self) -> impl Iterator<Item = (&TopicPartition, &PartitionLog)> {
+        self.logs.iter()
+    }
+
+    /// Creates a partition directory, or returns the existing log (whose topic id must match).
+    pub fn get_or_create(
+        &mut self,
+        tp: &TopicPartition,
+        topic_id: Option<Uuid>,
+        config: Option<LogConfig>,
+    ) -> Result<&mut PartitionLog, LogError> {
+        if !self.logs.contains_key(tp) {
+            let config = config.unwrap_or_else(|| self.default_config.clone());
+            let dir = self.root.join(tp.dir_name());
+            let log = PartitionLog::create(&dir, tp.clone(), topic_id, config)?;
+            self.logs.insert(tp.clone(), log);
+        }
+        let log = self.logs.get_mut(tp).expect("present");
+        if let (Some(have), Some(want)) = (log.topic_id(), topic_id) {
+            if have != want {
+                return Err(LogError::corrupt(
+                    log.dir().join("partition.metadata"),
+                    format!("topic id {have} differs from the expected {want}"),
+                ));
+            }
+        }
+        Ok(log)
+    }
+
+    /// Deletes a partition and its directory.
+    pub fn delete_partition(&mut self, tp: &TopicPartition) -> Result<bool, LogError> {
+        let Some(log) = self.logs.remove(tp) else {
+            return Ok(false);
+        };
+        log.delete()?;
+        sync_dir(&self.root)?;
+        self.write_checkpoints()?;
+        Ok(true)
+    }
+
+    /// Writes `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` (only for
+    /// partitions whose start lies above their first segment, as Kafka does) and
+    /// `replication-offset-checkpoint` (high watermark = log end for a mirror).
+    pub fn write_checkpoints(&self) -> Result<(), LogError> {
+        let mut recovery = BTreeMap::new();
+        let mut starts = BTreeMap::new();
+        let mut hws = BTreeMap::new();
+        for (tp, log) in &self.logs {
+            recovery.insert(tp.clone(), log.recovery_point());
+            hws.insert(tp.clone(), log.high_watermark());
+            let first_base = log.segments()[0].base_offset();
+            if log.log_start_offset() > first_base {
+                starts.insert(tp.clone(), log.log_start_offset());
+            }
+        }
+        OffsetCheckpointFile::write(
+            &self.root.join(OffsetCheckpointFile::RECOVERY_POINT),
+            &recovery,
+        )?;
+        OffsetCheckpointFile::write(
+            &self.root.join(OffsetCheckpointFile::LOG_START_OFFSET),
+            &starts,
+        )?;
+        OffsetCheckpointFile::write(
+            &self.root.join(OffsetCheckpointFile::REPLICATION_OFFSET),
+            &hws,
+        )
+    }
+
+    /// Flushes every partition (moving recovery points to the log ends) and checkpoints.
+    pub fn flush(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        for log in self.logs.values_mut() {
+            log.flush(io)?;
+        }
+        self.write_checkpoints()
+    }
+
+    /// Closes every partition (final index entries, snapshots, fsync), writes the checkpoints
+    /// and then the clean-shutdown marker. If any step fails the marker is not written, so the
+    /// next open recovers.
+    pub fn close(mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        self.flush(io)?;
+        let root = self.root.clone();
+        let logs = std::mem::take(&mut self.logs);
+        for (_, log) in logs {
+            log.close(io)?;
+        }
+        clean_shutdown::write(&root, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_dir_names() {
+        assert_eq!(
+            parse_partition_dir("orders-3"),
+            Some(TopicPartition::new("orders", 3))
+        );
+        assert_eq!(
+            parse_partition_dir("my-topic.v2-10"),
+            Some(TopicPartition::new("my-topic.v2", 10))
+        );
+        assert_eq!(
+            parse_partition_dir("orders-3.0123456789abcdef0123456789abcdef-delete"),
+            None
+        );
+        assert_eq!(
+            parse_partition_dir("orders-3.0123456789abcdef0123456789abcdef-future"),
+            None
+        );
+        assert_eq!(
+            parse_partition_dir("recovery-point-offset-checkpoint"),
+            None
+        );
+        assert_eq!(parse_partition_dir("-3"), None);
+    }
+}
