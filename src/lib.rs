@@ -9,6 +9,7 @@
 //! |-----------|----------------------------------------------------------------------------|
 //! | `ids`     | distinct types for offsets, epochs, positions                              |
 //! | `limits`  | every bound, tied together by compile-time assertions                     |
+//! | `config`  | `kmirror serve` TOML configuration, validated against the limits          |
 //! | `wire`    | Kafka bytes with no I/O: batch views, CRCs, frames                         |
 //! | `log`     | partition directories in Kafka's format: segments, indexes, checkpoints    |
 //! | `runtime` | pinned shard threads, each with its own io_uring and registered arena      |
@@ -17,6 +18,7 @@
 //! | `control` | the control thread: mirror lifecycle, `__mirror_state`, sync               |
 //! | `ops`     | CLI tools, metrics, latency export, systemd notification                   |
 
+pub mod config;
 pub mod control;
 pub mod fetch;
 pub mod ids;

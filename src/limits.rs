@@ -193,3 +193,21 @@ const _: () = assert!(ARENA_SLOTS_MAX <= u32::MAX as usize);
 const _: () = assert!(ARENA_CHUNKS_MAX <= u16::MAX as usize);
 const _: () = assert!(RING_OPS_IN_FLIGHT_MAX <= RING_SQ_ENTRIES as usize);
 const _: () = assert!(RING_CQ_ENTRIES >= 2 * RING_SQ_ENTRIES);
+
+/// Bytes a fetch response may carry beyond its record data: response, topic and partition
+/// headers (about 60 bytes per partition) and aborted-transaction lists, for up to
+/// `FETCHER_PARTITIONS_MAX` partitions.
+pub const RESPONSE_OVERHEAD_BYTES_MAX: usize = 1024 * 1024;
+
+/// Delay before reconnecting to a source broker after the connection failed or broke.
+pub const SOURCE_RECONNECT_MS: u64 = SOURCE_BACKOFF_MS_MIN;
+
+/// Delay before retrying to take an arena slot when all are in use (they return as soon as the
+/// previous responses' records are appended).
+pub const ARENA_RETRY_MS: u64 = 1;
+
+/// Source brokers one shard may hold connections to; a tag carries the index in 24 bits.
+pub const SHARD_SOURCES_MAX: usize = 1 << 16;
+
+const _: () =
+    assert!(FETCH_RESPONSE_BYTES_MAX + RESPONSE_OVERHEAD_BYTES_MAX <= ARENA_SLOT_BYTES_MAX);

@@ -1,1 +1,3 @@
 //! The control thread: mirror lifecycle, `__mirror_state`, discovery and sync.
+
+pub mod mirror_run;

@@ -9,10 +9,12 @@
 //! | `mailbox`     | bounded SPSC queues control<->shard with wakeups                       |
 //! | `shard`       | the pinned shard loop and the `ShardHandler` trait                     |
 //! | `start`       | `Runtime`: core selection, spawning, stopping                          |
+//! | `mirror_shard`| the data path: source sockets, fetchers, appends to partition logs    |
 
 pub mod arena;
 pub mod mailbox;
 pub mod memlock;
+pub mod mirror_shard;
 pub mod ring;
 pub mod shard;
 pub mod start;

@@ -1,0 +1,345 @@
+//! `kmirror serve` configuration: a TOML file loaded into typed sections, unknown keys rejected,
+//! every value checked against `limits.rs` with a message that names the key. Read once by the
+//! control thread at start-up.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::fetch::fetcher::FetchConfig;
+use crate::limits::{
+    ARENA_SLOTS_MAX, ARENA_SLOT_BYTES_MAX, ARENA_SLOT_BYTES_MIN, FETCH_RESPONSE_BYTES_MAX,
+    FETCH_WAIT_MS_MAX, RESPONSE_OVERHEAD_BYTES_MAX, SHARDS_MAX,
+};
+use crate::runtime::RuntimeConfig;
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
+    #[error("config: {key}: {why}")]
+    Invalid { key: &'static str, why: String },
+}
+
+fn invalid(key: &'static str, why: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        why: why.into(),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSection {
+    /// `host:port` of one or more source brokers.
+    pub bootstrap_servers: Vec<String>,
+    #[serde(default = "default_client_id")]
+    pub client_id: String,
+}
+
+fn default_client_id() -> String {
+    "kmirror".to_string()
+}
+
+/// Which source topics to mirror: a list of names or one regex (not both).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicsSection {
+    #[serde(default)]
+    pub names: Vec<String>,
+    #[serde(default)]
+    pub regex: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSection {
+    /// The log dir: one `<topic>-<partition>` directory per mirrored partition.
+    pub data_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeSection {
+    #[serde(default = "default_shards")]
+    pub shards: usize,
+    #[serde(default)]
+    pub cores: Option<Vec<usize>>,
+    /// One response frame is received into one slot, so this bounds a fetch response.
+    #[serde(default = "default_slot_bytes")]
+    pub arena_slot_bytes: usize,
+    #[serde(default = "default_slots")]
+    pub arena_slots: usize,
+}
+
+fn default_shards() -> usize {
+    1
+}
+fn default_slot_bytes() -> usize {
+    16 * 1024 * 1024
+}
+fn default_slots() -> usize {
+    8
+}
+
+impl Default for RuntimeSection {
+    fn default() -> Self {
+        RuntimeSection {
+            shards: default_shards(),
+            cores: None,
+            arena_slot_bytes: default_slot_bytes(),
+            arena_slots: default_slots(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FetchSection {
+    #[serde(default = "default_max_wait_ms")]
+    pub max_wait_ms: u32,
+    #[serde(default = "default_min_bytes")]
+    pub min_bytes: u32,
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: u32,
+    #[serde(default = "default_partition_max_bytes")]
+    pub partition_max_bytes: u32,
+}
+
+fn default_max_wait_ms() -> u32 {
+    500
+}
+fn default_min_bytes() -> u32 {
+    1
+}
+fn default_max_bytes() -> u32 {
+    8 * 1024 * 1024
+}
+fn default_partition_max_bytes() -> u32 {
+    1024 * 1024
+}
+
+impl Default for FetchSection {
+    fn default() -> Self {
+        FetchSection {
+            max_wait_ms: default_max_wait_ms(),
+            min_bytes: default_min_bytes(),
+            max_bytes: default_max_bytes(),
+            partition_max_bytes: default_partition_max_bytes(),
+        }
+    }
+}
+
+/// The whole `kmirror serve` configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeConfig {
+    pub source: SourceSection,
+    pub topics: TopicsSection,
+    pub storage: StorageSection,
+    #[serde(default)]
+    pub runtime: RuntimeSection,
+    #[serde(default)]
+    pub fetch: FetchSection,
+}
+
+impl ServeConfig {
+    pub fn load(path: &Path) -> Result<ServeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { source, .. } => ConfigError::Parse {
+                path: path.to_owned(),
+                source,
+            },
+            other => other,
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<ServeConfig, ConfigError> {
+        let config: ServeConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: PathBuf::new(),
+            source,
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.source.bootstrap_servers.is_empty() {
+            return Err(invalid(
+                "source.bootstrap_servers",
+                "must list at least one host:port",
+            ));
+        }
+        for s in &self.source.bootstrap_servers {
+            let port_ok = s
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !port_ok {
+                return Err(invalid(
+                    "source.bootstrap_servers",
+                    format!("{s:?} is not host:port"),
+                ));
+            }
+        }
+        match (&self.topics.names.is_empty(), &self.topics.regex) {
+            (true, None) => return Err(invalid("topics", "set either names or regex")),
+            (false, Some(_)) => return Err(invalid("topics", "set names or regex, not both")),
+            (_, Some(re)) => {
+                regex::Regex::new(re).map_err(|e| invalid("topics.regex", e.to_string()))?;
+            }
+            (false, None) => {}
+        }
+        if self.storage.data_dir.as_os_str().is_empty() {
+            return Err(invalid("storage.data_dir", "must not be empty"));
+        }
+        let r = &self.runtime;
+        if !(1..=SHARDS_MAX).contains(&r.shards) {
+            return Err(invalid(
+                "runtime.shards",
+                format!("must be in 1..={SHARDS_MAX}"),
+            ));
+        }
+        if !(ARENA_SLOT_BYTES_MIN..=ARENA_SLOT_BYTES_MAX).contains(&r.arena_slot_bytes) {
+            return Err(invalid(
+                "runtime.arena_slot_bytes",
+                format!("must be in {ARENA_SLOT_BYTES_MIN}..={ARENA_SLOT_BYTES_MAX}"),
+            ));
+        }
+        if !(1..=ARENA_SLOTS_MAX).contains(&r.arena_slots) {
+            return Err(invalid(
+                "runtime.arena_slots",
+                format!("must be in 1..={ARENA_SLOTS_MAX}"),
+            ));
+        }
+        let f = &self.fetch;
+        if f.max_wait_ms > FETCH_WAIT_MS_MAX {
+            return Err(invalid(
+                "fetch.max_wait_ms",
+                format!("must be <= {FETCH_WAIT_MS_MAX}"),
+            ));
+        }
+        if f.max_bytes == 0 || f.max_bytes as usize > FETCH_RESPONSE_BYTES_MAX {
+            return Err(invalid(
+                "fetch.max_bytes",
+                format!("must be in 1..={FETCH_RESPONSE_BYTES_MAX}"),
+            ));
+        }
+        if f.partition_max_bytes == 0 || f.partition_max_bytes > f.max_bytes {
+            return Err(invalid(
+                "fetch.partition_max_bytes",
+                "must be in 1..=fetch.max_bytes",
+            ));
+        }
+        // A whole response is received into one slot: fetched bytes plus response headers.
+        let needed = f.max_bytes as usize + RESPONSE_OVERHEAD_BYTES_MAX;
+        if r.arena_slot_bytes < needed {
+            return Err(invalid(
+                "runtime.arena_slot_bytes",
+                format!(
+                    "must be at least fetch.max_bytes + {RESPONSE_OVERHEAD_BYTES_MAX} = {needed} \
+                     (one fetch response is received into one slot)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn runtime_config(&self) -> RuntimeConfig {
+        RuntimeConfig {
+            shards: self.runtime.shards,
+            cores: self.runtime.cores.clone(),
+            arena_slot_bytes: self.runtime.arena_slot_bytes,
+            arena_slots: self.runtime.arena_slots,
+        }
+    }
+
+    pub fn fetch_config(&self) -> FetchConfig {
+        FetchConfig {
+            max_wait_ms: self.fetch.max_wait_ms,
+            min_bytes: self.fetch.min_bytes,
+            max_bytes: self.fetch.max_bytes,
+            partition_max_bytes: self.fetch.partition_max_bytes,
+            sessions: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[source]
+bootstrap_servers = ["127.0.0.1:9092"]
+[topics]
+names = ["orders"]
+[storage]
+data_dir = "/tmp/kmirror"
+"#;
+
+    // Goal: a minimal file loads with defaults that pass validation.
+    #[test]
+    fn minimal_config_loads() {
+        let c = ServeConfig::parse(GOOD).unwrap();
+        assert_eq!(c.runtime.shards, 1);
+        assert_eq!(c.topics.names, vec!["orders".to_string()]);
+        assert!(c.runtime.arena_slot_bytes >= c.fetch.max_bytes as usize);
+    }
+
+    // Goal: each kind of bad input names the offending key.
+    #[test]
+    fn bad_configs_name_the_key() {
+        let cases = [
+            (GOOD.replace("names = [\"orders\"]", ""), "topics"),
+            (
+                GOOD.replace("names = [\"orders\"]", "names = [\"a\"]\nregex = \"x\""),
+                "topics",
+            ),
+            (
+                GOOD.replace("names = [\"orders\"]", "regex = \"(\""),
+                "topics.regex",
+            ),
+            (
+                GOOD.replace("127.0.0.1:9092", "nohost"),
+                "source.bootstrap_servers",
+            ),
+            (format!("{GOOD}[runtime]\nshards = 0\n"), "runtime.shards"),
+            (
+                format!("{GOOD}[runtime]\narena_slot_bytes = 65536\n"),
+                "runtime.arena_slot_bytes",
+            ),
+            (
+                format!("{GOOD}[fetch]\nmax_wait_ms = 99999999\n"),
+                "fetch.max_wait_ms",
+            ),
+            (
+                format!("{GOOD}[fetch]\npartition_max_bytes = 0\n"),
+                "fetch.partition_max_bytes",
+            ),
+        ];
+        for (text, key) in cases {
+            let err = ServeConfig::parse(&text).unwrap_err().to_string();
+            assert!(err.contains(key), "expected {key} in: {err}");
+        }
+    }
+
+    // Goal: a misspelt key is refused rather than silently ignored.
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let err = ServeConfig::parse(&format!("{GOOD}[fetch]\nmax_byte = 5\n")).unwrap_err();
+        assert!(err.to_string().contains("max_byte"), "{err}");
+    }
+}

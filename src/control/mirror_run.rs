@@ -1,0 +1,269 @@
+//! `kmirror serve`: resolve the configured topics on the source, open (or create) their
+//! partition logs under the data dir, start the shards, hand each partition to the shard its
+//! hash picks, and run until asked to stop; then stop the shards, which close the logs.
+//!
+//! Runs on the control thread (the thread that calls `run`). Talks to the source with the
+//! blocking client; the shards fetch on their rings.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::config::ServeConfig;
+use crate::fetch::blocking::{BlockingClient, BlockingError};
+use crate::fetch::fetcher::PartitionStart;
+use crate::fetch::metadata::{ClusterMetadata, TopicInfo};
+use crate::fetch::versions::Versions;
+use crate::ids::{ShardId, TopicPartition};
+use crate::log::config::LogConfig;
+use crate::log::io::StdIo;
+use crate::log::partition_log::PartitionLog;
+use crate::log::recovery::LoadOptions;
+use crate::log::LogError;
+use crate::runtime::mirror_shard::{resume_point, MirrorEvent, MirrorMsg, MirrorShard, SourceSpec};
+use crate::runtime::{Runtime, RuntimeError};
+
+/// Metadata refreshes while waiting for every partition to have a leader (new topics).
+const LEADER_WAIT_ATTEMPTS: u32 = 40;
+const LEADER_WAIT_MS: u64 = 250;
+
+/// Why `kmirror serve` could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("no bootstrap server answered: {0}")]
+    Bootstrap(String),
+    #[error("source: {0}")]
+    Source(#[from] BlockingError),
+    #[error("topic {0:?} does not exist on the source")]
+    UnknownTopic(String),
+    #[error("topic {topic:?} reports error code {code} on the source")]
+    TopicError { topic: String, code: i16 },
+    #[error("no topic on the source matches the configured regex")]
+    NoTopics,
+    #[error("partition {0} has no leader on the source")]
+    NoLeader(TopicPartition),
+    #[error("leader {0} of a partition is not in the source's broker list")]
+    UnknownBroker(i32),
+    #[error("cannot create data dir {path}: {source}")]
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+fn bootstrap(config: &ServeConfig) -> Result<BlockingClient, RunError> {
+    let mut errors = Vec::new();
+    for addr in &config.source.bootstrap_servers {
+        match BlockingClient::connect(addr, &config.source.client_id) {
+            Ok(c) => return Ok(c),
+            Err(e) => errors.push(format!("{addr}: {e}")),
+        }
+    }
+    Err(RunError::Bootstrap(errors.join("; ")))
+}
+
+/// The topics to mirror, once every partition has a leader.
+fn resolve_topics(
+    client: &mut BlockingClient,
+    config: &ServeConfig,
+) -> Result<(ClusterMetadata, Vec<TopicInfo>), RunError> {
+    let names: Vec<&str> = config.topics.names.iter().map(String::as_str).collect();
+    let regex = match &config.topics.regex {
+        Some(r) => Some(regex::Regex::new(r).map_err(|_| RunError::NoTopics)?),
+        None => None,
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let md = client.metadata(if names.is_empty() { None } else { Some(&names) })?;
+        let topics: Vec<TopicInfo> = match &regex {
+            Some(re) => md
+                .topics
+                .iter()
+                .filter(|t| !t.is_internal && re.is_match(&t.name))
+                .cloned()
+                .collect(),
+            None => {
+                let mut found = Vec::new();
+                for name in &names {
+                    let t = md
+                        .topic(name)
+                        .ok_or_else(|| RunError::UnknownTopic(name.to_string()))?;
+                    if crate::fetch::metadata::is_unknown_topic(t.error) {
+                        return Err(RunError::UnknownTopic(name.to_string()));
+                    }
+                    found.push(t.clone());
+                }
+                found
+            }
+        };
+        if topics.is_empty() {
+            return Err(RunError::NoTopics);
+        }
+        let not_ready = topics.iter().find_map(|t| {
+            if t.error != 0 {
+                return Some(RunError::TopicError {
+                    topic: t.name.clone(),
+                    code: t.error,
+                });
+            }
+            t.partitions
+                .iter()
+                .find(|p| p.leader.is_none() || p.error != 0)
+                .map(|p| RunError::NoLeader(TopicPartition::new(t.name.clone(), p.partition)))
+        });
+        match not_ready {
+            None => return Ok((md, topics)),
+            Some(e) if attempt >= LEADER_WAIT_ATTEMPTS => return Err(e),
+            Some(_) => std::thread::sleep(Duration::from_millis(LEADER_WAIT_MS)),
+        }
+    }
+}
+
+fn open_or_create(
+    data_dir: &Path,
+    tp: &TopicPartition,
+    topic_id: Uuid,
+) -> Result<PartitionLog, LogError> {
+    let dir = data_dir.join(format!("{}-{}", tp.topic, tp.partition));
+    let id = (!topic_id.is_nil()).then_some(topic_id);
+    if dir.exists() {
+        PartitionLog::open(
+            &dir,
+            tp.clone(),
+            id,
+            LogConfig::default(),
+            LoadOptions::unclean(),
+            &mut StdIo,
+        )
+    } else {
+        PartitionLog::create(&dir, tp.clone(), id, LogConfig::default())
+    }
+}
+
+/// The shard that owns a partition: a stable hash of its name, so restarts keep the mapping.
+pub fn shard_for(tp: &TopicPartition, shards: usize) -> ShardId {
+    let h = crc32fast::hash(format!("{}-{}", tp.topic, tp.partition).as_bytes());
+    ShardId((h as usize % shards) as u16)
+}
+
+/// What `run` did, for the caller's exit message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSummary {
+    pub partitions: usize,
+    pub stopped: Vec<(TopicPartition, String)>,
+}
+
+/// Runs the mirror until `stop` is set (by SIGTERM/SIGINT in the binary).
+pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunError> {
+    let data_dir = &config.storage.data_dir;
+    std::fs::create_dir_all(data_dir).map_err(|source| RunError::DataDir {
+        path: data_dir.display().to_string(),
+        source,
+    })?;
+    let mut client = bootstrap(config)?;
+    let (md, topics) = resolve_topics(&mut client, config)?;
+    let mut versions: HashMap<i32, (String, Versions)> = HashMap::new();
+    let mut work = Vec::new();
+    for t in &topics {
+        for p in &t.partitions {
+            let leader = p.leader.expect("resolve_topics waits for leaders");
+            if let std::collections::hash_map::Entry::Vacant(e) = versions.entry(leader) {
+                let b = md.broker(leader).ok_or(RunError::UnknownBroker(leader))?;
+                let addr = format!("{}:{}", b.host, b.port);
+                let v = BlockingClient::connect(&addr, &config.source.client_id)?.versions;
+                e.insert((addr, v));
+            }
+            let tp = TopicPartition::new(t.name.clone(), p.partition);
+            let log = open_or_create(data_dir, &tp, t.topic_id)?;
+            let (log_end, last_epoch) = resume_point(&log);
+            let start = PartitionStart {
+                tp,
+                topic_id: t.topic_id,
+                log_end,
+                last_epoch,
+                leader_epoch: p.leader_epoch,
+            };
+            work.push((leader, start, log));
+        }
+    }
+    drop(client);
+    let mut rt = Runtime::start(&config.runtime_config(), |_| MirrorShard::new())?;
+    for info in rt.infos() {
+        tracing::info!(
+            shard = info.shard.0,
+            core = info.core,
+            ring = %info.ring_mode,
+            arena_bytes = info.arena_bytes,
+            "shard started"
+        );
+    }
+    let partitions = work.len();
+    let mut stopped = Vec::new();
+    for (leader, start, log) in work {
+        let (addr, v) = versions[&leader].clone();
+        let source = SourceSpec {
+            broker_id: leader,
+            addr,
+            versions: v,
+            fetch: config.fetch_config(),
+            client_id: config.source.client_id.clone(),
+        };
+        let shard = shard_for(&start.tp, rt.shard_count());
+        let mut msg = MirrorMsg::AddPartition {
+            source,
+            start,
+            log: Box::new(log),
+        };
+        loop {
+            match rt.send(shard, msg) {
+                Ok(()) => break,
+                Err(full) => {
+                    msg = full.0;
+                    drain_events(&mut rt, &mut stopped, Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    tracing::info!(partitions, shards = rt.shard_count(), "mirroring");
+    while !stop.load(Ordering::Relaxed) {
+        drain_events(&mut rt, &mut stopped, Duration::from_millis(200));
+    }
+    tracing::info!("stopping: closing partition logs");
+    rt.stop();
+    Ok(RunSummary {
+        partitions,
+        stopped,
+    })
+}
+
+fn drain_events(
+    rt: &mut Runtime<MirrorShard>,
+    stopped: &mut Vec<(TopicPartition, String)>,
+    wait: Duration,
+) {
+    let Some(first) = rt.next_event(wait) else {
+        return;
+    };
+    let mut next = Some(first);
+    while let Some((shard, event)) = next {
+        match event {
+            MirrorEvent::PartitionAdded { tp } => {
+                tracing::info!(shard = shard.0, partition = %tp, "partition added")
+            }
+            MirrorEvent::PartitionStopped { tp, why } => {
+                tracing::error!(shard = shard.0, partition = %tp, %why, "partition stopped");
+                stopped.push((tp, why));
+            }
+            MirrorEvent::Notice { what } => tracing::warn!(shard = shard.0, "{what}"),
+        }
+        next = rt.try_event();
+    }
+}

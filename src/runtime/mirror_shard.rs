@@ -1,0 +1,546 @@
+//! The data path on one shard: TCP connections to source brokers on the shard's ring, response
+//! frames received into arena slots, handed to the sans-IO `Fetcher` as `Bytes`, and the
+//! validated record slices appended to the owned partitions' logs through `RingIo`.
+//!
+//! Owned by one shard thread. One connection per source broker this shard fetches from (the
+//! control thread routes each partition to one shard, so a broker may have one connection per
+//! shard). The fetcher keeps one request in flight per connection, like Kafka's replica fetcher,
+//! so a connection never has more than one response arriving: a RECV may therefore ask for the
+//! whole remaining slot without reading into the next frame (a longer read is treated as a
+//! protocol violation).
+//!
+//! Timing comes only from ring TIMEOUTs: the fetcher's throttle and backoff instants, reconnect
+//! delays, and retries when the arena is momentarily exhausted.
+//!
+//! Connect uses IORING_OP_CONNECT on a fresh socket. Name resolution (`host:port` from metadata)
+//! is a blocking `getaddrinfo` on the shard; it runs only when (re)connecting, and brokers are
+//! usually given as addresses or /etc/hosts names.
+
+use std::net::{Shutdown, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use super::arena::SlotBuf;
+use super::ring::{Completion, OpBuf};
+use super::shard::{ShardCx, ShardHandler};
+use super::uring_io::RingIo;
+use crate::fetch::fetcher::{FetchConfig, FetchEvent, Fetcher, PartitionStart, Poll, Slot};
+use crate::fetch::versions::Versions;
+use crate::ids::{Offset, TopicPartition};
+use crate::limits::{ARENA_RETRY_MS, SHARD_SOURCES_MAX, SOURCE_RECONNECT_MS};
+use crate::log::partition_log::PartitionLog;
+use crate::wire::frame::{self, LENGTH_PREFIX_BYTES};
+
+/// Control → shard.
+#[derive(Debug)]
+pub enum MirrorMsg {
+    /// Fetch `start.tp` from `broker` (connecting if needed) into `log`, which the shard now owns.
+    AddPartition {
+        source: SourceSpec,
+        start: PartitionStart,
+        log: Box<PartitionLog>,
+    },
+}
+
+/// How to reach and talk to one source broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceSpec {
+    pub broker_id: i32,
+    /// `host:port`.
+    pub addr: String,
+    pub versions: Versions,
+    pub fetch: FetchConfig,
+    pub client_id: String,
+}
+
+/// Shard → control.
+#[derive(Debug)]
+pub enum MirrorEvent {
+    PartitionAdded {
+        tp: TopicPartition,
+    },
+    /// The partition stopped for good (append failure, divergence, bad data); why is in `why`.
+    PartitionStopped {
+        tp: TopicPartition,
+        why: String,
+    },
+    /// Something the operator may want to see (connection loss, source errors); fetching goes on.
+    Notice {
+        what: String,
+    },
+}
+
+const KIND_CONNECT: u64 = 1;
+const KIND_SEND: u64 = 2;
+const KIND_RECV: u64 = 3;
+const KIND_TIMER: u64 = 4;
+
+/// Tag layout: source index (bits 32..56), connection generation (bits 8..32), op kind (0..8).
+/// The generation lets completions of a closed connection's ops be recognised and dropped.
+fn tag(source: usize, generation: u32, kind: u64) -> u64 {
+    ((source as u64) << 32) | (u64::from(generation & 0x00ff_ffff) << 8) | kind
+}
+
+fn untag(tag: u64) -> (usize, u32, u64) {
+    (
+        (tag >> 32) as usize,
+        ((tag >> 8) & 0x00ff_ffff) as u32,
+        tag & 0xff,
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    Down,
+    Connecting,
+    Up,
+}
+
+/// One source broker as seen by this shard: its socket, its fetcher, and the logs it feeds.
+struct Source {
+    spec: SourceSpec,
+    fetcher: Fetcher,
+    socket: Option<socket2::Socket>,
+    link: Link,
+    generation: u32,
+    out: BytesMut,
+    sending: bool,
+    receiving: bool,
+    /// A partly received frame waiting for its next RECV.
+    partial: Option<SlotBuf>,
+    timer_armed: bool,
+    /// Indexed by the fetcher's `Slot`.
+    logs: Vec<Option<PartitionLog>>,
+}
+
+/// The mirroring `ShardHandler`.
+#[derive(Default)]
+pub struct MirrorShard {
+    sources: Vec<Source>,
+    events: Vec<FetchEvent>,
+}
+
+impl MirrorShard {
+    pub fn new() -> MirrorShard {
+        MirrorShard::default()
+    }
+}
+
+type Cx<'a> = ShardCx<'a, MirrorEvent>;
+
+fn notice(cx: &mut Cx<'_>, what: String) {
+    // A full event queue only loses a notice; the data path must not block on the control thread.
+    let _ = cx.emit(MirrorEvent::Notice { what });
+}
+
+impl MirrorShard {
+    fn source_index(&mut self, cx: &mut Cx<'_>, spec: SourceSpec) -> Option<usize> {
+        if let Some(i) = self
+            .sources
+            .iter()
+            .position(|s| s.spec.broker_id == spec.broker_id)
+        {
+            return Some(i);
+        }
+        if self.sources.len() >= SHARD_SOURCES_MAX {
+            notice(
+                cx,
+                format!("too many source brokers on shard {}", cx.shard.0),
+            );
+            return None;
+        }
+        let fetcher = match Fetcher::new(spec.fetch, spec.versions, &spec.client_id) {
+            Ok(f) => f,
+            Err(e) => {
+                notice(cx, format!("broker {}: {e}", spec.broker_id));
+                return None;
+            }
+        };
+        self.sources.push(Source {
+            spec,
+            fetcher,
+            socket: None,
+            link: Link::Down,
+            generation: 0,
+            out: BytesMut::with_capacity(64 * 1024),
+            sending: false,
+            receiving: false,
+            partial: None,
+            timer_armed: false,
+            logs: Vec::new(),
+        });
+        let i = self.sources.len() - 1;
+        self.connect(cx, i);
+        Some(i)
+    }
+
+    fn add_partition(
+        &mut self,
+        cx: &mut Cx<'_>,
+        spec: SourceSpec,
+        start: PartitionStart,
+        log: PartitionLog,
+    ) {
+        let tp = start.tp.clone();
+        let Some(i) = self.source_index(cx, spec) else {
+            let why = "cannot set up its source broker".to_string();
+            let _ = cx.emit(MirrorEvent::PartitionStopped { tp, why });
+            return;
+        };
+        let src = &mut self.sources[i];
+        match src.fetcher.add_partition(start) {
+            Ok(Slot(n)) => {
+                let n = n as usize;
+                if src.logs.len() <= n {
+                    src.logs.resize_with(n + 1, || None);
+                }
+                src.logs[n] = Some(log);
+                let _ = cx.emit(MirrorEvent::PartitionAdded { tp });
+                self.drive(cx, i);
+            }
+            Err(e) => {
+                let _ = cx.emit(MirrorEvent::PartitionStopped {
+                    tp,
+                    why: e.to_string(),
+                });
+            }
+        }
+    }
+
+    fn arm_timer(&mut self, cx: &mut Cx<'_>, i: usize, after: Duration) {
+        let src = &mut self.sources[i];
+        if src.timer_armed {
+            return;
+        }
+        if cx.ring.timeout(tag(i, 0, KIND_TIMER), after).is_ok() {
+            src.timer_armed = true;
+        }
+    }
+
+    fn connect(&mut self, cx: &mut Cx<'_>, i: usize) {
+        let src = &mut self.sources[i];
+        let addr = match src.spec.addr.to_socket_addrs().map(|mut a| a.next()) {
+            Ok(Some(a)) => a,
+            _ => {
+                let what = format!("cannot resolve source broker {}", src.spec.addr);
+                notice(cx, what);
+                self.arm_timer(cx, i, Duration::from_millis(SOURCE_RECONNECT_MS));
+                return;
+            }
+        };
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            None,
+        )
+        .and_then(|s| s.set_tcp_nodelay(true).map(|()| s));
+        let socket = match socket {
+            Ok(s) => s,
+            Err(e) => {
+                notice(cx, format!("socket for {}: {e}", src.spec.addr));
+                self.arm_timer(cx, i, Duration::from_millis(SOURCE_RECONNECT_MS));
+                return;
+            }
+        };
+        src.generation = src.generation.wrapping_add(1);
+        let t = tag(i, src.generation, KIND_CONNECT);
+        if cx.ring.connect(t, socket.as_raw_fd(), addr.into()).is_err() {
+            self.arm_timer(cx, i, Duration::from_millis(SOURCE_RECONNECT_MS));
+            return;
+        }
+        src.socket = Some(socket);
+        src.link = Link::Connecting;
+    }
+
+    /// Drops the connection: in-flight ops complete (shutdown wakes them) and are ignored by
+    /// generation; the fetcher forgets its session; a reconnect is scheduled.
+    fn disconnect(&mut self, cx: &mut Cx<'_>, i: usize, why: String) {
+        let src = &mut self.sources[i];
+        if let Some(s) = src.socket.take() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        src.link = Link::Down;
+        src.generation = src.generation.wrapping_add(1);
+        src.sending = false;
+        src.receiving = false;
+        src.partial = None;
+        src.out.clear();
+        src.fetcher.connection_lost(Instant::now());
+        notice(
+            cx,
+            format!("source broker {}: {why}; reconnecting", src.spec.addr),
+        );
+        self.arm_timer(cx, i, Duration::from_millis(SOURCE_RECONNECT_MS));
+    }
+
+    /// Sends the next request if the fetcher has one, and keeps a RECV posted while a response
+    /// is due.
+    fn drive(&mut self, cx: &mut Cx<'_>, i: usize) {
+        let src = &mut self.sources[i];
+        if src.link != Link::Up || src.sending {
+            return;
+        }
+        let now = Instant::now();
+        match src.fetcher.poll_request(&mut src.out, now) {
+            Ok(Poll::Sent(_)) => {
+                let request = src.out.split().freeze();
+                self.send(cx, i, request);
+                self.ensure_recv(cx, i);
+            }
+            Ok(Poll::NotBefore(t)) => {
+                self.arm_timer(cx, i, t.saturating_duration_since(now));
+            }
+            Ok(Poll::AwaitingResponse) => self.ensure_recv(cx, i),
+            Ok(Poll::Idle) => {}
+            Err(e) => self.disconnect(cx, i, e.to_string()),
+        }
+    }
+
+    fn send(&mut self, cx: &mut Cx<'_>, i: usize, data: Bytes) {
+        let src = &mut self.sources[i];
+        let Some(fd) = src.socket.as_ref().map(|s| s.as_raw_fd()) else {
+            return;
+        };
+        if cx
+            .ring
+            .send(tag(i, src.generation, KIND_SEND), fd, data)
+            .is_err()
+        {
+            self.disconnect(cx, i, "ring op slab full".to_string());
+            return;
+        }
+        self.sources[i].sending = true;
+    }
+
+    fn ensure_recv(&mut self, cx: &mut Cx<'_>, i: usize) {
+        let src = &mut self.sources[i];
+        if src.receiving || src.link != Link::Up {
+            return;
+        }
+        let Some(fd) = src.socket.as_ref().map(|s| s.as_raw_fd()) else {
+            return;
+        };
+        let slot = match src.partial.take().or_else(|| cx.arena.take()) {
+            Some(s) => s,
+            None => {
+                // Every slot holds records not yet appended elsewhere on this shard; they return
+                // within the loop iteration, so retry shortly.
+                self.arm_timer(cx, i, Duration::from_millis(ARENA_RETRY_MS));
+                return;
+            }
+        };
+        let max = slot.remaining();
+        if cx
+            .ring
+            .recv(tag(i, src.generation, KIND_RECV), fd, slot, max)
+            .is_err()
+        {
+            self.disconnect(cx, i, "ring op slab full".to_string());
+            return;
+        }
+        self.sources[i].receiving = true;
+    }
+
+    fn on_recv(&mut self, cx: &mut Cx<'_>, i: usize, c: Completion) {
+        self.sources[i].receiving = false;
+        let result = c.io_result();
+        let OpBuf::Slot(slot) = c.buf else {
+            unreachable!("RECV completions carry their slot")
+        };
+        if c.result <= 0 {
+            let why = match result {
+                Ok(_) => "connection closed by the source".to_string(),
+                Err(e) => format!("receive failed: {e}"),
+            };
+            self.disconnect(cx, i, why);
+            return;
+        }
+        let total = match frame::body_len(slot.filled()) {
+            Ok(Some(len)) => LENGTH_PREFIX_BYTES + len,
+            Ok(None) => {
+                self.sources[i].partial = Some(slot);
+                self.ensure_recv(cx, i);
+                return;
+            }
+            Err(e) => return self.disconnect(cx, i, e.to_string()),
+        };
+        if total > slot.capacity() {
+            let why = format!(
+                "response frame of {total} B exceeds the {} B arena slot (raise \
+                 runtime.arena_slot_bytes or lower fetch sizes)",
+                slot.capacity()
+            );
+            return self.disconnect(cx, i, why);
+        }
+        if slot.len() > total {
+            return self.disconnect(cx, i, "source sent bytes beyond the response".to_string());
+        }
+        if slot.len() < total {
+            self.sources[i].partial = Some(slot);
+            self.ensure_recv(cx, i);
+            return;
+        }
+        let body = slot.freeze().slice(LENGTH_PREFIX_BYTES..);
+        let mut events = std::mem::take(&mut self.events);
+        let handled = self.sources[i]
+            .fetcher
+            .handle_response(body, Instant::now(), &mut events);
+        self.apply_events(cx, i, &mut events);
+        self.events = events;
+        match handled {
+            Ok(()) => self.drive(cx, i),
+            Err(e) => self.disconnect(cx, i, e.to_string()),
+        }
+    }
+
+    fn apply_events(&mut self, cx: &mut Cx<'_>, i: usize, events: &mut Vec<FetchEvent>) {
+        for ev in events.drain(..) {
+            match ev {
+                FetchEvent::Records(r) => {
+                    let result = match self.log_mut(i, r.slot) {
+                        Some(log) => log.append(&mut RingIo::new(cx.ring), &r.records),
+                        None => continue,
+                    };
+                    if let Err(e) = result {
+                        self.stop_partition(cx, i, r.slot, format!("append failed: {e}"));
+                    }
+                }
+                FetchEvent::LogStartMoved { slot, to, .. } => {
+                    let result = match self.log_mut(i, slot) {
+                        Some(log) if log.log_end_offset() < to => {
+                            log.truncate_fully_and_start_at(&mut RingIo::new(cx.ring), to)
+                        }
+                        _ => Ok(()),
+                    };
+                    if let Err(e) = result {
+                        self.stop_partition(cx, i, slot, format!("cannot restart at {to}: {e}"));
+                    }
+                }
+                FetchEvent::Diverged(d) => {
+                    let why = format!("source log diverged from ours: {d:?}");
+                    self.stop_partition(cx, i, d.slot, why);
+                }
+                FetchEvent::Watermarks { .. } => {}
+                other => notice(
+                    cx,
+                    format!("source broker {}: {other:?}", self.sources[i].spec.addr),
+                ),
+            }
+        }
+    }
+
+    fn log_mut(&mut self, i: usize, slot: Slot) -> Option<&mut PartitionLog> {
+        self.sources[i].logs.get_mut(slot.0 as usize)?.as_mut()
+    }
+
+    fn stop_partition(&mut self, cx: &mut Cx<'_>, i: usize, slot: Slot, why: String) {
+        let src = &mut self.sources[i];
+        let log = src.logs.get_mut(slot.0 as usize).and_then(Option::take);
+        let tp = match src.fetcher.remove_partition(slot) {
+            Ok(tp) => tp,
+            Err(_) => match &log {
+                Some(l) => l.topic_partition().clone(),
+                None => return,
+            },
+        };
+        if let Some(log) = log {
+            // Close what can be closed; a failed log refuses, which the event already reports.
+            let _ = log.close(&mut RingIo::new(cx.ring));
+        }
+        let _ = cx.emit(MirrorEvent::PartitionStopped { tp, why });
+    }
+
+    fn on_send(&mut self, cx: &mut Cx<'_>, i: usize, c: Completion) {
+        let result = c.io_result();
+        let OpBuf::Bytes(data) = c.buf else {
+            unreachable!("SEND completions carry their bytes")
+        };
+        let sent = match result {
+            Ok(0) => return self.disconnect(cx, i, "send wrote nothing".to_string()),
+            Ok(n) => n,
+            Err(e) => return self.disconnect(cx, i, format!("send failed: {e}")),
+        };
+        self.sources[i].sending = false;
+        if sent < data.len() {
+            self.send(cx, i, data.slice(sent..));
+        } else {
+            self.drive(cx, i);
+        }
+    }
+}
+
+impl ShardHandler for MirrorShard {
+    type Msg = MirrorMsg;
+    type Event = MirrorEvent;
+
+    fn start(&mut self, _cx: &mut ShardCx<'_, MirrorEvent>) {}
+
+    fn on_message(&mut self, cx: &mut ShardCx<'_, MirrorEvent>, msg: MirrorMsg) {
+        match msg {
+            MirrorMsg::AddPartition { source, start, log } => {
+                self.add_partition(cx, source, start, *log)
+            }
+        }
+    }
+
+    fn on_completion(&mut self, cx: &mut ShardCx<'_, MirrorEvent>, c: Completion) {
+        let (i, generation, kind) = untag(c.tag);
+        let Some(src) = self.sources.get_mut(i) else {
+            return;
+        };
+        if kind == KIND_TIMER {
+            src.timer_armed = false;
+            match src.link {
+                Link::Down => self.connect(cx, i),
+                Link::Connecting => {}
+                Link::Up => {
+                    self.drive(cx, i);
+                    self.ensure_recv(cx, i);
+                }
+            }
+            return;
+        }
+        if generation != (src.generation & 0x00ff_ffff) {
+            // An op of a connection already dropped; its buffer is released here.
+            return;
+        }
+        match kind {
+            KIND_CONNECT => match c.io_result() {
+                Ok(_) => {
+                    src.link = Link::Up;
+                    self.drive(cx, i);
+                }
+                Err(e) => self.disconnect(cx, i, format!("connect failed: {e}")),
+            },
+            KIND_SEND => self.on_send(cx, i, c),
+            KIND_RECV => self.on_recv(cx, i, c),
+            _ => unreachable!("unknown op kind in tag {:#x}", c.tag),
+        }
+    }
+
+    fn stop(&mut self, cx: &mut ShardCx<'_, MirrorEvent>) {
+        for src in &mut self.sources {
+            if let Some(s) = src.socket.take() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+            for log in src.logs.iter_mut().filter_map(Option::take) {
+                let tp = log.topic_partition().clone();
+                if let Err(e) = log.close(&mut RingIo::new(cx.ring)) {
+                    let why = format!("close failed: {e}");
+                    let _ = cx.emit(MirrorEvent::PartitionStopped { tp, why });
+                }
+            }
+        }
+    }
+}
+
+/// The log end a partition log resumes from, for `PartitionStart`.
+pub fn resume_point(log: &PartitionLog) -> (Offset, crate::ids::LeaderEpoch) {
+    let epoch = log
+        .epoch_cache()
+        .latest_epoch()
+        .unwrap_or(crate::ids::LeaderEpoch::NONE);
+    (log.log_end_offset(), epoch)
+}
