@@ -26,6 +26,18 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Offline tools for partition directories in Kafka's format.
+    #[command(subcommand)]
+    Log(LogCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum LogCommand {
+    /// Check a partition directory (CRCs, offsets, indexes, epochs); exits non-zero naming the
+    /// first problem.
+    Verify { dir: PathBuf },
+    /// Print one line per batch of every segment.
+    Dump { dir: PathBuf },
 }
 
 fn serve(config: &std::path::Path) -> anyhow::Result<()> {
@@ -53,6 +65,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve { config } => serve(&config),
+        Command::Log(LogCommand::Verify { dir }) => kmirror::ops::log_tools::verify(&dir)
+            .map(|summary| println!("{summary}"))
+            .map_err(anyhow::Error::from),
+        Command::Log(LogCommand::Dump { dir }) => {
+            kmirror::ops::log_tools::dump(&dir, &mut std::io::stdout().lock())
+                .map_err(anyhow::Error::from)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,3 +1,4 @@
 //! Operator-facing edges: CLI tools, metrics, latency export, systemd notification.
 
 pub mod bench;
+pub mod log_tools;
