@@ -149,7 +149,7 @@ fn partial_tail_is_reported() {
     let dir = build(tmp.path());
     let path = file(&dir, 0, ".log");
     let mut bytes = std::fs::read(&path).expect("read");
-    bytes.extend_from_slice(&bytes[..30].to_vec());
+    bytes.extend_from_within(..30);
     std::fs::write(&path, bytes).expect("write");
     expect_problem(&dir, &path, "30 invalid bytes at the end");
 }
