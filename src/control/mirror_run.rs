@@ -6,8 +6,8 @@
 //! blocking client; the shards fetch on their rings.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -20,10 +20,12 @@ use crate::fetch::versions::Versions;
 use crate::ids::{ShardId, TopicPartition};
 use crate::log::config::LogConfig;
 use crate::log::io::StdIo;
+use crate::log::log_dir::LogDir;
 use crate::log::partition_log::PartitionLog;
-use crate::log::recovery::LoadOptions;
 use crate::log::LogError;
-use crate::runtime::mirror_shard::{resume_point, MirrorEvent, MirrorMsg, MirrorShard, SourceSpec};
+use crate::runtime::mirror_shard::{
+    resume_point, MirrorEvent, MirrorMsg, MirrorShard, ReturnedLogs, SourceSpec,
+};
 use crate::runtime::{Runtime, RuntimeError};
 
 /// Metadata refreshes while waiting for every partition to have a leader (new topics).
@@ -127,25 +129,15 @@ fn resolve_topics(
     }
 }
 
-fn open_or_create(
-    data_dir: &Path,
+/// Lends a partition's log (created if new) out of the log dir for a shard to own.
+fn lend_log(
+    dir: &mut LogDir,
     tp: &TopicPartition,
     topic_id: Uuid,
 ) -> Result<PartitionLog, LogError> {
-    let dir = data_dir.join(format!("{}-{}", tp.topic, tp.partition));
     let id = (!topic_id.is_nil()).then_some(topic_id);
-    if dir.exists() {
-        PartitionLog::open(
-            &dir,
-            tp.clone(),
-            id,
-            LogConfig::default(),
-            LoadOptions::unclean(),
-            &mut StdIo,
-        )
-    } else {
-        PartitionLog::create(&dir, tp.clone(), id, LogConfig::default())
-    }
+    dir.get_or_create(tp, id, None)?;
+    Ok(dir.take(tp).expect("just created or found"))
 }
 
 /// The shard that owns a partition: a stable hash of its name, so restarts keep the mapping.
@@ -170,6 +162,11 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
     })?;
     let mut client = bootstrap(config)?;
     let (md, topics) = resolve_topics(&mut client, config)?;
+    // Opened once the source answered, so a source outage leaves the data dir untouched.
+    // Opening recovers every partition found (fully unless the last stop was clean); an error
+    // from here until the shards start leaves the dir without its clean-shutdown marker, so
+    // the next start recovers again.
+    let mut log_dir = LogDir::open(data_dir, LogConfig::default(), &mut StdIo)?;
     let mut versions: HashMap<i32, (String, Versions)> = HashMap::new();
     let mut work = Vec::new();
     for t in &topics {
@@ -182,7 +179,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
                 e.insert((addr, v));
             }
             let tp = TopicPartition::new(t.name.clone(), p.partition);
-            let log = open_or_create(data_dir, &tp, t.topic_id)?;
+            let log = lend_log(&mut log_dir, &tp, t.topic_id)?;
             let (log_end, last_epoch) = resume_point(&log);
             let start = PartitionStart {
                 tp,
@@ -195,7 +192,21 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         }
     }
     drop(client);
-    let mut rt = Runtime::start(&config.runtime_config(), |_| MirrorShard::new())?;
+    let returned: ReturnedLogs = Arc::new(Mutex::new(Vec::new()));
+    let shard_returned = Arc::clone(&returned);
+    let started = Runtime::start(&config.runtime_config(), move |_| {
+        MirrorShard::new(Arc::clone(&shard_returned))
+    });
+    let mut rt = match started {
+        Ok(rt) => rt,
+        Err(e) => {
+            for (_, _, log) in work {
+                log_dir.restore(log);
+            }
+            log_dir.close(&mut StdIo)?;
+            return Err(e.into());
+        }
+    };
     for info in rt.infos() {
         tracing::info!(
             shard = info.shard.0,

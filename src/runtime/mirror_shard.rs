@@ -18,6 +18,7 @@
 
 use std::net::{Shutdown, ToSocketAddrs};
 use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -115,16 +116,30 @@ struct Source {
     logs: Vec<Option<PartitionLog>>,
 }
 
+/// Logs handed back to the control thread when a shard stops or drops a partition, so the
+/// control thread can checkpoint and close the whole log dir. Locked only at those moments.
+pub type ReturnedLogs = Arc<Mutex<Vec<PartitionLog>>>;
+
 /// The mirroring `ShardHandler`.
-#[derive(Default)]
 pub struct MirrorShard {
     sources: Vec<Source>,
     events: Vec<FetchEvent>,
+    returned: ReturnedLogs,
 }
 
 impl MirrorShard {
-    pub fn new() -> MirrorShard {
-        MirrorShard::default()
+    pub fn new(returned: ReturnedLogs) -> MirrorShard {
+        MirrorShard {
+            sources: Vec::new(),
+            events: Vec::new(),
+            returned,
+        }
+    }
+
+    fn give_back(&self, log: PartitionLog) {
+        // A poisoned lock means another shard panicked mid-push; the Vec is still sound.
+        let mut logs = self.returned.lock().unwrap_or_else(|p| p.into_inner());
+        logs.push(log);
     }
 }
 
@@ -446,8 +461,7 @@ impl MirrorShard {
             },
         };
         if let Some(log) = log {
-            // Close what can be closed; a failed log refuses, which the event already reports.
-            let _ = log.close(&mut RingIo::new(cx.ring));
+            self.give_back(log);
         }
         let _ = cx.emit(MirrorEvent::PartitionStopped { tp, why });
     }
@@ -520,18 +534,18 @@ impl ShardHandler for MirrorShard {
         }
     }
 
-    fn stop(&mut self, cx: &mut ShardCx<'_, MirrorEvent>) {
+    /// Hands every log back to the control thread, which closes the log dir as a whole
+    /// (final index entries, fsync, checkpoints, clean-shutdown marker).
+    fn stop(&mut self, _cx: &mut ShardCx<'_, MirrorEvent>) {
+        let mut logs = Vec::new();
         for src in &mut self.sources {
             if let Some(s) = src.socket.take() {
                 let _ = s.shutdown(Shutdown::Both);
             }
-            for log in src.logs.iter_mut().filter_map(Option::take) {
-                let tp = log.topic_partition().clone();
-                if let Err(e) = log.close(&mut RingIo::new(cx.ring)) {
-                    let why = format!("close failed: {e}");
-                    let _ = cx.emit(MirrorEvent::PartitionStopped { tp, why });
-                }
-            }
+            logs.extend(src.logs.iter_mut().filter_map(Option::take));
+        }
+        for log in logs {
+            self.give_back(log);
         }
     }
 }
