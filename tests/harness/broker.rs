@@ -1,0 +1,390 @@
+//! Starting, stopping and addressing one Kafka broker (KRaft, or ZooKeeper for old releases).
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+
+use super::jars;
+use super::process::{run_bounded, tail, Jvm};
+
+/// How long a broker may take to start. Generous: the machine's two cores are shared and a cold
+/// JVM on a busy box can take tens of seconds.
+const START_LIMIT: Duration = Duration::from_secs(180);
+/// How long a graceful shutdown (SIGTERM) may take before the harness kills the JVM.
+const STOP_LIMIT: Duration = Duration::from_secs(60);
+/// Attempts with fresh ports when another process took a port between our probe and the bind.
+const PORT_ATTEMPTS: usize = 3;
+
+/// A Kafka release the harness can run, and how it keeps metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KafkaVersion {
+    name: &'static str,
+    metadata: Metadata,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Metadata {
+    Kraft,
+    ZooKeeper,
+}
+
+impl KafkaVersion {
+    /// The release the project targets (tests/kafka/pom.xml).
+    pub const DEFAULT: KafkaVersion = KafkaVersion {
+        name: "4.1.1",
+        metadata: Metadata::Kraft,
+    };
+    /// The last 3.x release (KRaft).
+    pub const V3_9_1: KafkaVersion = KafkaVersion {
+        name: "3.9.1",
+        metadata: Metadata::Kraft,
+    };
+
+    /// Every release the harness can start, newest first.
+    pub const ALL: &'static [KafkaVersion] = &[KafkaVersion::DEFAULT, KafkaVersion::V3_9_1];
+
+    pub fn name(self) -> &'static str {
+        self.name
+    }
+
+    /// Looks a release up by its version string ("4.1.1", "3.9.1", ...).
+    pub fn parse(name: &str) -> KafkaVersion {
+        *Self::ALL
+            .iter()
+            .find(|v| v.name == name)
+            .unwrap_or_else(|| {
+                panic!(
+                    "the harness cannot run Kafka {name}; known: {:?}",
+                    Self::ALL
+                )
+            })
+    }
+
+    /// The log line a broker of this release prints once it serves clients with current metadata.
+    fn started_marker(self) -> &'static str {
+        match self.metadata {
+            Metadata::Kraft => "Kafka Server started",
+            Metadata::ZooKeeper => "] started (kafka.server.KafkaServer)",
+        }
+    }
+}
+
+/// One running (or stopped) broker with its own directory under the system temp dir.
+pub struct Kafka {
+    // Declared first so it is dropped (the JVM killed) before the directory is removed.
+    jvm: Option<Jvm>,
+    zookeeper: Option<Jvm>,
+    pub version: KafkaVersion,
+    dir: PathBuf,
+    _owned_dir: Option<tempfile::TempDir>,
+    port: u16,
+    controller_port: u16,
+    zookeeper_port: u16,
+}
+
+impl Kafka {
+    /// A 4.1.1 KRaft broker owned by the caller (stopped and deleted on drop).
+    pub fn start_dedicated() -> Kafka {
+        Kafka::start_version(KafkaVersion::DEFAULT.name())
+    }
+
+    /// A broker of an older (or the default) release, owned by the caller.
+    pub fn start_version(version: &str) -> Kafka {
+        Kafka::start_with(KafkaVersion::parse(version), &[])
+    }
+
+    /// A caller-owned broker with extra `server.properties` lines (later ones win).
+    pub fn start_with(version: KafkaVersion, extra: &[(&str, &str)]) -> Kafka {
+        Kafka::start_in(version, false, extra)
+    }
+
+    /// The broker behind [`super::shared`]: its directory is removed by the JVM watchdog once the
+    /// test process is gone, because statics are never dropped.
+    pub(super) fn start_shared(version: KafkaVersion) -> Kafka {
+        Kafka::start_in(version, true, &[])
+    }
+
+    fn start_in(version: KafkaVersion, shared: bool, extra: &[(&str, &str)]) -> Kafka {
+        // Owned until the broker runs, so a failed start still removes the directory.
+        let tmp = tempfile::Builder::new()
+            .prefix("kmirror-kafka-")
+            .tempdir()
+            .expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        let mut last_log = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let mut k = Kafka {
+                jvm: None,
+                zookeeper: None,
+                version,
+                dir: dir.clone(),
+                _owned_dir: None,
+                port: free_port(),
+                controller_port: free_port(),
+                zookeeper_port: free_port(),
+            };
+            k.write_config(extra);
+            if version.metadata == Metadata::Kraft {
+                k.format_storage();
+            }
+            match k.launch(shared) {
+                Ok(()) => {
+                    if shared {
+                        let _ = tmp.keep();
+                    } else {
+                        k._owned_dir = Some(tmp);
+                    }
+                    return k;
+                }
+                Err(log) if log.contains("Address already in use") => {
+                    last_log = log;
+                    k.jvm.take();
+                    k.zookeeper.take();
+                    let _ = std::fs::remove_dir_all(k.data_dir());
+                    // The shared broker's watchdog removed the whole directory with the JVM.
+                    std::fs::create_dir_all(&dir).expect("recreate broker dir");
+                }
+                Err(log) => {
+                    panic!(
+                        "Kafka {} failed to start in {}:\n{log}",
+                        version.name,
+                        dir.display()
+                    )
+                }
+            }
+        }
+        panic!(
+            "Kafka {} could not bind free ports after {PORT_ATTEMPTS} tries:\n{last_log}",
+            version.name
+        )
+    }
+
+    /// `host:port` for clients.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The broker's `log.dirs` folder.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// The broker's own directory for one partition (`<log.dirs>/<topic>-<partition>`).
+    pub fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
+        self.data_dir().join(format!("{topic}-{partition}"))
+    }
+
+    /// The broker's log (stdout, stderr and log4j), appended across restarts.
+    pub fn log_file(&self) -> PathBuf {
+        self.dir.join("broker.log")
+    }
+
+    /// The broker JVM's process id while it runs.
+    pub fn jvm_pid(&self) -> Option<u32> {
+        self.jvm.as_ref().map(|j| j.pid)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.jvm {
+            Some(j) => j.try_wait().is_none(),
+            None => false,
+        }
+    }
+
+    /// Graceful shutdown (SIGTERM): the broker flushes, writes its checkpoints and clean-shutdown
+    /// marker, and trims its active segment's preallocated index files.
+    pub fn stop(&mut self) {
+        let Some(mut jvm) = self.jvm.take() else {
+            return;
+        };
+        jvm.signal("TERM");
+        if jvm.wait_for(STOP_LIMIT).is_none() {
+            panic!(
+                "Kafka did not stop within {STOP_LIMIT:?} of SIGTERM; log tail:\n{}",
+                tail(&self.log_file(), 40)
+            );
+        }
+        drop(jvm);
+    }
+
+    /// Hard crash (SIGKILL): no flush, no checkpoints, as after a power cut of the process.
+    pub fn kill(&mut self) {
+        if let Some(jvm) = self.jvm.take() {
+            jvm.kill();
+        }
+    }
+
+    /// Starts the broker again on the same directory and ports after [`stop`](Self::stop) or
+    /// [`kill`](Self::kill).
+    pub fn restart(&mut self) {
+        self.stop();
+        if let Err(log) = self.launch(false) {
+            panic!("Kafka {} failed to restart:\n{log}", self.version.name);
+        }
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.dir.join("server.properties")
+    }
+
+    fn write_config(&self, extra: &[(&str, &str)]) {
+        let data = self.data_dir();
+        let mut props: Vec<(String, String)> = Vec::new();
+        let mut set = |k: &str, v: String| props.push((k.to_string(), v));
+        match self.version.metadata {
+            Metadata::Kraft => {
+                set("process.roles", "broker,controller".into());
+                set("node.id", "1".into());
+                set(
+                    "controller.quorum.voters",
+                    format!("1@127.0.0.1:{}", self.controller_port),
+                );
+                set(
+                    "listeners",
+                    format!(
+                        "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
+                        self.port, self.controller_port
+                    ),
+                );
+                set("controller.listener.names", "CONTROLLER".into());
+                set(
+                    "listener.security.protocol.map",
+                    "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
+                );
+                set("inter.broker.listener.name", "PLAINTEXT".into());
+            }
+            Metadata::ZooKeeper => {
+                set("broker.id", "0".into());
+                set(
+                    "zookeeper.connect",
+                    format!("127.0.0.1:{}", self.zookeeper_port),
+                );
+                set("listeners", format!("PLAINTEXT://127.0.0.1:{}", self.port));
+            }
+        }
+        set(
+            "advertised.listeners",
+            format!("PLAINTEXT://127.0.0.1:{}", self.port),
+        );
+        set("log.dirs", data.display().to_string());
+        set("num.partitions", "1".into());
+        set("auto.create.topics.enable", "false".into());
+        set("offsets.topic.replication.factor", "1".into());
+        // One partition each: creating 50 internal partitions costs seconds at every start.
+        set("offsets.topic.num.partitions", "1".into());
+        set("transaction.state.log.replication.factor", "1".into());
+        set("transaction.state.log.min.isr", "1".into());
+        set("transaction.state.log.num.partitions", "1".into());
+        set("group.initial.rebalance.delay.ms", "0".into());
+        if self.version.name.starts_with('4') {
+            set(
+                "share.coordinator.state.topic.replication.factor",
+                "1".into(),
+            );
+            set("share.coordinator.state.topic.min.isr", "1".into());
+        }
+        for (k, v) in extra {
+            set(k, v.to_string());
+        }
+        let text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        std::fs::write(self.config_path(), text).expect("write server.properties");
+        std::fs::write(self.dir.join("log4j.properties"), BROKER_LOG4J).expect("write log4j");
+    }
+
+    /// `kafka-storage format`: a KRaft broker refuses to start on an unformatted directory.
+    fn format_storage(&self) {
+        let _ = std::fs::remove_dir_all(self.data_dir());
+        let cluster_id = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(uuid::Uuid::new_v4().as_bytes());
+        let mut cmd = Command::new(jars::java());
+        cmd.args(jars::tool_jvm_flags())
+            .arg("-cp")
+            .arg(jars::classpath(self.version.name))
+            .arg("kafka.tools.StorageTool")
+            .args(["format", "-t", &cluster_id, "-c"])
+            .arg(self.config_path());
+        let out = run_bounded(&mut cmd, Duration::from_secs(120));
+        assert!(
+            out.status.success(),
+            "StorageTool format failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn broker_command(&self) -> Command {
+        let mut cmd = Command::new(jars::java());
+        cmd.args([
+            "-Xmx512m",
+            "-Xms128m",
+            "-XX:+UseSerialGC",
+            "-Djava.awt.headless=true",
+        ])
+        .arg(format!(
+            "-Dlog4j.configuration=file:{}",
+            self.dir.join("log4j.properties").display()
+        ))
+        .arg(jars::quiet_logging_flags().pop().expect("log4j2 flag"))
+        .arg("-cp")
+        .arg(jars::classpath(self.version.name))
+        .arg("kafka.Kafka")
+        .arg(self.config_path())
+        .current_dir(&self.dir);
+        cmd
+    }
+
+    /// Starts the JVM(s) and waits until the broker serves clients. `Err` carries the log tail.
+    fn launch(&mut self, remove_dir_after: bool) -> Result<(), String> {
+        let log = self.log_file();
+        let log_start = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+        let remove_after = remove_dir_after.then_some(self.dir.as_path());
+        self.jvm = Some(Jvm::spawn(&self.broker_command(), &log, remove_after));
+        self.wait_started(&log, log_start)
+    }
+
+    fn wait_started(&mut self, log: &Path, log_start: u64) -> Result<(), String> {
+        let deadline = Instant::now() + START_LIMIT;
+        let marker = self.version.started_marker();
+        loop {
+            let text = std::fs::read(log).unwrap_or_default();
+            let fresh = String::from_utf8_lossy(&text[(log_start as usize).min(text.len())..]);
+            if fresh.contains(marker) && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            let exited = self.jvm.as_mut().and_then(|j| j.try_wait());
+            if let Some(status) = exited {
+                return Err(format!(
+                    "broker exited with {status}; log tail:\n{}",
+                    tail(log, 60)
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "broker not ready within {START_LIMIT:?}; log tail:\n{}",
+                    tail(log, 60)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Broker logging: everything at INFO to stdout, which the watchdog appends to `broker.log`.
+const BROKER_LOG4J: &str = "log4j.rootLogger=INFO, stdout\n\
+    log4j.appender.stdout=org.apache.log4j.ConsoleAppender\n\
+    log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n\
+    log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n\n";
+
+/// A port that was free a moment ago. Another process may take it before the broker binds it;
+/// the caller retries with new ports when the broker log says so.
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local_addr").port()
+}

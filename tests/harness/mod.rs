@@ -1,0 +1,46 @@
+//! The real-Kafka test harness shared by the integration test binaries (`mod harness;`).
+//!
+//! It starts Apache Kafka brokers from the Maven jars cached by `tests/kafka/fetch-jars.sh`,
+//! drives them with the real Java clients (`tests/java/KafkaTool.java`) and runs Kafka's own
+//! `DumpLogSegments` on any partition directory. Nothing here imitates Kafka: every answer a
+//! test checks comes from Kafka's code.
+//!
+//! * [`shared`]: one KRaft broker per test binary, started on first use and killed when the test
+//!   process exits, however it exits.
+//! * [`Kafka::start_dedicated`] / [`Kafka::start_version`]: a broker owned by one test, for tests
+//!   that stop, kill or restart it, or need an older Kafka.
+#![allow(dead_code, unused_imports)] // each test binary uses a different part of the harness
+
+mod broker;
+pub mod dump;
+pub mod files;
+mod jars;
+mod process;
+mod tool;
+
+pub use broker::{Kafka, KafkaVersion};
+pub use dump::{dump_log_segments, DumpBatch, DumpFlags, DumpOutput};
+pub use jars::kafka_libs;
+pub use tool::{Codec, ConsumedRecord, Isolation, ProduceOpts, Produced, TxnEnd};
+
+use std::sync::OnceLock;
+
+/// The broker shared by every test of this test binary (Kafka 4.1.1, KRaft).
+///
+/// Tests sharing it must use their own topic names. It lives until the test process exits; the
+/// process watchdog in `process.rs` then kills the JVM and removes its directory.
+pub fn shared() -> &'static Kafka {
+    static SHARED: OnceLock<Kafka> = OnceLock::new();
+    SHARED.get_or_init(|| Kafka::start_shared(KafkaVersion::DEFAULT))
+}
+
+/// A topic name unique within this process, readable in broker logs.
+pub fn unique_topic(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}

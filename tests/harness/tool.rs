@@ -1,0 +1,448 @@
+//! The Java clients, through `tests/java/KafkaTool.java`: create topics, produce with any codec,
+//! idempotence or transactions, consume, list offsets, delete records, alter configs.
+//!
+//! Every function takes a bootstrap address, so the same calls work against a Kafka broker and
+//! against kmirror's own Kafka-protocol endpoint.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde::Deserialize;
+
+use super::broker::{Kafka, KafkaVersion};
+use super::jars;
+use super::process::run_bounded;
+
+/// A tool run that takes longer than this has hung (a produce of a few thousand records takes
+/// seconds).
+const TOOL_LIMIT: Duration = Duration::from_secs(180);
+
+/// Compression codec of produced batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Codec {
+    #[default]
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl Codec {
+    pub const ALL: [Codec; 5] = [
+        Codec::None,
+        Codec::Gzip,
+        Codec::Snappy,
+        Codec::Lz4,
+        Codec::Zstd,
+    ];
+
+    /// The name Kafka uses (`compression.type`, and DumpLogSegments' `compresscodec:`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::None => "none",
+            Codec::Gzip => "gzip",
+            Codec::Snappy => "snappy",
+            Codec::Lz4 => "lz4",
+            Codec::Zstd => "zstd",
+        }
+    }
+}
+
+/// How one transaction of a transactional produce ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnEnd {
+    Commit,
+    Abort,
+    /// Left open: the producer process halts without ending it (only valid last).
+    Open,
+}
+
+impl TxnEnd {
+    fn name(self) -> &'static str {
+        match self {
+            TxnEnd::Commit => "commit",
+            TxnEnd::Abort => "abort",
+            TxnEnd::Open => "open",
+        }
+    }
+}
+
+/// How to produce. Record `i` has key `key-<seed>-<i>` and a value of `value_bytes` letters
+/// drawn from a generator seeded with `seed`, so runs are reproducible.
+#[derive(Debug, Clone)]
+pub struct ProduceOpts {
+    pub codec: Codec,
+    pub idempotent: bool,
+    /// One transaction per entry, records split evenly among them. Empty: not transactional.
+    pub transactions: Vec<TxnEnd>,
+    pub transactional_id: Option<String>,
+    pub transaction_timeout_ms: Option<u32>,
+    /// Producer `batch.size` in bytes.
+    pub batch_size: u32,
+    /// Producer `linger.ms`.
+    pub linger_ms: u32,
+    pub seed: u64,
+    pub value_bytes: usize,
+    /// Headers per record (`h0`, `h1`, ...).
+    pub headers: u32,
+}
+
+impl Default for ProduceOpts {
+    fn default() -> Self {
+        ProduceOpts {
+            codec: Codec::None,
+            idempotent: false,
+            transactions: Vec::new(),
+            transactional_id: None,
+            transaction_timeout_ms: None,
+            batch_size: 16384,
+            linger_ms: 5,
+            seed: 1,
+            value_bytes: 100,
+            headers: 0,
+        }
+    }
+}
+
+/// What a produce reported: the offset of every record, in send order.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Produced {
+    pub count: usize,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub offsets: Vec<i64>,
+}
+
+/// Consumer `isolation.level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    ReadUncommitted,
+    ReadCommitted,
+}
+
+/// One consumed record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumedRecord {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+#[derive(Deserialize)]
+struct RawRecord {
+    offset: i64,
+    timestamp: i64,
+    key: Option<String>,
+    value: Option<String>,
+    headers: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct Offsets {
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+/// Runs `KafkaTool <args>`; panics with its stderr if it fails.
+pub fn run_tool(args: &[String]) -> Output {
+    let out = run_tool_unchecked(args);
+    assert!(
+        out.status.success(),
+        "KafkaTool {} failed ({}):\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs `KafkaTool <args>` and returns whatever happened, for tests that expect failures.
+pub fn run_tool_unchecked(args: &[String]) -> Output {
+    let libs = jars::classpath(KafkaVersion::DEFAULT.name());
+    let mut cmd = Command::new(jars::java());
+    cmd.args(jars::tool_jvm_flags())
+        .arg("-cp")
+        .arg(format!("{}:{libs}", compiled_tool().display()))
+        .arg("KafkaTool")
+        .args(args);
+    run_bounded(&mut cmd, TOOL_LIMIT)
+}
+
+/// Compiles KafkaTool.java once per source version into the cache (a JVM compiling the source
+/// on every launch would add seconds to each call).
+fn compiled_tool() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java/KafkaTool.java");
+        let text = std::fs::read(&src).unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
+        let key = crc32fast::hash(&text);
+        let dir = jars::cache_root()
+            .join("kafkatool")
+            .join(format!("{}-{key:08x}", KafkaVersion::DEFAULT.name()));
+        if dir.join("KafkaTool.class").exists() {
+            return dir;
+        }
+        let tmp = jars::cache_root()
+            .join("kafkatool")
+            .join(format!(".build-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).expect("create tool build dir");
+        let mut cmd = Command::new(jars::javac());
+        cmd.args(["-nowarn", "-d"])
+            .arg(&tmp)
+            .arg("-cp")
+            .arg(jars::classpath(KafkaVersion::DEFAULT.name()))
+            .arg(&src);
+        let out = run_bounded(&mut cmd, TOOL_LIMIT);
+        assert!(
+            out.status.success(),
+            "javac KafkaTool.java:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Another test process may have finished the same build first; either copy is good.
+        if std::fs::rename(&tmp, &dir).is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        assert!(
+            dir.join("KafkaTool.class").exists(),
+            "compiled tool missing in {}",
+            dir.display()
+        );
+        dir
+    })
+}
+
+fn stdout_lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn parse_json<T: for<'de> Deserialize<'de>>(line: &str) -> T {
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("KafkaTool printed {line:?}: {e}"))
+}
+
+fn s(v: impl ToString) -> String {
+    v.to_string()
+}
+
+pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let mut args = vec![
+        s("create-topic"),
+        s("--bootstrap"),
+        s(bootstrap),
+        s("--topic"),
+        s(topic),
+    ];
+    args.extend([s("--partitions"), s(partitions)]);
+    for (k, v) in configs {
+        args.extend([s("--config"), format!("{k}={v}")]);
+    }
+    run_tool(&args);
+}
+
+pub fn produce(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    n: usize,
+    o: &ProduceOpts,
+) -> Produced {
+    let mut args = vec![
+        s("produce"),
+        s("--bootstrap"),
+        s(bootstrap),
+        s("--topic"),
+        s(topic),
+    ];
+    args.extend([s("--partition"), s(partition), s("--count"), s(n)]);
+    args.extend([s("--codec"), s(o.codec.name()), s("--seed"), s(o.seed)]);
+    args.extend([
+        s("--batch-size"),
+        s(o.batch_size),
+        s("--linger-ms"),
+        s(o.linger_ms),
+    ]);
+    args.extend([
+        s("--value-bytes"),
+        s(o.value_bytes),
+        s("--headers"),
+        s(o.headers),
+    ]);
+    if o.idempotent {
+        args.push(s("--idempotent"));
+    }
+    if !o.transactions.is_empty() {
+        let ends: Vec<&str> = o.transactions.iter().map(|t| t.name()).collect();
+        args.extend([s("--txns"), ends.join(",")]);
+    }
+    if let Some(id) = &o.transactional_id {
+        args.extend([s("--txn-id"), s(id)]);
+    }
+    if let Some(ms) = o.transaction_timeout_ms {
+        args.extend([s("--txn-timeout-ms"), s(ms)]);
+    }
+    let out = run_tool(&args);
+    let lines = stdout_lines(&out);
+    let produced: Produced = parse_json(lines.last().expect("produce printed nothing"));
+    assert_eq!(
+        produced.count, n,
+        "producer acknowledged {} of {n} records",
+        produced.count
+    );
+    produced
+}
+
+pub fn consume(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    from: i64,
+    max: usize,
+    isolation: Isolation,
+) -> Vec<ConsumedRecord> {
+    let iso = match isolation {
+        Isolation::ReadCommitted => "read_committed",
+        Isolation::ReadUncommitted => "read_uncommitted",
+    };
+    let mut args = vec![
+        s("consume"),
+        s("--bootstrap"),
+        s(bootstrap),
+        s("--topic"),
+        s(topic),
+    ];
+    args.extend([
+        s("--partition"),
+        s(partition),
+        s("--from"),
+        s(from),
+        s("--max"),
+        s(max),
+    ]);
+    args.extend([s("--isolation"), s(iso), s("--timeout-ms"), s(30_000)]);
+    let out = run_tool(&args);
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let decode = |t: &str| {
+        b64.decode(t)
+            .unwrap_or_else(|e| panic!("base64 {t:?}: {e}"))
+    };
+    stdout_lines(&out)
+        .iter()
+        .map(|l| {
+            let r: RawRecord = parse_json(l);
+            ConsumedRecord {
+                offset: r.offset,
+                timestamp: r.timestamp,
+                key: r.key.as_deref().map(decode),
+                value: r.value.as_deref().map(decode),
+                headers: r
+                    .headers
+                    .into_iter()
+                    .map(|(k, v)| (k, decode(&v)))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+pub fn offsets(bootstrap: &str, topic: &str, partition: i32) -> Offsets {
+    let mut args = vec![
+        s("offsets"),
+        s("--bootstrap"),
+        s(bootstrap),
+        s("--topic"),
+        s(topic),
+    ];
+    args.extend([s("--partition"), s(partition)]);
+    parse_json(
+        stdout_lines(&run_tool(&args))
+            .last()
+            .expect("offsets printed nothing"),
+    )
+}
+
+/// Deletes records before `before`; returns the new low watermark.
+pub fn delete_records(bootstrap: &str, topic: &str, partition: i32, before: i64) -> i64 {
+    let mut args = vec![
+        s("delete-records"),
+        s("--bootstrap"),
+        s(bootstrap),
+        s("--topic"),
+        s(topic),
+    ];
+    args.extend([s("--partition"), s(partition), s("--before"), s(before)]);
+    #[derive(Deserialize)]
+    struct R {
+        low_watermark: i64,
+    }
+    let r: R = parse_json(stdout_lines(&run_tool(&args)).last().expect("no output"));
+    r.low_watermark
+}
+
+pub fn alter_config(bootstrap: &str, topic: &str, configs: &[(&str, &str)]) {
+    let mut args = vec![
+        s("alter-config"),
+        s("--bootstrap"),
+        s(bootstrap),
+        s("--topic"),
+        s(topic),
+    ];
+    for (k, v) in configs {
+        args.extend([s("--set"), format!("{k}={v}")]);
+    }
+    run_tool(&args);
+}
+
+/// The same operations as methods on a broker.
+impl Kafka {
+    /// Creates the topic and waits until the broker has made every partition's directory
+    /// (it does so when it applies the metadata change, after the Admin call returns).
+    pub fn create_topic(&self, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+        create_topic(&self.bootstrap(), topic, partitions, configs);
+        let deadline = std::time::Instant::now() + TOOL_LIMIT;
+        for p in 0..partitions {
+            while !self.partition_dir(topic, p).is_dir() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "broker made no directory for {topic}-{p} within {TOOL_LIMIT:?}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    pub fn produce(&self, topic: &str, partition: i32, n: usize, opts: &ProduceOpts) -> Produced {
+        produce(&self.bootstrap(), topic, partition, n, opts)
+    }
+
+    pub fn consume(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        max: usize,
+        isolation: Isolation,
+    ) -> Vec<ConsumedRecord> {
+        consume(&self.bootstrap(), topic, partition, from, max, isolation)
+    }
+
+    pub fn offsets(&self, topic: &str, partition: i32) -> Offsets {
+        offsets(&self.bootstrap(), topic, partition)
+    }
+
+    pub fn delete_records(&self, topic: &str, partition: i32, before: i64) -> i64 {
+        delete_records(&self.bootstrap(), topic, partition, before)
+    }
+
+    pub fn alter_config(&self, topic: &str, configs: &[(&str, &str)]) {
+        alter_config(&self.bootstrap(), topic, configs)
+    }
+}

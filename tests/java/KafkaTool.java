@@ -1,0 +1,306 @@
+// A small command-line client for the kmirror test harness. It drives a real broker with the real
+// Java clients (Admin, Producer, Consumer), so tests check kmirror against what Kafka itself
+// writes. Output is one JSON object per line on stdout; errors go to stderr with exit code 1.
+//
+//   create-topic  --bootstrap B --topic T --partitions N [--config k=v]...
+//   produce       --bootstrap B --topic T --partition P --count N [--codec none|gzip|snappy|lz4|zstd]
+//                 [--idempotent] [--txns commit,abort,...|open] [--txn-id ID] [--txn-timeout-ms MS]
+//                 [--batch-size BYTES] [--linger-ms MS] [--seed S] [--value-bytes N] [--headers N]
+//   consume       --bootstrap B --topic T --partition P --from OFFSET --max N
+//                 [--isolation read_committed|read_uncommitted] [--timeout-ms MS]
+//   offsets       --bootstrap B --topic T --partition P
+//   delete-records --bootstrap B --topic T --partition P --before OFFSET
+//   alter-config  --bootstrap B --topic T --set k=v...
+//
+// `produce --txns` splits the records evenly over one transaction per listed outcome. The outcome
+// `open` leaves the last transaction open: the tool flushes, prints its result and halts the JVM
+// without aborting, as a crashed producer would.
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Random;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.ListOffsetsResult;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.RecordsToDelete;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public class KafkaTool {
+    public static void main(String[] argv) throws Exception {
+        if (argv.length == 0) {
+            throw new IllegalArgumentException("usage: KafkaTool <command> [--flag value]...");
+        }
+        Args a = new Args(argv);
+        switch (argv[0]) {
+            case "create-topic" -> createTopic(a);
+            case "produce" -> produce(a);
+            case "consume" -> consume(a);
+            case "offsets" -> offsets(a);
+            case "delete-records" -> deleteRecords(a);
+            case "alter-config" -> alterConfig(a);
+            default -> throw new IllegalArgumentException("unknown command " + argv[0]);
+        }
+    }
+
+    static Admin admin(Args a) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", a.get("bootstrap"));
+        p.put("request.timeout.ms", "20000");
+        p.put("default.api.timeout.ms", "60000");
+        return Admin.create(p);
+    }
+
+    static void createTopic(Args a) throws Exception {
+        String topic = a.get("topic");
+        int partitions = Integer.parseInt(a.get("partitions", "1"));
+        Map<String, String> configs = new HashMap<>();
+        for (String kv : a.all("config")) {
+            int eq = kv.indexOf('=');
+            configs.put(kv.substring(0, eq), kv.substring(eq + 1));
+        }
+        try (Admin admin = admin(a)) {
+            NewTopic t = new NewTopic(topic, partitions, (short) 1).configs(configs);
+            admin.createTopics(List.of(t)).all().get(60, TimeUnit.SECONDS);
+            // Creation returns before every partition has a leader; producers would then retry
+            // and reorder nothing, but tests read partition directories right away.
+            long deadline = System.currentTimeMillis() + 30_000;
+            while (true) {
+                TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames()
+                        .get(30, TimeUnit.SECONDS).get(topic);
+                boolean ready = d.partitions().size() == partitions;
+                for (TopicPartitionInfo pi : d.partitions()) {
+                    ready &= pi.leader() != null && !pi.leader().isEmpty();
+                }
+                if (ready) break;
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException("topic " + topic + " has no leaders: " + d);
+                }
+                Thread.sleep(50);
+            }
+        }
+        System.out.println("{\"topic\":\"" + topic + "\",\"partitions\":" + partitions + "}");
+    }
+
+    static void produce(Args a) throws Exception {
+        String topic = a.get("topic");
+        int partition = Integer.parseInt(a.get("partition", "0"));
+        int count = Integer.parseInt(a.get("count"));
+        long seed = Long.parseLong(a.get("seed", "1"));
+        int valueBytes = Integer.parseInt(a.get("value-bytes", "100"));
+        int headers = Integer.parseInt(a.get("headers", "0"));
+        String[] txns = a.has("txns") ? a.get("txns").split(",") : new String[0];
+
+        Properties p = new Properties();
+        p.put("bootstrap.servers", a.get("bootstrap"));
+        p.put("key.serializer", ByteArraySerializer.class.getName());
+        p.put("value.serializer", ByteArraySerializer.class.getName());
+        p.put("compression.type", a.get("codec", "none"));
+        p.put("batch.size", a.get("batch-size", "16384"));
+        p.put("linger.ms", a.get("linger-ms", "5"));
+        p.put("acks", "all");
+        boolean idempotent = a.has("idempotent") || txns.length > 0;
+        p.put("enable.idempotence", Boolean.toString(idempotent));
+        if (!idempotent) {
+            p.put("max.in.flight.requests.per.connection", "1");
+            p.put("retries", "0");
+        }
+        if (txns.length > 0) {
+            p.put("transactional.id", a.get("txn-id", "kmirror-test-" + topic + "-" + seed));
+            p.put("transaction.timeout.ms", a.get("txn-timeout-ms", "60000"));
+        }
+
+        Random rnd = new Random(seed);
+        List<Future<RecordMetadata>> sent = new ArrayList<>();
+        KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p);
+        if (txns.length > 0) producer.initTransactions();
+        int rounds = Math.max(1, txns.length);
+        int done = 0;
+        boolean leftOpen = false;
+        for (int r = 0; r < rounds; r++) {
+            int n = (count - done) / (rounds - r);
+            if (txns.length > 0) producer.beginTransaction();
+            for (int i = 0; i < n; i++, done++) {
+                ProducerRecord<byte[], byte[]> rec = new ProducerRecord<>(
+                        topic, partition, key(seed, done), value(rnd, valueBytes));
+                for (int h = 0; h < headers; h++) {
+                    rec.headers().add("h" + h, ("v" + h + "-" + done).getBytes());
+                }
+                sent.add(producer.send(rec));
+            }
+            if (txns.length == 0) continue;
+            switch (txns[r]) {
+                case "commit" -> producer.commitTransaction();
+                case "abort" -> {
+                    producer.flush();
+                    producer.abortTransaction();
+                }
+                case "open" -> {
+                    producer.flush();
+                    leftOpen = true;
+                }
+                default -> throw new IllegalArgumentException("txn outcome " + txns[r]);
+            }
+            if (leftOpen) break;
+        }
+        producer.flush();
+        long first = -1, last = -1;
+        StringBuilder offsets = new StringBuilder();
+        for (Future<RecordMetadata> f : sent) {
+            long off = f.get(60, TimeUnit.SECONDS).offset();
+            if (first < 0) first = off;
+            last = off;
+            if (offsets.length() > 0) offsets.append(',');
+            offsets.append(off);
+        }
+        System.out.println("{\"count\":" + sent.size() + ",\"first_offset\":" + first
+                + ",\"last_offset\":" + last + ",\"offsets\":[" + offsets + "]}");
+        System.out.flush();
+        if (leftOpen) {
+            // Halting skips close(), so the broker keeps the transaction open until it times out.
+            Runtime.getRuntime().halt(0);
+        }
+        producer.close(Duration.ofSeconds(30));
+    }
+
+    static byte[] key(long seed, int i) {
+        return ("key-" + seed + "-" + i).getBytes();
+    }
+
+    // Text that compresses somewhat but not to nothing: random words from a small alphabet.
+    static byte[] value(Random rnd, int n) {
+        byte[] v = new byte[n];
+        for (int i = 0; i < n; i++) v[i] = (byte) ('a' + rnd.nextInt(8));
+        return v;
+    }
+
+    static void consume(Args a) throws Exception {
+        TopicPartition tp = new TopicPartition(a.get("topic"), Integer.parseInt(a.get("partition", "0")));
+        int max = Integer.parseInt(a.get("max"));
+        long timeoutMs = Long.parseLong(a.get("timeout-ms", "30000"));
+        Properties p = new Properties();
+        p.put("bootstrap.servers", a.get("bootstrap"));
+        p.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        p.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        p.put("enable.auto.commit", "false");
+        p.put("isolation.level", a.get("isolation", "read_uncommitted"));
+        Base64.Encoder b64 = Base64.getEncoder();
+        int got = 0;
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
+            c.assign(List.of(tp));
+            c.seek(tp, Long.parseLong(a.get("from", "0")));
+            long deadline = System.currentTimeMillis() + timeoutMs;
+            while (got < max && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
+                    if (got == max) break;
+                    StringBuilder hs = new StringBuilder();
+                    for (Header h : r.headers()) {
+                        if (hs.length() > 0) hs.append(',');
+                        hs.append("[\"").append(h.key()).append("\",\"")
+                                .append(b64.encodeToString(h.value())).append("\"]");
+                    }
+                    System.out.println("{\"offset\":" + r.offset() + ",\"timestamp\":" + r.timestamp()
+                            + ",\"key\":" + b64OrNull(b64, r.key()) + ",\"value\":"
+                            + b64OrNull(b64, r.value()) + ",\"headers\":[" + hs + "]}");
+                    got++;
+                }
+            }
+        }
+    }
+
+    static String b64OrNull(Base64.Encoder b64, byte[] b) {
+        return b == null ? "null" : "\"" + b64.encodeToString(b) + "\"";
+    }
+
+    static void offsets(Args a) throws Exception {
+        TopicPartition tp = new TopicPartition(a.get("topic"), Integer.parseInt(a.get("partition", "0")));
+        try (Admin admin = admin(a)) {
+            ListOffsetsResult.ListOffsetsResultInfo start = admin
+                    .listOffsets(Map.of(tp, OffsetSpec.earliest())).partitionResult(tp).get();
+            ListOffsetsResult.ListOffsetsResultInfo end = admin
+                    .listOffsets(Map.of(tp, OffsetSpec.latest())).partitionResult(tp).get();
+            System.out.println("{\"log_start_offset\":" + start.offset() + ",\"log_end_offset\":"
+                    + end.offset() + "}");
+        }
+    }
+
+    static void deleteRecords(Args a) throws Exception {
+        TopicPartition tp = new TopicPartition(a.get("topic"), Integer.parseInt(a.get("partition", "0")));
+        long before = Long.parseLong(a.get("before"));
+        try (Admin admin = admin(a)) {
+            long low = admin.deleteRecords(Map.of(tp, RecordsToDelete.beforeOffset(before)))
+                    .lowWatermarks().get(tp).get(60, TimeUnit.SECONDS).lowWatermark();
+            System.out.println("{\"low_watermark\":" + low + "}");
+        }
+    }
+
+    static void alterConfig(Args a) throws Exception {
+        ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, a.get("topic"));
+        Collection<AlterConfigOp> ops = new ArrayList<>();
+        for (String kv : a.all("set")) {
+            int eq = kv.indexOf('=');
+            ops.add(new AlterConfigOp(new ConfigEntry(kv.substring(0, eq), kv.substring(eq + 1)),
+                    AlterConfigOp.OpType.SET));
+        }
+        try (Admin admin = admin(a)) {
+            admin.incrementalAlterConfigs(Map.of(res, ops)).all().get(60, TimeUnit.SECONDS);
+        }
+        System.out.println("{\"altered\":" + ops.size() + "}");
+    }
+
+    // `--name value` pairs; a flag followed by another flag (or nothing) is a boolean switch.
+    static final class Args {
+        private final Map<String, List<String>> values = new HashMap<>();
+
+        Args(String[] argv) {
+            for (int i = 1; i < argv.length; i++) {
+                if (!argv[i].startsWith("--")) {
+                    throw new IllegalArgumentException("expected --flag, got " + argv[i]);
+                }
+                String name = argv[i].substring(2);
+                String value = "true";
+                if (i + 1 < argv.length && !argv[i + 1].startsWith("--")) value = argv[++i];
+                values.computeIfAbsent(name, k -> new ArrayList<>()).add(value);
+            }
+        }
+
+        boolean has(String name) {
+            return values.containsKey(name);
+        }
+
+        String get(String name) {
+            if (!has(name)) throw new IllegalArgumentException("missing --" + name);
+            return values.get(name).get(0);
+        }
+
+        String get(String name, String dflt) {
+            return has(name) ? values.get(name).get(0) : dflt;
+        }
+
+        List<String> all(String name) {
+            return values.getOrDefault(name, List.of());
+        }
+    }
+}
