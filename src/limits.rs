@@ -211,3 +211,20 @@ pub const SHARD_SOURCES_MAX: usize = 1 << 16;
 
 const _: () =
     assert!(FETCH_RESPONSE_BYTES_MAX + RESPONSE_OVERHEAD_BYTES_MAX <= ARENA_SLOT_BYTES_MAX);
+
+// ---- control plane ----
+
+/// First wait before a FAILED mirror partition retries (KIP `mirror.failed.retry.initial.backoff.ms`).
+pub const MIRROR_RETRY_BACKOFF_MS_INITIAL: u64 = 1_000;
+/// Longest wait between retries (KIP `mirror.failed.retry.max.backoff.ms`).
+pub const MIRROR_RETRY_BACKOFF_MS_MAX: u64 = 300_000;
+/// Automatic retries before a manual start is needed (KIP `mirror.failed.retry.max.attempts`).
+pub const MIRROR_RETRY_MAX_ATTEMPTS_DEFAULT: u16 = 100;
+
+const _: () = assert!(MIRROR_RETRY_BACKOFF_MS_INITIAL <= MIRROR_RETRY_BACKOFF_MS_MAX);
+
+/// Longest mirror name (kip1279.md §2, the same bound as a topic name).
+pub const MIRROR_NAME_BYTES_MAX: usize = 249;
+
+/// Largest mirror `.properties` file we read: a client config is a few KiB.
+pub const MIRROR_PROPERTIES_BYTES_MAX: usize = 1024 * 1024;

@@ -1,3 +1,13 @@
 //! The control thread: mirror lifecycle, `__mirror_state`, discovery and sync.
+//!
+//! | module       | job                                                                  |
+//! |--------------|----------------------------------------------------------------------|
+//! | `state`      | the per-partition KIP-1279 state machine (pure, no I/O)              |
+//! | `mirror_def` | mirror names, source connection properties, topic filters, start     |
+//! | `records`    | keys and values of `__mirror_state` records                          |
+//! | `mirror_run` | resolving a configured mirror against the source and driving shards  |
 
+pub mod mirror_def;
 pub mod mirror_run;
+pub mod records;
+pub mod state;

@@ -4,3 +4,4 @@ pub mod api;
 pub mod batch;
 pub mod batch_builder;
 pub mod frame;
+pub mod records;
