@@ -228,3 +228,12 @@ pub const MIRROR_NAME_BYTES_MAX: usize = 249;
 
 /// Largest mirror `.properties` file we read: a client config is a few KiB.
 pub const MIRROR_PROPERTIES_BYTES_MAX: usize = 1024 * 1024;
+
+/// Segment size of `__mirror_state`: it is compacted at every start, so one segment normally
+/// holds it all; a roll now and then during a long run costs nothing.
+pub const MIRROR_STATE_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Bytes read per step when replaying `__mirror_state`.
+pub const MIRROR_STATE_READ_BYTES: u64 = 1024 * 1024;
+
+const _: () = assert!(MIRROR_STATE_SEGMENT_BYTES <= SEGMENT_BYTES_MAX);

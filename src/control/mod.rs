@@ -5,9 +5,11 @@
 //! | `state`      | the per-partition KIP-1279 state machine (pure, no I/O)              |
 //! | `mirror_def` | mirror names, source connection properties, topic filters, start     |
 //! | `records`    | keys and values of `__mirror_state` records                          |
+//! | `state_log`  | `__mirror_state-0`: durable puts, replay, compaction at start        |
 //! | `mirror_run` | resolving a configured mirror against the source and driving shards  |
 
 pub mod mirror_def;
 pub mod mirror_run;
 pub mod records;
 pub mod state;
+pub mod state_log;
