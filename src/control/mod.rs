@@ -6,8 +6,10 @@
 //! | `mirror_def` | mirror names, source connection properties, topic filters, start     |
 //! | `records`    | keys and values of `__mirror_state` records                          |
 //! | `state_log`  | `__mirror_state-0`: durable puts, replay, compaction at start        |
+//! | `controller` | owns all mirrors: commands, persistence, data-plane orders, describe |
 //! | `mirror_run` | resolving a configured mirror against the source and driving shards  |
 
+pub mod controller;
 pub mod mirror_def;
 pub mod mirror_run;
 pub mod records;

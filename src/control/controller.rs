@@ -1,0 +1,1081 @@
+//! The owner of all mirror state: applies operator commands and data-plane observations to the
+//! per-partition state machines, persists every change in `__mirror_state` before acting on
+//! it, and tells the data plane which partitions to fetch.
+//!
+//! The source cluster and the data plane are traits so the lifecycle rules are tested on their
+//! own; `source_catalog` implements the source side with the blocking Kafka client.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::control::mirror_def::{
+    split_patterns, DefinitionError, MirrorDefinition, MirrorName, StartFrom, TopicFilter,
+};
+use crate::control::records::{
+    last_mirror_epoch, LastMirrorEpochValue, MirrorRecord, PartitionStateValue, StateKey,
+    StateValue,
+};
+use crate::control::state::{
+    Command, Event, Outcome, PartitionMachine, RetryPolicy, StateError, StateName,
+};
+use crate::control::state_log::{StateLog, StateLogError};
+use crate::ids::{MirrorEpoch, Offset, TopicPartition};
+
+/// One source topic as the control plane needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceTopic {
+    pub name: String,
+    pub topic_id: Uuid,
+    pub partitions: i32,
+    pub internal: bool,
+}
+
+/// What the source cluster looks like now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceView {
+    pub cluster_id: Option<String>,
+    pub topics: Vec<SourceTopic>,
+}
+
+/// Asks a mirror's source cluster what it has (with the mirror's own connection settings).
+pub trait SourceCatalog {
+    fn describe(&mut self, mirror: &MirrorDefinition) -> Result<SourceView, String>;
+}
+
+/// What the data plane knows about one partition it fetches (or fetched).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Progress {
+    pub local_log_end: Option<i64>,
+    pub source_high_watermark: Option<i64>,
+    /// Age of the newest record stored, from batch timestamps (lag in seconds is this / 1000).
+    pub lag_ms: Option<i64>,
+}
+
+/// The shards, as the control plane drives them.
+pub trait DataPlane {
+    /// Start fetching `tp` for `mirror` from the local log end (or `start` when new).
+    fn add(
+        &mut self,
+        mirror: &MirrorDefinition,
+        tp: &TopicPartition,
+        topic_id: Uuid,
+        start: StartFrom,
+    ) -> Result<(), String>;
+    /// Stop fetching `tp` and return its local log end.
+    fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String>;
+    fn progress(&self, tp: &TopicPartition) -> Progress;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("unknown mirror {0:?}")]
+    UnknownMirror(String),
+    #[error("mirror {0:?} already exists")]
+    MirrorExists(String),
+    #[error(transparent)]
+    Definition(#[from] DefinitionError),
+    #[error("source of mirror {mirror} is unreachable: {reason}")]
+    Source { mirror: String, reason: String },
+    #[error("source cluster id changed from {stored} to {seen}; mirror {mirror} is FAILED")]
+    ClusterChanged {
+        mirror: String,
+        stored: String,
+        seen: String,
+    },
+    #[error("--topics is required")]
+    NoTopics,
+    #[error("topic {topic} is already mirrored by {other}")]
+    TopicInOtherMirror { topic: String, other: String },
+    #[error("mirror {mirror} has no topic matching {patterns:?}")]
+    NoMatch { mirror: String, patterns: String },
+    #[error("mirror {mirror} still has partitions that are not STOPPED: {partitions}")]
+    NotEmpty { mirror: String, partitions: String },
+    #[error("{partition}: {source}")]
+    State {
+        partition: TopicPartition,
+        source: StateError,
+    },
+    #[error(transparent)]
+    Store(#[from] StateLogError),
+}
+
+impl ControlError {
+    /// The HTTP status the admin API answers with.
+    pub fn status(&self) -> u16 {
+        match self {
+            ControlError::UnknownMirror(_) | ControlError::NoMatch { .. } => 404,
+            ControlError::MirrorExists(_)
+            | ControlError::TopicInOtherMirror { .. }
+            | ControlError::NotEmpty { .. }
+            | ControlError::State { .. } => 409,
+            ControlError::Definition(_) | ControlError::NoTopics => 400,
+            ControlError::Source { .. } | ControlError::ClusterChanged { .. } => 502,
+            ControlError::Store(_) => 500,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct PartEntry {
+    topic_id: Uuid,
+    machine: PartitionMachine,
+    last: Option<LastMirrorEpochValue>,
+}
+
+#[derive(Debug, Clone)]
+struct MirrorEntry {
+    record: MirrorRecord,
+    epoch: MirrorEpoch,
+    partitions: BTreeMap<TopicPartition, PartEntry>,
+}
+
+/// A row of `list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct MirrorSummary {
+    pub mirror: String,
+    pub topics: usize,
+    pub source_cluster_id: Option<String>,
+    pub source_bootstrap_servers: String,
+    pub mirror_epoch: i32,
+}
+
+/// A row of `describe` (field names as KIP-1279's `--describe --json`, plus kmirror's extras).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionRow {
+    pub mirror: String,
+    pub topic: String,
+    pub partition: i32,
+    pub state: StateName,
+    pub source_offset: Option<i64>,
+    pub destination_offset: Option<i64>,
+    pub lag: Option<i64>,
+    pub lag_seconds: Option<f64>,
+    /// -1 non-retryable, n the attempt, 0 when not FAILED.
+    pub retry_attempt: i32,
+    pub error_message: Option<String>,
+    pub last_mirror_epoch: Option<i32>,
+    pub last_end_offset: Option<i64>,
+}
+
+/// What a command changed, for the operator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CommandReport {
+    pub mirror: String,
+    pub changed: Vec<String>,
+    pub unchanged: Vec<String>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Owns every mirror; runs on the control thread.
+pub struct Controller<S, D> {
+    store: StateLog,
+    mirrors: BTreeMap<MirrorName, MirrorEntry>,
+    policy: RetryPolicy,
+    source: S,
+    data: D,
+}
+
+impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
+    /// Loads every mirror from `__mirror_state`, bumps each mirror's epoch (it grows on every
+    /// start of kmirror) and hands the partitions that were being mirrored back to the data
+    /// plane.
+    pub fn open(
+        store: StateLog,
+        policy: RetryPolicy,
+        source: S,
+        data: D,
+    ) -> Result<Self, ControlError> {
+        let mut mirrors: BTreeMap<MirrorName, MirrorEntry> = BTreeMap::new();
+        let records = store.records()?;
+        for (key, value) in &records {
+            if let (StateKey::Mirror(name), StateValue::Mirror(rec)) = (key, value) {
+                mirrors.insert(
+                    name.clone(),
+                    MirrorEntry {
+                        record: (**rec).clone(),
+                        epoch: MirrorEpoch(0),
+                        partitions: BTreeMap::new(),
+                    },
+                );
+            }
+        }
+        // Partition records first: the last-mirror-epoch records (type 1) sort before them.
+        let (lmes, others): (Vec<_>, Vec<_>) = records
+            .into_iter()
+            .partition(|(k, _)| matches!(k, StateKey::LastMirrorEpoch(..)));
+        for (key, value) in others.into_iter().chain(lmes) {
+            let Some(entry) = mirrors.get_mut(key.mirror()) else {
+                tracing::warn!(
+                    ?key,
+                    "__mirror_state record of a mirror that does not exist"
+                );
+                continue;
+            };
+            match (key, value) {
+                (StateKey::MirrorEpoch(_), StateValue::MirrorEpoch(e)) => entry.epoch = e,
+                (StateKey::Partition(_, tp), StateValue::Partition(v)) => {
+                    let Some(machine) = v.to_machine() else {
+                        tracing::warn!(partition = %tp, ?v, "__mirror_state holds a contradictory partition state; leaving the partition out");
+                        continue;
+                    };
+                    entry.partitions.insert(
+                        tp,
+                        PartEntry {
+                            topic_id: v.topic_id,
+                            machine,
+                            last: None,
+                        },
+                    );
+                }
+                (StateKey::LastMirrorEpoch(_, tp), StateValue::LastMirrorEpoch(v)) => {
+                    if let Some(p) = entry.partitions.get_mut(&tp) {
+                        p.last = Some(v);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut c = Controller {
+            store,
+            mirrors,
+            policy,
+            source,
+            data,
+        };
+        let names: Vec<MirrorName> = c.mirrors.keys().cloned().collect();
+        for name in names {
+            c.bump_epoch(&name)?;
+            c.reconcile(&name)?;
+        }
+        Ok(c)
+    }
+
+    fn bump_epoch(&mut self, name: &MirrorName) -> Result<MirrorEpoch, ControlError> {
+        let entry = self.entry_mut(name)?;
+        entry.epoch = MirrorEpoch(entry.epoch.0 + 1);
+        let epoch = entry.epoch;
+        self.store.put(
+            &StateKey::MirrorEpoch(name.clone()),
+            &StateValue::MirrorEpoch(epoch),
+        )?;
+        Ok(epoch)
+    }
+
+    fn entry(&self, name: &str) -> Result<(&MirrorName, &MirrorEntry), ControlError> {
+        self.mirrors
+            .iter()
+            .find(|(n, _)| n.as_str() == name)
+            .ok_or_else(|| ControlError::UnknownMirror(name.to_owned()))
+    }
+
+    fn entry_mut(&mut self, name: &MirrorName) -> Result<&mut MirrorEntry, ControlError> {
+        self.mirrors
+            .get_mut(name)
+            .ok_or_else(|| ControlError::UnknownMirror(name.to_string()))
+    }
+
+    pub fn mirror_names(&self) -> Vec<String> {
+        self.mirrors.keys().map(|n| n.to_string()).collect()
+    }
+
+    pub fn partition_state(&self, mirror: &str, tp: &TopicPartition) -> Option<StateName> {
+        let (_, e) = self.entry(mirror).ok()?;
+        e.partitions.get(tp)?.machine.state()
+    }
+
+    pub fn mirror_epoch(&self, mirror: &str) -> Option<MirrorEpoch> {
+        self.entry(mirror).ok().map(|(_, e)| e.epoch)
+    }
+
+    /// Persists a partition's machine; always before the data plane is told to act on it.
+    fn persist(&mut self, name: &MirrorName, tp: &TopicPartition) -> Result<(), ControlError> {
+        let entry = self.entry_mut(name)?;
+        let Some(p) = entry.partitions.get(tp) else {
+            return Ok(());
+        };
+        if let Some(v) = PartitionStateValue::from_machine(p.topic_id, &p.machine) {
+            self.store.put(
+                &StateKey::Partition(name.clone(), tp.clone()),
+                &StateValue::Partition(v),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn apply_event(
+        &mut self,
+        name: &MirrorName,
+        tp: &TopicPartition,
+        event: Event,
+    ) -> Result<Outcome, ControlError> {
+        let policy = self.policy;
+        let entry = self.entry_mut(name)?;
+        let Some(p) = entry.partitions.get_mut(tp) else {
+            return Ok(Outcome::Unchanged);
+        };
+        let outcome = p
+            .machine
+            .event(event, &policy)
+            .map_err(|source| ControlError::State {
+                partition: tp.clone(),
+                source,
+            })?;
+        if outcome != Outcome::Unchanged {
+            self.persist(name, tp)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Drives each partition of a mirror through the steps that need no operator: alignment,
+    /// fetcher removal for PAUSING/STOPPING, fetcher start for MIRRORING.
+    fn reconcile(&mut self, name: &MirrorName) -> Result<(), ControlError> {
+        let entry = self.entry_mut(name)?;
+        let def = entry.record.definition.clone();
+        let epoch = entry.epoch;
+        let work: Vec<(TopicPartition, Uuid, Option<StateName>)> = entry
+            .partitions
+            .iter()
+            .map(|(tp, p)| (tp.clone(), p.topic_id, p.machine.state()))
+            .collect();
+        for (tp, topic_id, state) in work {
+            match state {
+                Some(StateName::LogAlignment) => {
+                    // Nothing to truncate yet: kmirror is the only writer of its logs and the
+                    // failover issue adds the LME exchange with the source.
+                    self.apply_event(name, &tp, Event::Aligned)?;
+                    self.start_fetcher(name, &def, &tp, topic_id)?;
+                }
+                Some(StateName::Mirroring) => self.start_fetcher(name, &def, &tp, topic_id)?,
+                Some(StateName::Pausing) => {
+                    self.stop_fetcher(name, &tp)?;
+                }
+                Some(StateName::Stopping) => {
+                    let end = self.stop_fetcher(name, &tp)?;
+                    if let Some(end) = end {
+                        let v = last_mirror_epoch(epoch, end);
+                        self.store
+                            .put(&StateKey::LastMirrorEpoch(name.clone(), tp.clone()), &v)?;
+                        if let StateValue::LastMirrorEpoch(lme) = v {
+                            if let Some(p) = self.entry_mut(name)?.partitions.get_mut(&tp) {
+                                p.last = Some(lme);
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn start_fetcher(
+        &mut self,
+        name: &MirrorName,
+        def: &MirrorDefinition,
+        tp: &TopicPartition,
+        topic_id: Uuid,
+    ) -> Result<(), ControlError> {
+        if let Err(message) = self.data.add(def, tp, topic_id, def.start_from) {
+            self.apply_event(
+                name,
+                tp,
+                Event::Failed {
+                    message,
+                    retryable: true,
+                    now_ms: now_ms(),
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Removes the fetcher and completes PAUSING/STOPPING; returns the local log end.
+    fn stop_fetcher(
+        &mut self,
+        name: &MirrorName,
+        tp: &TopicPartition,
+    ) -> Result<Option<Offset>, ControlError> {
+        match self.data.remove(tp) {
+            Ok(end) => {
+                self.apply_event(name, tp, Event::FetcherRemoved)?;
+                Ok(Some(end))
+            }
+            Err(message) => {
+                self.apply_event(
+                    name,
+                    tp,
+                    Event::Failed {
+                        message,
+                        retryable: true,
+                        now_ms: now_ms(),
+                    },
+                )?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// `create`: validates the definition, checks the source answers, stores the mirror.
+    pub fn create(
+        &mut self,
+        name: &str,
+        properties: &BTreeMap<String, String>,
+    ) -> Result<MirrorSummary, ControlError> {
+        let name = MirrorName::new(name)?;
+        if self.mirrors.contains_key(&name) {
+            return Err(ControlError::MirrorExists(name.to_string()));
+        }
+        let definition = MirrorDefinition::from_properties(name.clone(), properties)?;
+        let view = self
+            .source
+            .describe(&definition)
+            .map_err(|reason| ControlError::Source {
+                mirror: name.to_string(),
+                reason,
+            })?;
+        let record = MirrorRecord {
+            definition,
+            source_cluster_id: view.cluster_id,
+        };
+        self.store.put(
+            &StateKey::Mirror(name.clone()),
+            &StateValue::Mirror(Box::new(record.clone())),
+        )?;
+        self.mirrors.insert(
+            name.clone(),
+            MirrorEntry {
+                record,
+                epoch: MirrorEpoch(0),
+                partitions: BTreeMap::new(),
+            },
+        );
+        self.bump_epoch(&name)?;
+        Ok(self.summary(&name))
+    }
+
+    fn summary(&self, name: &MirrorName) -> MirrorSummary {
+        let e = &self.mirrors[name];
+        let mut topics: Vec<&str> = e.partitions.keys().map(|tp| tp.topic.as_str()).collect();
+        topics.dedup();
+        MirrorSummary {
+            mirror: name.to_string(),
+            topics: topics.len(),
+            source_cluster_id: e.record.source_cluster_id.clone(),
+            source_bootstrap_servers: e.record.definition.source.bootstrap_servers.join(","),
+            mirror_epoch: e.epoch.0,
+        }
+    }
+
+    pub fn list(&self) -> Vec<MirrorSummary> {
+        self.mirrors.keys().map(|n| self.summary(n)).collect()
+    }
+
+    /// Reads the source, failing the whole mirror when its cluster id changed.
+    fn source_view(&mut self, name: &MirrorName) -> Result<SourceView, ControlError> {
+        let def = self.entry_mut(name)?.record.definition.clone();
+        let view = self
+            .source
+            .describe(&def)
+            .map_err(|reason| ControlError::Source {
+                mirror: name.to_string(),
+                reason,
+            })?;
+        let stored = self.entry_mut(name)?.record.source_cluster_id.clone();
+        if let (Some(stored), Some(seen)) = (stored, view.cluster_id.clone()) {
+            if stored != seen {
+                let message = format!("source cluster id changed from {stored} to {seen}");
+                let tps: Vec<TopicPartition> =
+                    self.entry_mut(name)?.partitions.keys().cloned().collect();
+                for tp in tps {
+                    let _ = self.data.remove(&tp);
+                    self.apply_event(
+                        name,
+                        &tp,
+                        Event::Failed {
+                            message: message.clone(),
+                            retryable: false,
+                            now_ms: now_ms(),
+                        },
+                    )?;
+                }
+                return Err(ControlError::ClusterChanged {
+                    mirror: name.to_string(),
+                    stored,
+                    seen,
+                });
+            }
+        }
+        Ok(view)
+    }
+
+    /// `start`: matches the patterns against the source's topics, saves them for
+    /// auto-discovery, and starts every matching partition that is new, STOPPED or FAILED.
+    pub fn start(
+        &mut self,
+        mirror: &str,
+        topics: &str,
+        exclude: Option<&str>,
+    ) -> Result<CommandReport, ControlError> {
+        let name = self.entry(mirror)?.0.clone();
+        let include = split_patterns(topics);
+        if include.is_empty() {
+            return Err(ControlError::NoTopics);
+        }
+        let mut filter = self.mirrors[&name].record.definition.topics.clone();
+        let extra_exclude = exclude.map(split_patterns).unwrap_or_default();
+        let this_start = TopicFilter::new(
+            include.clone(),
+            filter
+                .exclude
+                .iter()
+                .cloned()
+                .chain(extra_exclude.clone())
+                .collect(),
+        )?
+        .compile()?;
+        let view = self.source_view(&name)?;
+        for p in include {
+            if !filter.include.contains(&p) {
+                filter.include.push(p);
+            }
+        }
+        for p in extra_exclude {
+            if !filter.exclude.contains(&p) {
+                filter.exclude.push(p);
+            }
+        }
+        let entry = self.entry_mut(&name)?;
+        entry.record.definition.topics = filter;
+        let record = entry.record.clone();
+        self.store.put(
+            &StateKey::Mirror(name.clone()),
+            &StateValue::Mirror(Box::new(record)),
+        )?;
+        let mut report = CommandReport {
+            mirror: name.to_string(),
+            changed: Vec::new(),
+            unchanged: Vec::new(),
+        };
+        let matching: Vec<&SourceTopic> = view
+            .topics
+            .iter()
+            .filter(|t| !t.internal && this_start.matches(&t.name))
+            .collect();
+        for t in &matching {
+            if let Some(other) = self.active_elsewhere(&name, &t.name) {
+                return Err(ControlError::TopicInOtherMirror {
+                    topic: t.name.clone(),
+                    other,
+                });
+            }
+        }
+        for t in matching {
+            for partition in 0..t.partitions {
+                let tp = TopicPartition::new(t.name.clone(), partition);
+                let entry = self.entry_mut(&name)?;
+                let p = entry.partitions.entry(tp.clone()).or_insert(PartEntry {
+                    topic_id: t.topic_id,
+                    machine: PartitionMachine::new(),
+                    last: None,
+                });
+                p.topic_id = t.topic_id;
+                match p.machine.command(Command::Start) {
+                    Ok(Outcome::Moved(..)) => report.changed.push(tp.to_string()),
+                    Ok(Outcome::Unchanged) => report.unchanged.push(tp.to_string()),
+                    Err(source) => {
+                        return Err(ControlError::State {
+                            partition: tp,
+                            source,
+                        })
+                    }
+                }
+                self.persist(&name, &tp)?;
+            }
+        }
+        self.reconcile(&name)?;
+        Ok(report)
+    }
+
+    fn active_elsewhere(&self, mirror: &MirrorName, topic: &str) -> Option<String> {
+        self.mirrors.iter().find_map(|(n, e)| {
+            (n != mirror
+                && e.partitions.iter().any(|(tp, p)| {
+                    tp.topic == topic && p.machine.state() != Some(StateName::Stopped)
+                }))
+            .then(|| n.to_string())
+        })
+    }
+
+    /// `pause`, `resume`, `stop`: patterns are matched against the mirror's local topics.
+    pub fn command(
+        &mut self,
+        mirror: &str,
+        topics: &str,
+        command: Command,
+    ) -> Result<CommandReport, ControlError> {
+        let name = self.entry(mirror)?.0.clone();
+        let patterns = split_patterns(topics);
+        if patterns.is_empty() {
+            return Err(ControlError::NoTopics);
+        }
+        let filter = TopicFilter::new(patterns, Vec::new())?.compile()?;
+        let tps: Vec<TopicPartition> = self.mirrors[&name]
+            .partitions
+            .keys()
+            .filter(|tp| filter.matches(&tp.topic))
+            .cloned()
+            .collect();
+        if tps.is_empty() {
+            return Err(ControlError::NoMatch {
+                mirror: name.to_string(),
+                patterns: topics.to_owned(),
+            });
+        }
+        // All or nothing: check every partition accepts the command before changing any.
+        for tp in &tps {
+            let mut probe = self.mirrors[&name].partitions[tp].machine.clone();
+            probe
+                .command(command)
+                .map_err(|source| ControlError::State {
+                    partition: tp.clone(),
+                    source,
+                })?;
+        }
+        let mut report = CommandReport {
+            mirror: name.to_string(),
+            changed: Vec::new(),
+            unchanged: Vec::new(),
+        };
+        for tp in tps {
+            let p = self
+                .entry_mut(&name)?
+                .partitions
+                .get_mut(&tp)
+                .expect("listed above");
+            let outcome = p
+                .machine
+                .command(command)
+                .map_err(|source| ControlError::State {
+                    partition: tp.clone(),
+                    source,
+                })?;
+            match outcome {
+                Outcome::Moved(..) => report.changed.push(tp.to_string()),
+                Outcome::Unchanged => report.unchanged.push(tp.to_string()),
+            }
+            self.persist(&name, &tp)?;
+        }
+        self.reconcile(&name)?;
+        Ok(report)
+    }
+
+    /// `delete`: only when every partition is STOPPED; writes tombstones for all its records.
+    pub fn delete(&mut self, mirror: &str) -> Result<(), ControlError> {
+        let name = self.entry(mirror)?.0.clone();
+        let busy: Vec<String> = self.mirrors[&name]
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.machine.state() != Some(StateName::Stopped))
+            .map(|(tp, p)| {
+                format!(
+                    "{tp} ({})",
+                    p.machine.state().map_or("NONE", |s| s.as_str())
+                )
+            })
+            .collect();
+        if !busy.is_empty() {
+            return Err(ControlError::NotEmpty {
+                mirror: name.to_string(),
+                partitions: busy.join(", "),
+            });
+        }
+        let entry = self.mirrors.remove(&name).expect("found above");
+        for tp in entry.partitions.keys() {
+            self.store
+                .delete(&StateKey::Partition(name.clone(), tp.clone()))?;
+            self.store
+                .delete(&StateKey::LastMirrorEpoch(name.clone(), tp.clone()))?;
+        }
+        self.store.delete(&StateKey::MirrorEpoch(name.clone()))?;
+        self.store.delete(&StateKey::Mirror(name))?;
+        Ok(())
+    }
+
+    /// `describe`: one row per partition of one mirror, or of all.
+    pub fn describe(&self, mirror: Option<&str>) -> Result<Vec<PartitionRow>, ControlError> {
+        let selected: Vec<(&MirrorName, &MirrorEntry)> = match mirror {
+            Some(m) => vec![self.entry(m)?],
+            None => self.mirrors.iter().collect(),
+        };
+        let mut rows = Vec::new();
+        for (name, e) in selected {
+            for (tp, p) in &e.partitions {
+                let Some(state) = p.machine.state() else {
+                    continue;
+                };
+                let progress = self.data.progress(tp);
+                let lag = match (progress.source_high_watermark, progress.local_log_end) {
+                    (Some(hw), Some(end)) => Some((hw - end).max(0)),
+                    _ => None,
+                };
+                rows.push(PartitionRow {
+                    mirror: name.to_string(),
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    state,
+                    source_offset: progress.source_high_watermark,
+                    destination_offset: progress.local_log_end,
+                    lag,
+                    lag_seconds: progress.lag_ms.map(|ms| ms as f64 / 1000.0),
+                    retry_attempt: p.machine.failure().map_or(0, |f| f.retry.as_kip_value()),
+                    error_message: p.machine.failure().map(|f| f.message.clone()),
+                    last_mirror_epoch: p.last.map(|l| l.mirror_epoch),
+                    last_end_offset: p.last.map(|l| l.end_offset),
+                });
+            }
+        }
+        Ok(rows)
+    }
+
+    /// A data-plane failure for one partition (retryable unless `retryable` is false).
+    pub fn partition_failed(
+        &mut self,
+        tp: &TopicPartition,
+        message: String,
+        retryable: bool,
+    ) -> Result<(), ControlError> {
+        let owners: Vec<MirrorName> = self
+            .mirrors
+            .iter()
+            .filter(|(_, e)| e.partitions.contains_key(tp))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in owners {
+            self.apply_event(
+                &name,
+                tp,
+                Event::Failed {
+                    message: message.clone(),
+                    retryable,
+                    now_ms: now_ms(),
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Periodic work: retries whose backoff elapsed.
+    pub fn tick(&mut self, now_ms: i64) -> Result<(), ControlError> {
+        let names: Vec<MirrorName> = self.mirrors.keys().cloned().collect();
+        for name in names {
+            let tps: Vec<TopicPartition> = self.mirrors[&name].partitions.keys().cloned().collect();
+            let mut moved = false;
+            for tp in tps {
+                if let Outcome::Moved(..) = self.apply_event(&name, &tp, Event::Tick { now_ms })? {
+                    moved = true;
+                }
+            }
+            if moved {
+                self.reconcile(&name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes `__mirror_state` cleanly.
+    pub fn close(self) -> Result<(), ControlError> {
+        self.store.close()?;
+        Ok(())
+    }
+
+    pub fn data_plane(&self) -> &D {
+        &self.data
+    }
+
+    pub fn data_plane_mut(&mut self) -> &mut D {
+        &mut self.data
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::collections::BTreeSet;
+    use std::rc::Rc;
+
+    #[derive(Clone)]
+    struct FakeSource(Rc<RefCell<Result<SourceView, String>>>);
+
+    impl SourceCatalog for FakeSource {
+        fn describe(&mut self, _: &MirrorDefinition) -> Result<SourceView, String> {
+            self.0.borrow().clone()
+        }
+    }
+
+    /// Records which partitions have a fetcher; each removal reports log end 100.
+    #[derive(Clone, Default)]
+    struct FakeData {
+        active: Rc<RefCell<BTreeSet<TopicPartition>>>,
+        adds: Rc<RefCell<u32>>,
+        fail_adds: Rc<RefCell<bool>>,
+    }
+
+    impl DataPlane for FakeData {
+        fn add(
+            &mut self,
+            _: &MirrorDefinition,
+            tp: &TopicPartition,
+            _: Uuid,
+            _: StartFrom,
+        ) -> Result<(), String> {
+            if *self.fail_adds.borrow() {
+                return Err("connection refused".into());
+            }
+            *self.adds.borrow_mut() += 1;
+            self.active.borrow_mut().insert(tp.clone());
+            Ok(())
+        }
+        fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String> {
+            self.active.borrow_mut().remove(tp);
+            Ok(Offset(100))
+        }
+        fn progress(&self, _: &TopicPartition) -> Progress {
+            Progress {
+                local_log_end: Some(90),
+                source_high_watermark: Some(100),
+                lag_ms: Some(1500),
+            }
+        }
+    }
+
+    fn topic(name: &str, partitions: i32) -> SourceTopic {
+        SourceTopic {
+            name: name.into(),
+            topic_id: Uuid::from_u128(name.len() as u128 + 1),
+            partitions,
+            internal: false,
+        }
+    }
+
+    fn view(cluster: &str) -> SourceView {
+        SourceView {
+            cluster_id: Some(cluster.into()),
+            topics: vec![
+                topic("orders", 2),
+                topic("payments", 1),
+                topic("__consumer_offsets", 3),
+            ],
+        }
+    }
+
+    fn props() -> BTreeMap<String, String> {
+        [("bootstrap.servers".to_owned(), "src:9092".to_owned())].into()
+    }
+
+    struct Rig {
+        dir: tempfile::TempDir,
+        source: FakeSource,
+        data: FakeData,
+    }
+
+    impl Rig {
+        fn new() -> Rig {
+            Rig {
+                dir: tempfile::tempdir().unwrap(),
+                source: FakeSource(Rc::new(RefCell::new(Ok(view("c1"))))),
+                data: FakeData::default(),
+            }
+        }
+
+        fn open(&self) -> Controller<FakeSource, FakeData> {
+            // Each open is a fresh process: the data plane starts empty.
+            self.data.active.borrow_mut().clear();
+            let store = StateLog::open(self.dir.path()).unwrap();
+            Controller::open(
+                store,
+                RetryPolicy::default(),
+                self.source.clone(),
+                self.data.clone(),
+            )
+            .unwrap()
+        }
+
+        fn active(&self) -> Vec<String> {
+            self.data
+                .active
+                .borrow()
+                .iter()
+                .map(|t| t.to_string())
+                .collect()
+        }
+    }
+
+    fn state(c: &Controller<FakeSource, FakeData>, t: &str, p: i32) -> Option<StateName> {
+        c.partition_state("m1", &TopicPartition::new(t, p))
+    }
+
+    #[test]
+    fn lifecycle_persists_across_restarts_in_every_state() {
+        let rig = Rig::new();
+        let mut c = rig.open();
+        c.create("m1", &props()).unwrap();
+        assert_eq!(c.mirror_epoch("m1"), Some(MirrorEpoch(1)));
+        let r = c.start("m1", "orders,__.*", None).unwrap();
+        assert_eq!(
+            r.changed,
+            ["orders-0", "orders-1"],
+            "internal topics stay excluded"
+        );
+        assert_eq!(state(&c, "orders", 0), Some(StateName::Mirroring));
+        assert_eq!(rig.active(), ["orders-0", "orders-1"]);
+        drop(c); // kill -9 while MIRRORING
+
+        let mut c = rig.open();
+        assert_eq!(
+            c.mirror_epoch("m1"),
+            Some(MirrorEpoch(2)),
+            "epoch grows per start"
+        );
+        assert_eq!(state(&c, "orders", 1), Some(StateName::Mirroring));
+        assert_eq!(
+            rig.active(),
+            ["orders-0", "orders-1"],
+            "fetchers handed back"
+        );
+
+        c.command("m1", "orders", Command::Pause).unwrap();
+        assert_eq!(state(&c, "orders", 0), Some(StateName::Paused));
+        assert!(rig.active().is_empty());
+        drop(c);
+        let mut c = rig.open();
+        assert_eq!(state(&c, "orders", 0), Some(StateName::Paused));
+        assert!(
+            rig.active().is_empty(),
+            "a paused partition stays without fetcher"
+        );
+
+        c.command("m1", "ord.*", Command::Resume).unwrap();
+        assert_eq!(state(&c, "orders", 0), Some(StateName::Mirroring));
+        assert_eq!(rig.active().len(), 2);
+
+        let err = c.delete("m1").unwrap_err();
+        assert!(err.to_string().contains("orders-0 (MIRRORING)"), "{err}");
+
+        c.command("m1", ".*", Command::Stop).unwrap();
+        assert_eq!(state(&c, "orders", 1), Some(StateName::Stopped));
+        let rows = c.describe(Some("m1")).unwrap();
+        assert_eq!(rows[0].last_mirror_epoch, Some(3));
+        assert_eq!(rows[0].last_end_offset, Some(100));
+        drop(c);
+        let mut c = rig.open();
+        assert_eq!(state(&c, "orders", 1), Some(StateName::Stopped));
+        assert_eq!(
+            c.describe(Some("m1")).unwrap()[1].last_end_offset,
+            Some(100)
+        );
+        c.delete("m1").unwrap();
+        c.close().unwrap();
+        let c = rig.open();
+        assert!(c.list().is_empty(), "tombstones removed the mirror");
+    }
+
+    #[test]
+    fn describe_reports_lag_and_list_the_source() {
+        let rig = Rig::new();
+        let mut c = rig.open();
+        c.create("m1", &props()).unwrap();
+        c.start("m1", "payments", None).unwrap();
+        let rows = c.describe(None).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].lag, rows[0].lag_seconds), (Some(10), Some(1.5)));
+        let list = c.list();
+        assert_eq!(list[0].topics, 1);
+        assert_eq!(list[0].source_cluster_id.as_deref(), Some("c1"));
+        assert_eq!(list[0].source_bootstrap_servers, "src:9092");
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let rig = Rig::new();
+        let mut c = rig.open();
+        assert_eq!(
+            c.start("nope", "x", None).unwrap_err().to_string(),
+            "unknown mirror \"nope\""
+        );
+        c.create("m1", &props()).unwrap();
+        assert!(matches!(
+            c.create("m1", &props()),
+            Err(ControlError::MirrorExists(_))
+        ));
+        assert!(c
+            .start("m1", "orders-(", None)
+            .unwrap_err()
+            .to_string()
+            .starts_with("bad regex \"orders-(\""));
+        assert!(matches!(
+            c.command("m1", "orders", Command::Pause),
+            Err(ControlError::NoMatch { .. })
+        ));
+        c.create("m2", &props()).unwrap();
+        c.start("m1", "orders", None).unwrap();
+        assert_eq!(
+            c.start("m2", "orders", None).unwrap_err().to_string(),
+            "topic orders is already mirrored by m1"
+        );
+        *rig.source.0.borrow_mut() = Err("connection refused".into());
+        assert_eq!(
+            c.create("m3", &props()).unwrap_err().to_string(),
+            "source of mirror m3 is unreachable: connection refused"
+        );
+        // A rejected command changes nothing: resume of a MIRRORING partition is a no-op,
+        // pause of a STOPPED one is refused for all.
+        c.command("m1", "orders", Command::Stop).unwrap();
+        let err = c.command("m1", "orders", Command::Pause).unwrap_err();
+        assert_eq!(err.status(), 409);
+        assert_eq!(state(&c, "orders", 0), Some(StateName::Stopped));
+    }
+
+    #[test]
+    fn changed_cluster_id_fails_the_mirror_for_good() {
+        let rig = Rig::new();
+        let mut c = rig.open();
+        c.create("m1", &props()).unwrap();
+        c.start("m1", "orders", None).unwrap();
+        *rig.source.0.borrow_mut() = Ok(view("other"));
+        let err = c.start("m1", "payments", None).unwrap_err();
+        assert!(matches!(err, ControlError::ClusterChanged { .. }));
+        let rows = c.describe(Some("m1")).unwrap();
+        assert!(rows
+            .iter()
+            .all(|r| r.state == StateName::Failed && r.retry_attempt == -1));
+        assert!(rig.active().is_empty());
+        c.tick(i64::MAX).unwrap();
+        assert_eq!(state(&c, "orders", 0), Some(StateName::Failed));
+    }
+
+    #[test]
+    fn failed_fetcher_start_retries_after_backoff() {
+        let rig = Rig::new();
+        let mut c = rig.open();
+        c.create("m1", &props()).unwrap();
+        *rig.data.fail_adds.borrow_mut() = true;
+        c.start("m1", "payments", None).unwrap();
+        let row = &c.describe(Some("m1")).unwrap()[0];
+        assert_eq!(row.state, StateName::Failed);
+        assert_eq!(row.retry_attempt, 1);
+        assert_eq!(row.error_message.as_deref(), Some("connection refused"));
+        *rig.data.fail_adds.borrow_mut() = false;
+        c.tick(now_ms() + 1_000).unwrap();
+        assert_eq!(state(&c, "payments", 0), Some(StateName::Mirroring));
+        assert_eq!(rig.active(), ["payments-0"]);
+    }
+}
