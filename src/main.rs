@@ -29,6 +29,9 @@ enum Command {
     /// Offline tools for partition directories in Kafka's format.
     #[command(subcommand)]
     Log(LogCommand),
+    /// Manage mirrors through a running kmirror's admin API (create, start, pause, resume,
+    /// stop, delete, list, describe).
+    Mirrors(kmirror::ops::mirrors_cli::MirrorsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -64,6 +67,10 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Mirrors(args) => {
+            kmirror::ops::mirrors_cli::run(&args, &mut std::io::stdout().lock())
+                .map_err(anyhow::Error::from)
+        }
         Command::Serve { config } => serve(&config),
         Command::Log(LogCommand::Verify { dir }) => kmirror::ops::log_tools::verify(&dir)
             .map(|summary| println!("{summary}"))

@@ -7,11 +7,15 @@
 //! | `records`    | keys and values of `__mirror_state` records                          |
 //! | `state_log`  | `__mirror_state-0`: durable puts, replay, compaction at start        |
 //! | `controller` | owns all mirrors: commands, persistence, data-plane orders, describe |
+//! | `admin`      | HTTP/JSON admin API and the control thread that serves it           |
+//! | `source_catalog` | source topics and cluster id with the blocking client           |
 //! | `mirror_run` | resolving a configured mirror against the source and driving shards  |
 
+pub mod admin;
 pub mod controller;
 pub mod mirror_def;
 pub mod mirror_run;
 pub mod records;
+pub mod source_catalog;
 pub mod state;
 pub mod state_log;

@@ -2,3 +2,4 @@
 
 pub mod bench;
 pub mod log_tools;
+pub mod mirrors_cli;

@@ -1,0 +1,273 @@
+//! The admin API: HTTP/JSON on a loopback port, served by the control thread.
+//!
+//! The control thread is an ordinary thread running a tokio current-thread runtime (never a
+//! shard core). It owns the `Controller`; requests are handled one at a time, in order, so
+//! every command sees the state the previous one left. Commands that talk to the source block
+//! that thread for as long as the source takes: admin traffic is rare and serialising it is
+//! what keeps the state machine simple.
+//!
+//! | method | path                          | body                                   |
+//! |--------|-------------------------------|----------------------------------------|
+//! | GET    | /mirrors                      | -                                      |
+//! | POST   | /mirrors                      | `{"name", "properties": {k: v}}`       |
+//! | DELETE | /mirrors/{name}               | -                                      |
+//! | POST   | /mirrors/{name}/start         | `{"topics", "exclude"?}`               |
+//! | POST   | /mirrors/{name}/pause, resume, stop | `{"topics"}`                     |
+//! | GET    | /describe?mirror=NAME         | -                                      |
+//!
+//! Errors answer `{"error": "..."}` with 400 (bad input), 404 (unknown mirror or no match),
+//! 409 (not allowed in the current state), 502 (source unreachable or changed).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use crate::control::controller::{ControlError, Controller, DataPlane, SourceCatalog};
+use crate::control::state::Command;
+use crate::limits::CONTROL_TICK_MS;
+
+/// The controller as the admin API holds it.
+pub type SharedController<S, D> = Arc<Mutex<Controller<S, D>>>;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CreateBody {
+    pub name: String,
+    pub properties: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TopicsBody {
+    pub topics: String,
+    #[serde(default)]
+    pub exclude: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct DescribeQuery {
+    mirror: Option<String>,
+}
+
+struct ApiError(ControlError);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (
+            status,
+            Json(ErrorBody {
+                error: self.0.to_string(),
+            }),
+        )
+            .into_response()
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+fn lock<S, D>(c: &SharedController<S, D>) -> std::sync::MutexGuard<'_, Controller<S, D>> {
+    // A handler that panicked left the controller as it was after its last persisted change.
+    c.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The admin routes over a controller.
+pub fn router<S, D>(controller: SharedController<S, D>) -> Router
+where
+    S: SourceCatalog + Send + 'static,
+    D: DataPlane + Send + 'static,
+{
+    Router::new()
+        .route("/mirrors", get(list::<S, D>).post(create::<S, D>))
+        .route("/mirrors/{name}", axum::routing::delete(delete::<S, D>))
+        .route("/mirrors/{name}/{action}", post(action::<S, D>))
+        .route("/describe", get(describe::<S, D>))
+        .with_state(controller)
+}
+
+async fn list<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+) -> ApiResult {
+    Ok(Json(lock(&c).list()).into_response())
+}
+
+async fn create<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+    Json(body): Json<CreateBody>,
+) -> ApiResult {
+    let summary = lock(&c)
+        .create(&body.name, &body.properties)
+        .map_err(ApiError)?;
+    Ok((StatusCode::CREATED, Json(summary)).into_response())
+}
+
+async fn delete<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+    Path(name): Path<String>,
+) -> ApiResult {
+    lock(&c).delete(&name).map_err(ApiError)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn action<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+    Path((name, action)): Path<(String, String)>,
+    Json(body): Json<TopicsBody>,
+) -> ApiResult {
+    let mut c = lock(&c);
+    let report = match action.as_str() {
+        "start" => c.start(&name, &body.topics, body.exclude.as_deref()),
+        "pause" => c.command(&name, &body.topics, Command::Pause),
+        "resume" => c.command(&name, &body.topics, Command::Resume),
+        "stop" => c.command(&name, &body.topics, Command::Stop),
+        other => {
+            return Ok((
+                StatusCode::NOT_FOUND,
+                Json(ErrorBody {
+                    error: format!("unknown action {other:?} (start, pause, resume or stop)"),
+                }),
+            )
+                .into_response())
+        }
+    }
+    .map_err(ApiError)?;
+    Ok(Json(report).into_response())
+}
+
+async fn describe<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+    Query(q): Query<DescribeQuery>,
+) -> ApiResult {
+    let rows = lock(&c).describe(q.mirror.as_deref()).map_err(ApiError)?;
+    Ok(Json(rows).into_response())
+}
+
+/// Why the admin API could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("admin address {0} is not a loopback address")]
+    NotLoopback(SocketAddr),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start the control thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// The running control thread.
+pub struct ControlThread {
+    pub addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ControlThread {
+    /// Stops serving and joins the thread.
+    pub fn stop(mut self) {
+        self.shutdown_now();
+    }
+
+    fn shutdown_now(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ControlThread {
+    fn drop(&mut self) {
+        self.shutdown_now();
+    }
+}
+
+/// Binds `addr` (loopback only: the API has no authentication) and serves the admin API on a
+/// new control thread, which also runs the controller's periodic tick.
+pub fn spawn<S, D>(
+    addr: SocketAddr,
+    controller: SharedController<S, D>,
+) -> Result<ControlThread, AdminError>
+where
+    S: SourceCatalog + Send + 'static,
+    D: DataPlane + Send + 'static,
+{
+    if !addr.ip().is_loopback() {
+        return Err(AdminError::NotLoopback(addr));
+    }
+    let std_listener =
+        std::net::TcpListener::bind(addr).map_err(|source| AdminError::Bind { addr, source })?;
+    let bound = std_listener
+        .local_addr()
+        .map_err(|source| AdminError::Bind { addr, source })?;
+    std_listener
+        .set_nonblocking(true)
+        .map_err(|source| AdminError::Bind { addr, source })?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("kmirror-control".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!("control thread runtime: {e}");
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(std_listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!("admin listener: {e}");
+                        return;
+                    }
+                };
+                let ticker = Arc::clone(&controller);
+                let tick = async move {
+                    let mut interval =
+                        tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
+                    loop {
+                        interval.tick().await;
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_millis() as i64);
+                        if let Err(e) = lock(&ticker).tick(now) {
+                            tracing::error!("control tick: {e}");
+                        }
+                    }
+                };
+                let serve =
+                    axum::serve(listener, router(controller)).with_graceful_shutdown(async {
+                        let _ = rx.await;
+                    });
+                tokio::select! {
+                    r = serve => if let Err(e) = r { tracing::error!("admin API: {e}") },
+                    () = tick => {}
+                }
+            });
+        })
+        .map_err(AdminError::Thread)?;
+    Ok(ControlThread {
+        addr: bound,
+        shutdown: Some(tx),
+        thread: Some(thread),
+    })
+}

@@ -1,0 +1,450 @@
+//! `kmirror mirrors ...`: the operator's client of the admin API, shaped like KIP-1279's
+//! `kafka-cluster-mirrors.sh` (kip1279.md §5): one action per call, readable tables by
+//! default, `--json` for scripts, and every error printed with what went wrong.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::control::admin::{CreateBody, ErrorBody, TopicsBody};
+use crate::control::controller::{CommandReport, MirrorSummary, PartitionRow};
+use crate::control::mirror_def::{parse_properties, StartFrom};
+use crate::limits::MIRROR_PROPERTIES_BYTES_MAX;
+
+/// Where `kmirror serve` listens for admin requests unless configured otherwise.
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:9190";
+
+#[derive(Debug, Args)]
+pub struct MirrorsArgs {
+    #[command(subcommand)]
+    pub action: Action,
+    /// The admin API of the kmirror to talk to (host:port).
+    #[arg(long, global = true, default_value = DEFAULT_ADMIN)]
+    pub admin: String,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Action {
+    /// Create a mirror from a Kafka-style properties file (bootstrap.servers, security.protocol...).
+    Create {
+        #[arg(long)]
+        mirror: String,
+        #[arg(long)]
+        mirror_config: PathBuf,
+        /// earliest, latest or a timestamp in ms (overrides mirror.start.from).
+        #[arg(long)]
+        start_from: Option<String>,
+    },
+    /// Start mirroring the source topics matching comma-separated regexes.
+    Start {
+        #[arg(long)]
+        mirror: String,
+        #[arg(long)]
+        topics: String,
+        #[arg(long)]
+        exclude: Option<String>,
+    },
+    /// Pause mirrored topics (fetchers removed; resume continues from the local log end).
+    Pause {
+        #[arg(long)]
+        mirror: String,
+        #[arg(long)]
+        topics: String,
+    },
+    /// Resume paused topics.
+    Resume {
+        #[arg(long)]
+        mirror: String,
+        #[arg(long)]
+        topics: String,
+    },
+    /// Stop mirroring topics (records the last mirror epoch and end offset).
+    Stop {
+        #[arg(long)]
+        mirror: String,
+        #[arg(long)]
+        topics: String,
+    },
+    /// Delete a mirror whose topics are all STOPPED.
+    Delete {
+        #[arg(long)]
+        mirror: String,
+    },
+    /// List mirrors.
+    List,
+    /// Per-partition state, offsets, lag and last error.
+    Describe {
+        #[arg(long)]
+        mirror: Option<String>,
+        /// Only FAILED partitions, with retry count and error.
+        #[arg(long)]
+        failed: bool,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("cannot read {path}: {source}")]
+    ReadConfig {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    BadConfig { path: PathBuf, reason: String },
+    #[error("{0}")]
+    BadArgument(String),
+    #[error("cannot reach the kmirror admin API at {addr}: {reason}")]
+    Unreachable { addr: String, reason: String },
+    /// The server refused the request; its message names the problem.
+    #[error("{0}")]
+    Refused(String),
+    #[error("unexpected answer from {addr}: {reason}")]
+    BadAnswer { addr: String, reason: String },
+    #[error("cannot write output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+struct Client {
+    agent: ureq::Agent,
+    addr: String,
+}
+
+impl Client {
+    fn new(addr: &str) -> Client {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build();
+        Client {
+            agent: config.into(),
+            addr: addr.to_owned(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    fn answer<T: DeserializeOwned>(
+        &self,
+        resp: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<Option<T>, CliError> {
+        let mut resp = resp.map_err(|e| CliError::Unreachable {
+            addr: self.addr.clone(),
+            reason: e.to_string(),
+        })?;
+        let status = resp.status().as_u16();
+        let bad = |reason: String| CliError::BadAnswer {
+            addr: self.addr.clone(),
+            reason,
+        };
+        if status == 204 {
+            return Ok(None);
+        }
+        if (200..300).contains(&status) {
+            return resp
+                .body_mut()
+                .read_json::<T>()
+                .map(Some)
+                .map_err(|e| bad(e.to_string()));
+        }
+        match resp.body_mut().read_json::<ErrorBody>() {
+            Ok(e) => Err(CliError::Refused(e.error)),
+            Err(_) => Err(bad(format!("HTTP {status}"))),
+        }
+    }
+
+    fn get<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>, CliError> {
+        self.answer(self.agent.get(self.url(path)).call())
+    }
+
+    fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<Option<T>, CliError> {
+        self.answer(self.agent.post(self.url(path)).send_json(body))
+    }
+
+    fn delete(&self, path: &str) -> Result<(), CliError> {
+        self.answer::<serde_json::Value>(self.agent.delete(self.url(path)).call())
+            .map(|_| ())
+    }
+}
+
+fn required<T>(v: Option<T>, addr: &str) -> Result<T, CliError> {
+    v.ok_or_else(|| CliError::BadAnswer {
+        addr: addr.to_owned(),
+        reason: "empty answer".into(),
+    })
+}
+
+/// Left-aligned columns separated by two spaces.
+fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| -> String {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        padded.join("  ").trim_end().to_owned()
+    };
+    writeln!(out, "{}", line(header.to_vec()))?;
+    for r in rows {
+        writeln!(out, "{}", line(r.iter().map(String::as_str).collect()))?;
+    }
+    Ok(())
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn print_report(
+    out: &mut impl Write,
+    json: bool,
+    what: &str,
+    r: &CommandReport,
+) -> Result<(), CliError> {
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(r).unwrap_or_default()
+        )?;
+        return Ok(());
+    }
+    if r.changed.is_empty() && r.unchanged.is_empty() {
+        writeln!(out, "No matching topics found yet for mirror {}.", r.mirror)?;
+        return Ok(());
+    }
+    if !r.changed.is_empty() {
+        writeln!(
+            out,
+            "{what} {} partition(s) of mirror {}: {}",
+            r.changed.len(),
+            r.mirror,
+            r.changed.join(", ")
+        )?;
+    }
+    if !r.unchanged.is_empty() {
+        writeln!(out, "Already so: {}", r.unchanged.join(", "))?;
+    }
+    Ok(())
+}
+
+/// Runs one `mirrors` action, writing its result to `out`.
+pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
+    let client = Client::new(&args.admin);
+    let addr = args.admin.as_str();
+    match &args.action {
+        Action::Create {
+            mirror,
+            mirror_config,
+            start_from,
+        } => {
+            let meta = std::fs::metadata(mirror_config).map_err(|source| CliError::ReadConfig {
+                path: mirror_config.clone(),
+                source,
+            })?;
+            if meta.len() > MIRROR_PROPERTIES_BYTES_MAX as u64 {
+                return Err(CliError::BadConfig {
+                    path: mirror_config.clone(),
+                    reason: format!("larger than {MIRROR_PROPERTIES_BYTES_MAX} bytes"),
+                });
+            }
+            let text =
+                std::fs::read_to_string(mirror_config).map_err(|source| CliError::ReadConfig {
+                    path: mirror_config.clone(),
+                    source,
+                })?;
+            let mut properties: BTreeMap<String, String> =
+                parse_properties(&text).map_err(|e| CliError::BadConfig {
+                    path: mirror_config.clone(),
+                    reason: e.to_string(),
+                })?;
+            if let Some(s) = start_from {
+                StartFrom::parse(s)
+                    .map_err(|e| CliError::BadArgument(format!("--start-from: {e}")))?;
+                properties.insert("mirror.start.from".into(), s.clone());
+            }
+            let body = CreateBody {
+                name: mirror.clone(),
+                properties,
+            };
+            let s: MirrorSummary = required(client.post("/mirrors", &body)?, addr)?;
+            if args.json {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&s).unwrap_or_default()
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "Created mirror {} (source cluster {}, {}).",
+                    s.mirror,
+                    opt(s.source_cluster_id),
+                    s.source_bootstrap_servers
+                )?;
+            }
+        }
+        Action::Start {
+            mirror,
+            topics,
+            exclude,
+        } => {
+            let body = TopicsBody {
+                topics: topics.clone(),
+                exclude: exclude.clone(),
+            };
+            let r = required(
+                client.post(&format!("/mirrors/{mirror}/start"), &body)?,
+                addr,
+            )?;
+            print_report(out, args.json, "Started", &r)?;
+        }
+        Action::Pause { mirror, topics }
+        | Action::Resume { mirror, topics }
+        | Action::Stop { mirror, topics } => {
+            let (verb, done) = match &args.action {
+                Action::Pause { .. } => ("pause", "Paused"),
+                Action::Resume { .. } => ("resume", "Resumed"),
+                _ => ("stop", "Stopped"),
+            };
+            let body = TopicsBody {
+                topics: topics.clone(),
+                exclude: None,
+            };
+            let r = required(
+                client.post(&format!("/mirrors/{mirror}/{verb}"), &body)?,
+                addr,
+            )?;
+            print_report(out, args.json, done, &r)?;
+        }
+        Action::Delete { mirror } => {
+            client.delete(&format!("/mirrors/{mirror}"))?;
+            if args.json {
+                writeln!(out, "{}", serde_json::json!({ "deleted": mirror }))?;
+            } else {
+                writeln!(out, "Deleted mirror {mirror}.")?;
+            }
+        }
+        Action::List => {
+            let list: Vec<MirrorSummary> = required(client.get("/mirrors")?, addr)?;
+            if args.json {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&list).unwrap_or_default()
+                )?;
+            } else {
+                let rows: Vec<Vec<String>> = list
+                    .into_iter()
+                    .map(|m| {
+                        vec![
+                            m.mirror,
+                            m.topics.to_string(),
+                            opt(m.source_cluster_id),
+                            m.source_bootstrap_servers,
+                        ]
+                    })
+                    .collect();
+                table(
+                    out,
+                    &[
+                        "MIRROR",
+                        "TOPICS",
+                        "SOURCE-CLUSTER-ID",
+                        "SOURCE-BOOTSTRAP-SERVER",
+                    ],
+                    &rows,
+                )?;
+            }
+        }
+        Action::Describe { mirror, failed } => {
+            let path = match mirror {
+                Some(m) => format!("/describe?mirror={m}"),
+                None => "/describe".to_owned(),
+            };
+            let mut rows: Vec<PartitionRow> = required(client.get(&path)?, addr)?;
+            if *failed {
+                rows.retain(|r| r.state == crate::control::state::StateName::Failed);
+            }
+            if args.json {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&rows).unwrap_or_default()
+                )?;
+            } else if *failed {
+                let cells: Vec<Vec<String>> = rows
+                    .into_iter()
+                    .map(|r| {
+                        vec![
+                            r.mirror,
+                            r.topic,
+                            r.partition.to_string(),
+                            if r.retry_attempt < 0 {
+                                "NonRetryable".to_owned()
+                            } else {
+                                r.retry_attempt.to_string()
+                            },
+                            opt(r.error_message),
+                        ]
+                    })
+                    .collect();
+                table(
+                    out,
+                    &["MIRROR", "TOPIC", "PARTITION", "RETRY", "ERROR"],
+                    &cells,
+                )?;
+            } else {
+                let cells: Vec<Vec<String>> = rows
+                    .into_iter()
+                    .map(|r| {
+                        vec![
+                            r.mirror,
+                            r.topic,
+                            r.partition.to_string(),
+                            opt(r.source_offset),
+                            opt(r.destination_offset),
+                            opt(r.lag),
+                            opt(r.lag_seconds.map(|s| format!("{s:.1}"))),
+                            r.state.to_string(),
+                            opt(r.error_message),
+                        ]
+                    })
+                    .collect();
+                table(
+                    out,
+                    &[
+                        "MIRROR",
+                        "TOPIC",
+                        "PARTITION",
+                        "SOURCE-OFFSET",
+                        "DESTINATION-OFFSET",
+                        "LAG",
+                        "LAG-SECONDS",
+                        "STATE",
+                        "ERROR",
+                    ],
+                    &cells,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
