@@ -43,8 +43,19 @@ impl KafkaVersion {
         metadata: Metadata::Kraft,
     };
 
+    /// The oldest release the harness runs: ZooKeeper-based. On Java 17 it needs a newer
+    /// ZooKeeper client than it shipped with (see tests/kafka/legacy/2.1.1/pom.xml).
+    pub const V2_1_1: KafkaVersion = KafkaVersion {
+        name: "2.1.1",
+        metadata: Metadata::ZooKeeper,
+    };
+
     /// Every release the harness can start, newest first.
-    pub const ALL: &'static [KafkaVersion] = &[KafkaVersion::DEFAULT, KafkaVersion::V3_9_1];
+    pub const ALL: &'static [KafkaVersion] = &[
+        KafkaVersion::DEFAULT,
+        KafkaVersion::V3_9_1,
+        KafkaVersion::V2_1_1,
+    ];
 
     pub fn name(self) -> &'static str {
         self.name
@@ -61,6 +72,24 @@ impl KafkaVersion {
                     Self::ALL
                 )
             })
+    }
+
+    /// The topic config that sets the segment size. Kafka 4 refuses `segment.bytes` below 1 MiB
+    /// and offers `internal.segment.bytes` for tests that need small segments.
+    pub fn segment_bytes_config(self) -> &'static str {
+        if self
+            .name
+            .starts_with(|c: char| c.is_ascii_digit() && c >= '4')
+        {
+            "internal.segment.bytes"
+        } else {
+            "segment.bytes"
+        }
+    }
+
+    /// Whether the broker keeps its metadata in ZooKeeper (releases before KRaft).
+    pub fn uses_zookeeper(self) -> bool {
+        self.metadata == Metadata::ZooKeeper
     }
 
     /// The log line a broker of this release prints once it serves clients with current metadata.
@@ -342,11 +371,57 @@ impl Kafka {
 
     /// Starts the JVM(s) and waits until the broker serves clients. `Err` carries the log tail.
     fn launch(&mut self, remove_dir_after: bool) -> Result<(), String> {
+        if self.version.metadata == Metadata::ZooKeeper && self.zookeeper.is_none() {
+            self.launch_zookeeper()?;
+        }
         let log = self.log_file();
         let log_start = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
         let remove_after = remove_dir_after.then_some(self.dir.as_path());
         self.jvm = Some(Jvm::spawn(&self.broker_command(), &log, remove_after));
         self.wait_started(&log, log_start)
+    }
+
+    fn launch_zookeeper(&mut self) -> Result<(), String> {
+        let conf = self.dir.join("zookeeper.properties");
+        let text = format!(
+            "dataDir={}\nclientPortAddress=127.0.0.1\nclientPort={}\nmaxClientCnxns=0\nadmin.enableServer=false\n",
+            self.dir.join("zookeeper").display(),
+            self.zookeeper_port
+        );
+        std::fs::write(&conf, text).expect("write zookeeper.properties");
+        let mut cmd = Command::new(jars::java());
+        cmd.args(["-Xmx128m", "-XX:+UseSerialGC"])
+            .arg(format!(
+                "-Dlog4j.configuration=file:{}",
+                self.dir.join("log4j.properties").display()
+            ))
+            .arg("-cp")
+            .arg(jars::classpath(self.version.name))
+            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+            .arg(&conf)
+            .current_dir(&self.dir);
+        let log = self.dir.join("zookeeper.log");
+        let mut zk = Jvm::spawn(&cmd, &log, None);
+        let deadline = Instant::now() + START_LIMIT;
+        loop {
+            if TcpStream::connect(("127.0.0.1", self.zookeeper_port)).is_ok() {
+                self.zookeeper = Some(zk);
+                return Ok(());
+            }
+            if let Some(status) = zk.try_wait() {
+                return Err(format!(
+                    "ZooKeeper exited with {status}; log tail:\n{}",
+                    tail(&log, 40)
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "ZooKeeper not ready in {START_LIMIT:?}:\n{}",
+                    tail(&log, 40)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn wait_started(&mut self, log: &Path, log_start: u64) -> Result<(), String> {
