@@ -241,3 +241,6 @@ const _: () = assert!(MIRROR_STATE_SEGMENT_BYTES <= SEGMENT_BYTES_MAX);
 /// Period of the control thread's housekeeping (FAILED retries whose backoff elapsed). The
 /// backoff starts at 1 s, so a finer tick only burns CPU.
 pub const CONTROL_TICK_MS: u64 = 250;
+
+/// Default period of the source sync (new topics, partition growth, deletions, cluster id).
+pub const MIRROR_SYNC_INTERVAL_MS_DEFAULT: u64 = 30_000;

@@ -47,13 +47,15 @@ impl DataPlane for RecordingPlane {
 fn start_control(dir: &std::path::Path, plane: &RecordingPlane) -> ControlThread {
     plane.0.lock().unwrap().clear();
     let store = StateLog::open(dir).unwrap();
-    let c = Controller::open(
+    let mut c = Controller::open(
         store,
         RetryPolicy::default(),
         BlockingSourceCatalog,
         plane.clone(),
     )
     .unwrap();
+    // Tests cannot wait 30 s for the source sync.
+    c.set_sync_interval_ms(500);
     admin::spawn("127.0.0.1:0".parse().unwrap(), Arc::new(Mutex::new(c))).unwrap()
 }
 
@@ -248,5 +250,61 @@ fn lifecycle_through_the_cli_survives_restarts() {
     ctl.stop();
     let ctl = start_control(&state_dir, &plane);
     assert_eq!(ok(&ctl, &["list", "--json"]).trim(), "[]");
+    ctl.stop();
+}
+
+#[test]
+fn source_sync_picks_up_new_matching_topics() {
+    let k = harness::shared();
+    let prefix = harness::unique_topic("sync");
+    let data = tempfile::tempdir().unwrap();
+    let props = data.path().join("source.properties");
+    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
+    let plane = RecordingPlane::default();
+    let ctl = start_control(data.path(), &plane);
+    ok(
+        &ctl,
+        &[
+            "create",
+            "--mirror",
+            "auto",
+            "--mirror-config",
+            props.to_str().unwrap(),
+        ],
+    );
+    let started = ok(
+        &ctl,
+        &[
+            "start",
+            "--mirror",
+            "auto",
+            "--topics",
+            &format!("{prefix}-.*"),
+        ],
+    );
+    assert!(
+        started.starts_with("No matching topics found yet"),
+        "{started}"
+    );
+
+    let topic = format!("{prefix}-late");
+    k.create_topic(&topic, 2, &[]);
+    let expected = vec![
+        (topic.clone(), 0, "MIRRORING".to_owned()),
+        (topic.clone(), 1, "MIRRORING".to_owned()),
+    ];
+    let mut seen = Vec::new();
+    for _ in 0..240 {
+        seen = states(&ctl, "auto");
+        if seen == expected {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    assert_eq!(
+        seen, expected,
+        "the new topic was not picked up by the source sync"
+    );
+    assert_eq!(plane.0.lock().unwrap().len(), 2);
     ctl.stop();
 }

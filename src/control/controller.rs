@@ -22,6 +22,7 @@ use crate::control::state::{
 };
 use crate::control::state_log::{StateLog, StateLogError};
 use crate::ids::{MirrorEpoch, Offset, TopicPartition};
+use crate::limits::MIRROR_SYNC_INTERVAL_MS_DEFAULT;
 
 /// One source topic as the control plane needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,7 +182,12 @@ pub struct Controller<S, D> {
     policy: RetryPolicy,
     source: S,
     data: D,
+    sync_interval_ms: i64,
+    next_sync_ms: i64,
 }
+
+/// The message of the non-retryable failure of a partition whose source topic is gone.
+pub const SOURCE_TOPIC_DELETED: &str = "source topic is deleted";
 
 impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
     /// Loads every mirror from `__mirror_state`, bumps each mirror's epoch (it grows on every
@@ -249,6 +255,8 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             policy,
             source,
             data,
+            sync_interval_ms: MIRROR_SYNC_INTERVAL_MS_DEFAULT as i64,
+            next_sync_ms: 0,
         };
         let names: Vec<MirrorName> = c.mirrors.keys().cloned().collect();
         for name in names {
@@ -772,8 +780,117 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         Ok(())
     }
 
-    /// Periodic work: retries whose backoff elapsed.
+    /// How often `tick` runs the source sync (default 30 s).
+    pub fn set_sync_interval_ms(&mut self, ms: u64) {
+        self.sync_interval_ms = i64::try_from(ms).unwrap_or(i64::MAX);
+        self.next_sync_ms = 0;
+    }
+
+    /// Source sync for every mirror: new topics matching the patterns saved by `start` (and
+    /// `mirror.topics.include`) are started, added partitions follow, partitions whose source
+    /// topic is gone become FAILED non-retryable, and a changed cluster id fails the mirror.
+    /// A source that does not answer is skipped until the next round: the fetchers report
+    /// their own connection failures.
+    pub fn sync(&mut self) -> Result<(), ControlError> {
+        let names: Vec<MirrorName> = self.mirrors.keys().cloned().collect();
+        for name in names {
+            match self.sync_mirror(&name) {
+                Ok(()) => {}
+                Err(e @ (ControlError::Source { .. } | ControlError::ClusterChanged { .. })) => {
+                    tracing::warn!(mirror = %name, "source sync: {e}");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn sync_mirror(&mut self, name: &MirrorName) -> Result<(), ControlError> {
+        let entry = &self.mirrors[name];
+        // Nothing to discover or check before the first start.
+        if entry.partitions.is_empty() && entry.record.definition.topics.include.is_empty() {
+            return Ok(());
+        }
+        let filter = entry.record.definition.topics.compile()?;
+        let view = self.source_view(name)?;
+        // Deleted (or deleted and re-created: a new topic id) source topics.
+        let gone: Vec<TopicPartition> = self.mirrors[name]
+            .partitions
+            .iter()
+            .filter(|(tp, p)| {
+                let already = p
+                    .machine
+                    .failure()
+                    .is_some_and(|f| f.message == SOURCE_TOPIC_DELETED);
+                p.machine.state() != Some(StateName::Stopped)
+                    && !already
+                    && !view.topics.iter().any(|t| {
+                        t.name == tp.topic && (p.topic_id.is_nil() || t.topic_id == p.topic_id)
+                    })
+            })
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for tp in gone {
+            if self.mirrors[name].partitions[&tp].machine.wants_fetcher() {
+                let _ = self.data.remove(&tp);
+            }
+            self.apply_event(
+                name,
+                &tp,
+                Event::Failed {
+                    message: SOURCE_TOPIC_DELETED.into(),
+                    retryable: false,
+                    now_ms: now_ms(),
+                },
+            )?;
+        }
+        let mut started = false;
+        for t in view
+            .topics
+            .iter()
+            .filter(|t| !t.internal && filter.matches(&t.name))
+        {
+            if self.active_elsewhere(name, &t.name).is_some() {
+                continue;
+            }
+            for partition in 0..t.partitions {
+                let tp = TopicPartition::new(t.name.clone(), partition);
+                let entry = self.entry_mut(name)?;
+                if entry.partitions.contains_key(&tp) {
+                    continue;
+                }
+                let mut machine = PartitionMachine::new();
+                machine
+                    .command(Command::Start)
+                    .map_err(|source| ControlError::State {
+                        partition: tp.clone(),
+                        source,
+                    })?;
+                entry.partitions.insert(
+                    tp.clone(),
+                    PartEntry {
+                        topic_id: t.topic_id,
+                        machine,
+                        last: None,
+                    },
+                );
+                tracing::info!(mirror = %name, partition = %tp, "source sync: new partition");
+                self.persist(name, &tp)?;
+                started = true;
+            }
+        }
+        if started {
+            self.reconcile(name)?;
+        }
+        Ok(())
+    }
+
+    /// Periodic work: retries whose backoff elapsed, and the source sync when due.
     pub fn tick(&mut self, now_ms: i64) -> Result<(), ControlError> {
+        if now_ms >= self.next_sync_ms {
+            self.next_sync_ms = now_ms.saturating_add(self.sync_interval_ms);
+            self.sync()?;
+        }
         let names: Vec<MirrorName> = self.mirrors.keys().cloned().collect();
         for name in names {
             let tps: Vec<TopicPartition> = self.mirrors[&name].partitions.keys().cloned().collect();
@@ -1060,6 +1177,55 @@ mod tests {
         assert!(rig.active().is_empty());
         c.tick(i64::MAX).unwrap();
         assert_eq!(state(&c, "orders", 0), Some(StateName::Failed));
+    }
+
+    #[test]
+    fn sync_follows_new_topics_added_partitions_and_deletions() {
+        let rig = Rig::new();
+        let mut c = rig.open();
+        c.create("m1", &props()).unwrap();
+        c.start("m1", "orders.*", None).unwrap();
+        assert_eq!(rig.active(), ["orders-0", "orders-1"]);
+        {
+            let mut v = rig.source.0.borrow_mut();
+            let v = v.as_mut().unwrap();
+            v.topics[0].partitions = 3; // orders grew
+            v.topics.push(topic("orders-eu", 1)); // a new matching topic
+            v.topics.push(topic("refunds", 1)); // not matching
+        }
+        c.sync().unwrap();
+        assert_eq!(
+            rig.active(),
+            ["orders-0", "orders-1", "orders-2", "orders-eu-0"]
+        );
+        assert_eq!(state(&c, "orders", 2), Some(StateName::Mirroring));
+        assert_eq!(state(&c, "refunds", 0), None);
+        // The saved patterns survive a restart and keep being followed.
+        drop(c);
+        let mut c = rig.open();
+        rig.source
+            .0
+            .borrow_mut()
+            .as_mut()
+            .unwrap()
+            .topics
+            .retain(|t| t.name != "orders-eu");
+        c.sync().unwrap();
+        let row = c
+            .describe(Some("m1"))
+            .unwrap()
+            .into_iter()
+            .find(|r| r.topic == "orders-eu")
+            .unwrap();
+        assert_eq!(row.state, StateName::Failed);
+        assert_eq!(row.retry_attempt, -1);
+        assert_eq!(row.error_message.as_deref(), Some(SOURCE_TOPIC_DELETED));
+        assert!(!rig.active().contains(&"orders-eu-0".to_owned()));
+        // A deleted topic is not resurrected by the next round, and stop still works.
+        c.sync().unwrap();
+        assert_eq!(state(&c, "orders-eu", 0), Some(StateName::Failed));
+        c.command("m1", "orders-eu", Command::Stop).unwrap();
+        assert_eq!(state(&c, "orders-eu", 0), Some(StateName::Stopped));
     }
 
     #[test]
