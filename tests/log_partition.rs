@@ -464,4 +464,22 @@ fn every_append_policy_moves_the_recovery_point() {
     log.append(&mut StdIo, &batches(6, 3, 2, 10).concat())
         .expect("append");
     assert_eq!(log.recovery_point(), Offset(12));
+
+    // flush.ms without further appends: the owner's timer drives it with its own clock.
+    let ms = i64::MAX / 4;
+    let config = LogConfig {
+        flush: FlushPolicy::Interval { messages: 1000, ms },
+        ..small_config()
+    };
+    let dir3 = tmp.path().join("orders-2");
+    let mut log = PartitionLog::create(&dir3, tp(), None, config).expect("create");
+    log.append(&mut StdIo, &batches(0, 3, 2, 10).concat())
+        .expect("append");
+    assert!(!log.flush_if_due(&mut StdIo, 0).expect("not due"));
+    assert_eq!(log.recovery_point(), Offset(0));
+    assert!(log.flush_if_due(&mut StdIo, i64::MAX / 2).expect("due"));
+    assert_eq!(log.recovery_point(), Offset(6));
+    assert!(!log
+        .flush_if_due(&mut StdIo, i64::MAX / 2)
+        .expect("nothing left to flush"));
 }

@@ -37,10 +37,22 @@ pub fn parse_partition_dir(name: &str) -> Option<TopicPartition> {
 
 impl LogDir {
     /// Opens (creating if needed) the root and every partition directory in it, all with
-    /// `default_config` (per-topic overrides are applied by the caller afterwards).
+    /// `default_config`.
     pub fn open(
         root: &Path,
         default_config: LogConfig,
+        io: &mut impl LogIo,
+    ) -> Result<LogDir, LogError> {
+        let default = default_config.clone();
+        Self::open_with(root, default_config, |_| default.clone(), io)
+    }
+
+    /// `open`, with each existing partition opened under `config_for(partition)` (its topic's
+    /// settings); `default_config` is used for partitions created later without one.
+    pub fn open_with(
+        root: &Path,
+        default_config: LogConfig,
+        config_for: impl Fn(&TopicPartition) -> LogConfig,
         io: &mut impl LogIo,
     ) -> Result<LogDir, LogError> {
         default_config.validate()?;
@@ -66,14 +78,8 @@ impl LogDir {
                 recovery_point: recovery_points.get(&tp).copied().unwrap_or(Offset::ZERO),
                 log_start_offset: log_starts.get(&tp).copied(),
             };
-            let log = PartitionLog::open(
-                &entry.path(),
-                tp.clone(),
-                None,
-                default_config.clone(),
-                load,
-                io,
-            )?;
+            let log =
+                PartitionLog::open(&entry.path(), tp.clone(), None, config_for(&tp), load, io)?;
             logs.insert(tp, log);
         }
         let dir = LogDir {

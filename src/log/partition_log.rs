@@ -408,17 +408,24 @@ impl PartitionLog {
     }
 
     fn maybe_flush(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        self.flush_if_due(io, now_ms()).map(|_| ())
+    }
+
+    /// Applies `flush.ms` without an append: the owner calls this from its timer so that an
+    /// idle partition's tail still reaches the disk. Returns whether it flushed.
+    pub fn flush_if_due(&mut self, io: &mut impl LogIo, now_ms: i64) -> Result<bool, LogError> {
         let due = match self.config.flush {
             FlushPolicy::PageCache => false,
-            FlushPolicy::EveryAppend => true,
+            FlushPolicy::EveryAppend => self.unflushed_messages > 0,
             FlushPolicy::Interval { messages, ms } => {
-                self.unflushed_messages >= messages || now_ms() - self.last_flush_ms >= ms
+                self.unflushed_messages >= messages
+                    || (self.unflushed_messages > 0 && now_ms - self.last_flush_ms >= ms)
             }
         };
         if due {
             self.flush(io)?;
         }
-        Ok(())
+        Ok(due)
     }
 
     /// fdatasyncs every segment holding data above the recovery point, then moves the
