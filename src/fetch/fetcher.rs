@@ -404,7 +404,13 @@ impl Fetcher {
         let key = (name.clone(), partition_index);
         if let Some(slot) = self.by_name.get(&key) {
             // A removed partition still waiting to be forgotten may be added again.
-            if !self.partition(*slot).is_some_and(|p| p.removed) {
+            // (`partition()` hides removed partitions, so look at the slot itself.)
+            let removed = self
+                .slots
+                .get(slot.0 as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|p| p.removed);
+            if !removed {
                 return Err(FetcherError::Duplicate(start.tp));
             }
             self.drop_slot(*slot);

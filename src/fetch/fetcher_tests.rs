@@ -294,6 +294,21 @@ fn removed_partition_is_forgotten_in_the_session() {
     assert_eq!(b.f.partitions(), 1);
 }
 
+// Goal: pause then resume before the next request. The partition removed from a session is
+// still waiting to be forgotten; adding it again must replace it, not fail as a duplicate.
+#[test]
+fn removed_partition_in_session_can_be_added_again() {
+    let mut b = Broker::new(12);
+    b.add(0, 0, -1);
+    let s1 = b.add(1, 0, -1);
+    let (h, _) = b.fetch_request();
+    b.respond(&h, &fetch_response(9, vec![], false));
+    b.f.remove_partition(s1).unwrap();
+    let again = b.add(1, 40, -1);
+    assert_eq!(b.f.partitions(), 2);
+    assert_eq!(b.f.fetch_offset(again), Some(Offset(40)));
+}
+
 #[test]
 fn sessionless_source_sends_full_fetches() {
     let mut b = Broker::new(6);
