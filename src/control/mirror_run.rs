@@ -273,6 +273,9 @@ fn drain_events(
                 tracing::error!(shard = shard.0, partition = %tp, %why, "partition stopped");
                 stopped.push((tp, why));
             }
+            MirrorEvent::PartitionRemoved { tp, log_end } => {
+                tracing::info!(shard = shard.0, partition = %tp, %log_end, "partition removed")
+            }
             MirrorEvent::Notice { what } => tracing::warn!(shard = shard.0, "{what}"),
         }
         next = rt.try_event();

@@ -43,6 +43,10 @@ pub enum MirrorMsg {
         start: PartitionStart,
         log: Box<PartitionLog>,
     },
+    /// Stop fetching `tp` and hand its log back (pause, stop, source topic deleted). Answered by
+    /// `PartitionRemoved`, or by nothing when the shard does not have the partition (it was
+    /// already stopped, and `PartitionStopped` said so).
+    RemovePartition { tp: TopicPartition },
 }
 
 /// How to reach and talk to one source broker.
@@ -66,6 +70,11 @@ pub enum MirrorEvent {
     PartitionStopped {
         tp: TopicPartition,
         why: String,
+    },
+    /// The partition's fetcher is gone and its log is in the returned-logs list.
+    PartitionRemoved {
+        tp: TopicPartition,
+        log_end: Offset,
     },
     /// Something the operator may want to see (connection loss, source errors); fetching goes on.
     Notice {
@@ -221,6 +230,28 @@ impl MirrorShard {
                     why: e.to_string(),
                 });
             }
+        }
+    }
+
+    fn remove_partition(&mut self, cx: &mut Cx<'_>, tp: TopicPartition) {
+        let found = self.sources.iter().enumerate().find_map(|(i, src)| {
+            src.logs
+                .iter()
+                .position(|l| l.as_ref().is_some_and(|l| *l.topic_partition() == tp))
+                .map(|slot| (i, slot))
+        });
+        let Some((i, slot)) = found else {
+            return;
+        };
+        let src = &mut self.sources[i];
+        let log = src.logs[slot].take();
+        // The fetcher forgets the slot; a response already in flight for it is dropped by the
+        // fetcher, so nothing is appended to the log after it is handed back.
+        let _ = src.fetcher.remove_partition(Slot(slot as _));
+        if let Some(log) = log {
+            let log_end = log.log_end_offset();
+            self.give_back(log);
+            let _ = cx.emit(MirrorEvent::PartitionRemoved { tp, log_end });
         }
     }
 
@@ -496,6 +527,7 @@ impl ShardHandler for MirrorShard {
             MirrorMsg::AddPartition { source, start, log } => {
                 self.add_partition(cx, source, start, *log)
             }
+            MirrorMsg::RemovePartition { tp } => self.remove_partition(cx, tp),
         }
     }
 
