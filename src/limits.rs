@@ -244,3 +244,7 @@ pub const CONTROL_TICK_MS: u64 = 250;
 
 /// Default period of the source sync (new topics, partition growth, deletions, cluster id).
 pub const MIRROR_SYNC_INTERVAL_MS_DEFAULT: u64 = 30_000;
+
+/// How long the control thread waits for a shard to hand a removed partition's log back (a
+/// shard answers between two ring waits, so this only bounds a stuck shard).
+pub const SHARD_REMOVE_WAIT_MS: u64 = 10_000;

@@ -913,6 +913,12 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         Ok(())
     }
 
+    /// Closes `__mirror_state` cleanly and hands back the data plane (for its own shutdown).
+    pub fn shutdown(self) -> Result<D, ControlError> {
+        self.store.close()?;
+        Ok(self.data)
+    }
+
     pub fn data_plane(&self) -> &D {
         &self.data
     }

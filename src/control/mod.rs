@@ -9,6 +9,7 @@
 //! | `controller` | owns all mirrors: commands, persistence, data-plane orders, describe |
 //! | `admin`      | HTTP/JSON admin API and the control thread that serves it           |
 //! | `source_catalog` | source topics and cluster id with the blocking client           |
+//! | `shard_plane` | `DataPlane` over the real shards and the log dir                    |
 //! | `mirror_run` | resolving a configured mirror against the source and driving shards  |
 
 pub mod admin;
@@ -16,6 +17,7 @@ pub mod controller;
 pub mod mirror_def;
 pub mod mirror_run;
 pub mod records;
+pub mod shard_plane;
 pub mod source_catalog;
 pub mod state;
 pub mod state_log;

@@ -1,0 +1,264 @@
+//! `DataPlane` over the real shards: partitions are handed to the shard their name hashes to
+//! with `MirrorMsg::AddPartition` (their log lent out of the `LogDir`), and taken back with
+//! `RemovePartition`, whose answer returns the log to the `LogDir`.
+//!
+//! Lives on the thread that started the `Runtime` (shard events unpark that thread).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use crate::control::controller::{DataPlane, Progress};
+use crate::control::mirror_def::{MirrorDefinition, StartFrom};
+use crate::control::mirror_run::shard_for;
+use crate::control::state_log;
+use crate::fetch::blocking::BlockingClient;
+use crate::fetch::fetcher::{FetchConfig, PartitionStart};
+use crate::ids::{Offset, ShardId, TopicPartition};
+use crate::limits::SHARD_REMOVE_WAIT_MS;
+use crate::log::config::LogConfig;
+use crate::log::io::StdIo;
+use crate::log::log_dir::LogDir;
+use crate::log::LogError;
+use crate::runtime::mirror_shard::{
+    resume_point, MirrorEvent, MirrorMsg, MirrorShard, ReturnedLogs, SourceSpec,
+};
+use crate::runtime::{Runtime, RuntimeConfig, RuntimeError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShardPlaneError {
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+/// The shards and the log dir they write into.
+pub struct ShardDataPlane {
+    rt: Option<Runtime<MirrorShard>>,
+    logs: Option<LogDir>,
+    returned: ReturnedLogs,
+    fetch: FetchConfig,
+    lent: HashMap<TopicPartition, ShardId>,
+    /// Failures the shards reported (partition stopped for good), for the controller.
+    failures: Vec<(TopicPartition, String)>,
+}
+
+impl ShardDataPlane {
+    /// Opens the partition logs under `data_dir` and starts the shards. Call before opening
+    /// `__mirror_state`: the log dir's scan finds that partition too and leaves it alone.
+    pub fn start(
+        data_dir: &Path,
+        runtime: &RuntimeConfig,
+        fetch: FetchConfig,
+    ) -> Result<ShardDataPlane, ShardPlaneError> {
+        let mut logs = LogDir::open(data_dir, LogConfig::default(), &mut StdIo)?;
+        // `__mirror_state` belongs to the state log, which reopens it right after.
+        drop(logs.take(&TopicPartition::new(state_log::TOPIC, 0)));
+        let returned: ReturnedLogs = Arc::new(Mutex::new(Vec::new()));
+        let shard_returned = Arc::clone(&returned);
+        let rt = Runtime::start(runtime, move |_| {
+            MirrorShard::new(Arc::clone(&shard_returned))
+        })?;
+        Ok(ShardDataPlane {
+            rt: Some(rt),
+            logs: Some(logs),
+            returned,
+            fetch,
+            lent: HashMap::new(),
+            failures: Vec::new(),
+        })
+    }
+
+    fn rt(&mut self) -> &mut Runtime<MirrorShard> {
+        self.rt.as_mut().expect("runtime lives until stop")
+    }
+
+    fn logs(&mut self) -> &mut LogDir {
+        self.logs.as_mut().expect("log dir lives until stop")
+    }
+
+    /// Logs the shards handed back go back into the log dir.
+    fn take_returned(&mut self) {
+        let back: Vec<_> = {
+            let mut r = self.returned.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::take(&mut *r)
+        };
+        for log in back {
+            self.logs().restore(log);
+        }
+    }
+
+    /// Handles shard events until `until` says the awaited one came, or the wait ends.
+    fn pump(&mut self, wait: Duration, mut until: impl FnMut(&MirrorEvent) -> bool) -> bool {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some((_, event)) = self.rt().next_event(left) else {
+                return false;
+            };
+            let done = until(&event);
+            match event {
+                MirrorEvent::PartitionStopped { tp, why } => {
+                    self.lent.remove(&tp);
+                    self.failures.push((tp, why));
+                }
+                MirrorEvent::PartitionRemoved { tp, .. } => {
+                    self.lent.remove(&tp);
+                }
+                MirrorEvent::Notice { what } => tracing::warn!("{what}"),
+                MirrorEvent::PartitionAdded { .. } => {}
+            }
+            self.take_returned();
+            if done {
+                return true;
+            }
+        }
+    }
+
+    /// Drains pending shard events without waiting; returns the failures they reported.
+    pub fn poll_failures(&mut self) -> Vec<(TopicPartition, String)> {
+        self.pump(Duration::ZERO, |_| false);
+        std::mem::take(&mut self.failures)
+    }
+
+    /// Stops the shards (they hand every log back) and closes the log dir cleanly.
+    pub fn stop(mut self) -> Result<(), ShardPlaneError> {
+        if let Some(rt) = self.rt.take() {
+            rt.stop();
+        }
+        self.take_returned();
+        if let Some(logs) = self.logs.take() {
+            logs.close(&mut StdIo)?;
+        }
+        Ok(())
+    }
+
+    fn source_for(
+        &self,
+        mirror: &MirrorDefinition,
+        tp: &TopicPartition,
+    ) -> Result<(SourceSpec, crate::ids::LeaderEpoch), String> {
+        let client_id = &mirror.source.client_id;
+        let mut errors = Vec::new();
+        for addr in &mirror.source.bootstrap_servers {
+            let md = match BlockingClient::connect(addr, client_id)
+                .and_then(|mut c| c.metadata(Some(&[tp.topic.as_str()])))
+            {
+                Ok(md) => md,
+                Err(e) => {
+                    errors.push(format!("{addr}: {e}"));
+                    continue;
+                }
+            };
+            let p = md
+                .partition(&tp.topic, tp.partition)
+                .ok_or_else(|| format!("{tp} is not on the source"))?;
+            let leader = p
+                .leader
+                .ok_or_else(|| format!("{tp} has no leader on the source"))?;
+            let b = md
+                .broker(leader)
+                .ok_or_else(|| format!("leader {leader} of {tp} is not in the broker list"))?;
+            let leader_addr = format!("{}:{}", b.host, b.port);
+            let versions = BlockingClient::connect(&leader_addr, client_id)
+                .map_err(|e| format!("{leader_addr}: {e}"))?
+                .versions;
+            return Ok((
+                SourceSpec {
+                    broker_id: leader,
+                    addr: leader_addr,
+                    versions,
+                    fetch: self.fetch,
+                    client_id: client_id.clone(),
+                },
+                p.leader_epoch,
+            ));
+        }
+        Err(errors.join("; "))
+    }
+}
+
+impl DataPlane for ShardDataPlane {
+    fn add(
+        &mut self,
+        mirror: &MirrorDefinition,
+        tp: &TopicPartition,
+        topic_id: Uuid,
+        start: StartFrom,
+    ) -> Result<(), String> {
+        if self.lent.contains_key(tp) {
+            return Ok(());
+        }
+        if start != StartFrom::Earliest {
+            // Not done yet: a new partition always starts from the source's log start.
+            tracing::warn!(partition = %tp, %start, "start position not supported yet; starting from earliest");
+        }
+        let (spec, leader_epoch) = self.source_for(mirror, tp)?;
+        let id = (!topic_id.is_nil()).then_some(topic_id);
+        self.logs()
+            .get_or_create(tp, id, None)
+            .map_err(|e| e.to_string())?;
+        let log = self.logs().take(tp).expect("just created or found");
+        let (log_end, last_epoch) = resume_point(&log);
+        let shard = shard_for(tp, self.rt().shard_count());
+        let msg = MirrorMsg::AddPartition {
+            source: spec,
+            start: PartitionStart {
+                tp: tp.clone(),
+                topic_id,
+                log_end,
+                last_epoch,
+                leader_epoch,
+            },
+            log: Box::new(log),
+        };
+        if let Err(full) = self.rt().send(shard, msg) {
+            if let MirrorMsg::AddPartition { log, .. } = full.0 {
+                self.logs().restore(*log);
+            }
+            return Err(format!("shard {} mailbox is full", shard.0));
+        }
+        self.lent.insert(tp.clone(), shard);
+        Ok(())
+    }
+
+    fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String> {
+        if let Some(shard) = self.lent.get(tp).copied() {
+            self.rt()
+                .send(shard, MirrorMsg::RemovePartition { tp: tp.clone() })
+                .map_err(|_| format!("shard {} mailbox is full", shard.0))?;
+            let wanted = tp.clone();
+            let answered = self.pump(Duration::from_millis(SHARD_REMOVE_WAIT_MS), |e| {
+                matches!(e, MirrorEvent::PartitionRemoved { tp, .. }
+                    | MirrorEvent::PartitionStopped { tp, .. } if *tp == wanted)
+            });
+            if !answered {
+                return Err(format!("shard {} did not hand {tp} back", shard.0));
+            }
+        }
+        self.take_returned();
+        Ok(self
+            .logs()
+            .get(tp)
+            .map_or(Offset::ZERO, |l| l.log_end_offset()))
+    }
+
+    fn progress(&self, tp: &TopicPartition) -> Progress {
+        // While a shard owns the log only the shard knows its end; the shards do not report
+        // watermarks to the control thread yet.
+        let local = self
+            .logs
+            .as_ref()
+            .and_then(|d| d.get(tp))
+            .map(|l| l.log_end_offset().0);
+        Progress {
+            local_log_end: local,
+            source_high_watermark: None,
+            lag_ms: None,
+        }
+    }
+}
