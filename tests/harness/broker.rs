@@ -330,8 +330,15 @@ impl Kafka {
     /// `kafka-storage format`: a KRaft broker refuses to start on an unformatted directory.
     fn format_storage(&self) {
         let _ = std::fs::remove_dir_all(self.data_dir());
-        let cluster_id = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(uuid::Uuid::new_v4().as_bytes());
+        // StorageTool's argument parser reads an id starting with '-' as an option, so draw
+        // again in that case (Kafka's own Uuid.randomUuid does the same).
+        let cluster_id = loop {
+            let id = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .encode(uuid::Uuid::new_v4().as_bytes());
+            if !id.starts_with('-') {
+                break id;
+            }
+        };
         let mut cmd = Command::new(jars::java());
         cmd.args(jars::tool_jvm_flags())
             .arg("-cp")
