@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use harness::dump::{dump_log_segments, segment_files, DumpFlags};
 use harness::ProduceOpts;
-use kmirror::control::controller::Controller;
+use kmirror::control::controller::{Controller, DataPlane};
 use kmirror::control::shard_plane::ShardDataPlane;
 use kmirror::control::source_catalog::BlockingSourceCatalog;
 use kmirror::control::state::{Command, RetryPolicy, StateName};

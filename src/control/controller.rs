@@ -67,6 +67,10 @@ pub trait DataPlane {
     /// Stop fetching `tp` and return its local log end.
     fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String>;
     fn progress(&self, tp: &TopicPartition) -> Progress;
+    /// Partitions whose fetching stopped on its own since the last call, with the reason.
+    fn poll_failures(&mut self) -> Vec<(TopicPartition, String)> {
+        Vec::new()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -885,8 +889,13 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         Ok(())
     }
 
-    /// Periodic work: retries whose backoff elapsed, and the source sync when due.
+    /// Periodic work: failures the data plane reported, retries whose backoff elapsed, and
+    /// the source sync when due.
     pub fn tick(&mut self, now_ms: i64) -> Result<(), ControlError> {
+        for (tp, why) in self.data.poll_failures() {
+            tracing::warn!(partition = %tp, %why, "fetching stopped");
+            self.partition_failed(&tp, why, true)?;
+        }
         if now_ms >= self.next_sync_ms {
             self.next_sync_ms = now_ms.saturating_add(self.sync_interval_ms);
             self.sync()?;
@@ -950,6 +959,7 @@ mod tests {
         active: Rc<RefCell<BTreeSet<TopicPartition>>>,
         adds: Rc<RefCell<u32>>,
         fail_adds: Rc<RefCell<bool>>,
+        failures: Rc<RefCell<Vec<(TopicPartition, String)>>>,
     }
 
     impl DataPlane for FakeData {
@@ -970,6 +980,9 @@ mod tests {
         fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String> {
             self.active.borrow_mut().remove(tp);
             Ok(Offset(100))
+        }
+        fn poll_failures(&mut self) -> Vec<(TopicPartition, String)> {
+            std::mem::take(&mut *self.failures.borrow_mut())
         }
         fn progress(&self, _: &TopicPartition) -> Progress {
             Progress {
@@ -1232,6 +1245,33 @@ mod tests {
         assert_eq!(state(&c, "orders-eu", 0), Some(StateName::Failed));
         c.command("m1", "orders-eu", Command::Stop).unwrap();
         assert_eq!(state(&c, "orders-eu", 0), Some(StateName::Stopped));
+    }
+
+    #[test]
+    fn data_plane_failures_fail_the_partition_and_retry() {
+        let rig = Rig::new();
+        let mut c = rig.open();
+        c.create("m1", &props()).unwrap();
+        c.start("m1", "payments", None).unwrap();
+        let tp = TopicPartition::new("payments", 0);
+        rig.data.active.borrow_mut().remove(&tp);
+        rig.data
+            .failures
+            .borrow_mut()
+            .push((tp.clone(), "diverging epoch".into()));
+        let now = now_ms();
+        c.tick(now).unwrap();
+        let row = &c.describe(Some("m1")).unwrap()[0];
+        assert_eq!(row.state, StateName::Failed);
+        assert_eq!(row.error_message.as_deref(), Some("diverging epoch"));
+        assert_eq!(row.retry_attempt, 1);
+        // Survives a restart, then retries once the backoff has passed.
+        drop(c);
+        let mut c = rig.open();
+        assert_eq!(state(&c, "payments", 0), Some(StateName::Failed));
+        c.tick(now + 5_000).unwrap();
+        assert_eq!(state(&c, "payments", 0), Some(StateName::Mirroring));
+        assert_eq!(rig.active(), ["payments-0"]);
     }
 
     #[test]

@@ -119,12 +119,6 @@ impl ShardDataPlane {
         }
     }
 
-    /// Drains pending shard events without waiting; returns the failures they reported.
-    pub fn poll_failures(&mut self) -> Vec<(TopicPartition, String)> {
-        self.pump(Duration::ZERO, |_| false);
-        std::mem::take(&mut self.failures)
-    }
-
     /// Stops the shards (they hand every log back) and closes the log dir cleanly.
     pub fn stop(mut self) -> Result<(), ShardPlaneError> {
         if let Some(rt) = self.rt.take() {
@@ -245,6 +239,12 @@ impl DataPlane for ShardDataPlane {
             .logs()
             .get(tp)
             .map_or(Offset::ZERO, |l| l.log_end_offset()))
+    }
+
+    /// Drains pending shard events without waiting; returns the failures they reported.
+    fn poll_failures(&mut self) -> Vec<(TopicPartition, String)> {
+        self.pump(Duration::ZERO, |_| false);
+        std::mem::take(&mut self.failures)
     }
 
     fn progress(&self, tp: &TopicPartition) -> Progress {
