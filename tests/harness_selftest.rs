@@ -114,6 +114,7 @@ fn idempotent_and_transactional_batches_are_marked() {
     let produced = k.produce(&topic, 1, 300, &txn);
     // Three data ranges and three commit/abort markers, each marker taking one offset.
     assert_eq!(produced.last_offset, 300 + 3 - 2);
+    k.wait_for_log_end(&topic, 1, 303);
 
     let scratch = tempfile::tempdir().unwrap();
     let dump = dump_log_segments(&live_files(k, &topic, 0, &scratch), DumpFlags::DEEP_SANITY);

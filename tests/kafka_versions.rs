@@ -28,6 +28,7 @@ fn round_trip(version: &str) {
     let produced = k.produce(topic, 0, 200, &txn);
     // 200 + 100 committed + marker + 100 aborted + marker.
     assert_eq!(produced.last_offset, 200 + 200 + 1 - 1);
+    k.wait_for_log_end(topic, 0, 402);
 
     let committed = k.consume(topic, 0, 0, 400, Isolation::ReadCommitted);
     assert_eq!(

@@ -15,7 +15,6 @@ mod harness;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use harness::dump::{dump_log_segments, segment_files, DumpFlags};
 use harness::files::{copy_partition_trimmed, index_bytes_trimmed};
@@ -75,26 +74,8 @@ fn produce_mix(k: &Kafka) -> (String, i64) {
         // The last record's offset, then one marker offset after it.
         end = k.produce(&topic, 0, 150, &txn).last_offset + 2;
     }
-    wait_for_log_end(k, &topic, end);
+    k.wait_for_log_end(&topic, 0, end);
     (topic, end)
-}
-
-/// Commit and abort markers reach the partition after the producer's call returns (the
-/// coordinator writes them); the test reads the files only once all are there.
-fn wait_for_log_end(k: &Kafka, topic: &str, end: i64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let got = k.offsets(topic, 0).log_end_offset;
-        if got == end {
-            return;
-        }
-        assert!(got < end, "log end {got} is past the expected {end}");
-        assert!(
-            Instant::now() < deadline,
-            "log end stuck at {got}, expected {end}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn with_ext(files: &[PathBuf], ext: &str) -> Vec<PathBuf> {

@@ -438,6 +438,28 @@ impl Kafka {
         offsets(&self.bootstrap(), topic, partition)
     }
 
+    /// Waits until the partition's log end offset (high watermark) reaches `end`. Commit and
+    /// abort markers reach a partition after the producer's call returns (the transaction
+    /// coordinator writes them), so tests that read the files wait for them here.
+    pub fn wait_for_log_end(&self, topic: &str, partition: i32, end: i64) {
+        let deadline = std::time::Instant::now() + TOOL_LIMIT;
+        loop {
+            let got = self.offsets(topic, partition).log_end_offset;
+            if got == end {
+                return;
+            }
+            assert!(
+                got < end,
+                "{topic}-{partition}: log end {got} is past the expected {end}"
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{topic}-{partition}: log end stuck at {got}, expected {end}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn delete_records(&self, topic: &str, partition: i32, before: i64) -> i64 {
         delete_records(&self.bootstrap(), topic, partition, before)
     }
