@@ -9,7 +9,8 @@ use serde::Deserialize;
 use crate::fetch::fetcher::FetchConfig;
 use crate::limits::{
     ARENA_SLOTS_MAX, ARENA_SLOT_BYTES_MAX, ARENA_SLOT_BYTES_MIN, FETCH_RESPONSE_BYTES_MAX,
-    FETCH_WAIT_MS_MAX, RESPONSE_OVERHEAD_BYTES_MAX, SHARDS_MAX,
+    FETCH_WAIT_MS_MAX, RESPONSE_OVERHEAD_BYTES_MAX, SHARDS_MAX, SOURCE_REQUEST_TIMEOUT_MS_MAX,
+    SOURCE_REQUEST_TIMEOUT_MS_MIN,
 };
 use crate::runtime::RuntimeConfig;
 
@@ -113,6 +114,13 @@ pub struct FetchSection {
     pub max_bytes: u32,
     #[serde(default = "default_partition_max_bytes")]
     pub partition_max_bytes: u32,
+    /// How long a response may take beyond `max_wait_ms` before the connection is dropped.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: u32,
+}
+
+fn default_request_timeout_ms() -> u32 {
+    crate::limits::SOURCE_REQUEST_TIMEOUT_MS_DEFAULT
 }
 
 fn default_max_wait_ms() -> u32 {
@@ -135,6 +143,7 @@ impl Default for FetchSection {
             min_bytes: default_min_bytes(),
             max_bytes: default_max_bytes(),
             partition_max_bytes: default_partition_max_bytes(),
+            request_timeout_ms: default_request_timeout_ms(),
         }
     }
 }
@@ -235,6 +244,16 @@ impl ServeConfig {
             return Err(invalid(
                 "fetch.max_bytes",
                 format!("must be in 1..={FETCH_RESPONSE_BYTES_MAX}"),
+            ));
+        }
+        if !(SOURCE_REQUEST_TIMEOUT_MS_MIN..=SOURCE_REQUEST_TIMEOUT_MS_MAX)
+            .contains(&f.request_timeout_ms)
+        {
+            return Err(invalid(
+                "fetch.request_timeout_ms",
+                format!(
+                    "must be in {SOURCE_REQUEST_TIMEOUT_MS_MIN}..={SOURCE_REQUEST_TIMEOUT_MS_MAX}"
+                ),
             ));
         }
         if f.partition_max_bytes == 0 || f.partition_max_bytes > f.max_bytes {

@@ -248,3 +248,13 @@ pub const MIRROR_SYNC_INTERVAL_MS_DEFAULT: u64 = 30_000;
 /// How long the control thread waits for a shard to hand a removed partition's log back (a
 /// shard answers between two ring waits, so this only bounds a stuck shard).
 pub const SHARD_REMOVE_WAIT_MS: u64 = 10_000;
+
+/// Bounds of `fetch.request_timeout_ms`: how long a source response may take beyond the fetch's
+/// `max_wait_ms` before the connection is dropped (Kafka's `request.timeout.ms` is 30 s).
+pub const SOURCE_REQUEST_TIMEOUT_MS_MIN: u32 = 100;
+pub const SOURCE_REQUEST_TIMEOUT_MS_MAX: u32 = 300_000;
+pub const SOURCE_REQUEST_TIMEOUT_MS_DEFAULT: u32 = 30_000;
+const _: () = assert!(
+    SOURCE_REQUEST_TIMEOUT_MS_MIN <= SOURCE_REQUEST_TIMEOUT_MS_DEFAULT
+        && SOURCE_REQUEST_TIMEOUT_MS_DEFAULT <= SOURCE_REQUEST_TIMEOUT_MS_MAX
+);

@@ -226,6 +226,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
             versions: v,
             fetch: config.fetch_config(),
             client_id: config.source.client_id.clone(),
+            request_timeout_ms: config.fetch.request_timeout_ms,
         };
         let shard = shard_for(&start.tp, rt.shard_count());
         let mut msg = MirrorMsg::AddPartition {

@@ -168,6 +168,7 @@ impl ShardDataPlane {
                     versions,
                     fetch: self.fetch,
                     client_id: client_id.clone(),
+                    request_timeout_ms: crate::limits::SOURCE_REQUEST_TIMEOUT_MS_DEFAULT,
                 },
                 p.leader_epoch,
             ));

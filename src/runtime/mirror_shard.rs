@@ -58,6 +58,8 @@ pub struct SourceSpec {
     pub versions: Versions,
     pub fetch: FetchConfig,
     pub client_id: String,
+    /// Added to the fetch's `max_wait_ms` to bound how long a response may take.
+    pub request_timeout_ms: u32,
 }
 
 /// Shard → control.
@@ -86,6 +88,7 @@ const KIND_CONNECT: u64 = 1;
 const KIND_SEND: u64 = 2;
 const KIND_RECV: u64 = 3;
 const KIND_TIMER: u64 = 4;
+const KIND_DEADLINE: u64 = 5;
 
 /// Tag layout: source index (bits 32..56), connection generation (bits 8..32), op kind (0..8).
 /// The generation lets completions of a closed connection's ops be recognised and dropped.
@@ -121,6 +124,11 @@ struct Source {
     /// A partly received frame waiting for its next RECV.
     partial: Option<SlotBuf>,
     timer_armed: bool,
+    /// When the outstanding request went out; a response must arrive within
+    /// `max_wait_ms + request_timeout_ms` or the connection is dropped (as Kafka's
+    /// `request.timeout.ms` does).
+    request_sent_at: Option<Instant>,
+    deadline_armed: bool,
     /// Indexed by the fetcher's `Slot`.
     logs: Vec<Option<PartitionLog>>,
 }
@@ -193,6 +201,8 @@ impl MirrorShard {
             receiving: false,
             partial: None,
             timer_armed: false,
+            request_sent_at: None,
+            deadline_armed: false,
             logs: Vec::new(),
         });
         let i = self.sources.len() - 1;
@@ -265,6 +275,40 @@ impl MirrorShard {
         }
     }
 
+    fn request_limit(src: &Source) -> Duration {
+        Duration::from_millis(
+            u64::from(src.spec.fetch.max_wait_ms) + u64::from(src.spec.request_timeout_ms),
+        )
+    }
+
+    /// One deadline timer per source at most: when it fires it re-arms for whatever is left of
+    /// the outstanding request's allowance, so TIMEOUTs never pile up in the slab.
+    fn arm_deadline(&mut self, cx: &mut Cx<'_>, i: usize, after: Duration) {
+        let src = &mut self.sources[i];
+        if src.deadline_armed {
+            return;
+        }
+        if cx.ring.timeout(tag(i, 0, KIND_DEADLINE), after).is_ok() {
+            src.deadline_armed = true;
+        }
+    }
+
+    fn on_deadline(&mut self, cx: &mut Cx<'_>, i: usize) {
+        let src = &mut self.sources[i];
+        src.deadline_armed = false;
+        let Some(sent_at) = src.request_sent_at else {
+            return;
+        };
+        let limit = Self::request_limit(src);
+        let waited = sent_at.elapsed();
+        if waited >= limit {
+            let why = format!("no response within {} ms", limit.as_millis());
+            self.disconnect(cx, i, why);
+        } else {
+            self.arm_deadline(cx, i, limit - waited);
+        }
+    }
+
     fn connect(&mut self, cx: &mut Cx<'_>, i: usize) {
         let src = &mut self.sources[i];
         let addr = match src.spec.addr.to_socket_addrs().map(|mut a| a.next()) {
@@ -308,6 +352,7 @@ impl MirrorShard {
             let _ = s.shutdown(Shutdown::Both);
         }
         src.link = Link::Down;
+        src.request_sent_at = None;
         src.generation = src.generation.wrapping_add(1);
         src.sending = false;
         src.receiving = false;
@@ -331,7 +376,10 @@ impl MirrorShard {
         let now = Instant::now();
         match src.fetcher.poll_request(&mut src.out, now) {
             Ok(Poll::Sent(_)) => {
+                src.request_sent_at = Some(now);
+                let limit = Self::request_limit(src);
                 let request = src.out.split().freeze();
+                self.arm_deadline(cx, i, limit);
                 self.send(cx, i, request);
                 self.ensure_recv(cx, i);
             }
@@ -428,6 +476,7 @@ impl MirrorShard {
             self.ensure_recv(cx, i);
             return;
         }
+        self.sources[i].request_sent_at = None;
         let body = slot.freeze().slice(LENGTH_PREFIX_BYTES..);
         let mut events = std::mem::take(&mut self.events);
         let handled = self.sources[i]
@@ -536,6 +585,9 @@ impl ShardHandler for MirrorShard {
         let Some(src) = self.sources.get_mut(i) else {
             return;
         };
+        if kind == KIND_DEADLINE {
+            return self.on_deadline(cx, i);
+        }
         if kind == KIND_TIMER {
             src.timer_armed = false;
             match src.link {
