@@ -195,8 +195,12 @@ pub enum FetchEvent {
         hint: Option<(i32, LeaderEpoch)>,
     },
     /// The source's log start passed our fetch offset (retention or DeleteRecords): offsets
-    /// `from..to` no longer exist at the source, and fetching goes on at `to`. The local log
-    /// then starts at `to` (or at the base of the batch containing it).
+    /// `from..to` no longer exist at the source. The local log must start again at `to` before
+    /// the records that follow in the same batch of events are appended; `to` is the base of the
+    /// first batch the source returned, which may lie a little below the source's log start
+    /// (DeleteRecords can cut inside a batch; Kafka followers restart at that batch too).
+    /// Restart means truncate fully and start at `to`, even when `to` is not above the local
+    /// log end: the source's batch boundaries there decide where the new log begins.
     LogStartMoved {
         slot: Slot,
         from: Offset,
@@ -262,6 +266,9 @@ struct Partition {
     in_session: Option<SessionEntry>,
     /// Removed by the caller but still in the broker's session: forget it in the next request.
     removed: bool,
+    /// Set when the source's log start passed our fetch offset (the old fetch offset); the
+    /// move is reported with the next good response for the partition.
+    log_start_moved_from: Option<Offset>,
 }
 
 impl Partition {
@@ -435,6 +442,7 @@ impl Fetcher {
             backoff: Backoff::default(),
             in_session: None,
             removed: false,
+            log_start_moved_from: None,
             tp: start.tp,
         };
         let slot = match self.free.pop() {
@@ -1046,6 +1054,20 @@ impl Fetcher {
                 last_epoch: p.last_fetched_epoch,
             },
         );
+        if let Some(from) = p.log_start_moved_from.take() {
+            // The first batch may begin below the source's log start (DeleteRecords can cut
+            // inside a batch); like a Kafka follower, the log then starts at that batch.
+            let to = checked
+                .valid
+                .as_ref()
+                .map_or(p.fetch_offset, |v| v.first_offset.min(p.fetch_offset));
+            tracing::warn!(
+                partition = %p.tp, from = from.0, to = to.0,
+                "source log start moved past our fetch offset; offsets below it are gone at \
+                 the source and the mirrored log starts again there"
+            );
+            events.push(FetchEvent::LogStartMoved { slot, from, to });
+        }
         if let Some(valid) = &checked.valid {
             p.fetch_offset = valid.last_offset.next();
             p.log_end = p.fetch_offset;
@@ -1118,19 +1140,16 @@ impl Fetcher {
                 let source_start = Offset(lp.offset);
                 if source_start > p.fetch_offset {
                     let from = p.fetch_offset;
+                    // Reported with the first response from the new position, which tells
+                    // whether the log restarts at the source's log start or at the base of the
+                    // batch containing it.
                     p.fetch_offset = source_start;
                     p.log_start_offset = source_start;
+                    p.log_start_moved_from = Some(from);
+                    // The local log restarts from scratch (as a Kafka follower's does), so the
+                    // first batch may overlap what it held before.
+                    p.log_end = Offset::ZERO;
                     p.state = PartitionState::Fetching;
-                    tracing::warn!(
-                        partition = %p.tp, from = from.0, to = source_start.0,
-                        "source log start moved past our fetch offset; offsets below it are gone \
-                         at the source and the mirrored log starts again there"
-                    );
-                    events.push(FetchEvent::LogStartMoved {
-                        slot,
-                        from,
-                        to: source_start,
-                    });
                 } else {
                     p.state = PartitionState::Diverged;
                     events.push(FetchEvent::Diverged(Divergence {

@@ -341,13 +341,10 @@ fn out_of_range_below_log_start_moves_to_log_start() {
             .with_partition_index(0)
             .with_offset(50)])]);
     b.respond(&h, &lo);
-    assert_eq!(
-        b.events,
-        vec![FetchEvent::LogStartMoved {
-            slot: s,
-            from: Offset(10),
-            to: Offset(50)
-        }]
+    assert!(
+        b.events.is_empty(),
+        "reported with the first records: {:?}",
+        b.events
     );
     let (h, req) = b.fetch_request();
     assert_eq!(sent_partitions(&req), vec![(0, 50)]);
@@ -355,7 +352,14 @@ fn out_of_range_below_log_start_moves_to_log_start() {
         &h,
         &fetch_response(0, vec![partition(0, 100, Some(batch(48, 5, 0)))], false),
     );
-    let FetchEvent::Records(r) = &b.events[0] else {
+    // The source's log start is 50, inside the batch 48..=52: the log restarts at 48.
+    let moved = FetchEvent::LogStartMoved {
+        slot: s,
+        from: Offset(10),
+        to: Offset(48),
+    };
+    assert_eq!(b.events[0], moved);
+    let FetchEvent::Records(r) = &b.events[1] else {
         panic!("{:?}", b.events)
     };
     assert_eq!((r.first_offset, r.last_offset), (Offset(48), Offset(52)));
@@ -563,4 +567,34 @@ fn bad_config_is_rejected() {
         Fetcher::new(cfg, versions(12), "t"),
         Err(FetcherError::Config(_))
     ));
+}
+
+// Goal: when the batch holding the source's new log start also holds offsets we already have,
+// the log restart is still reported at that batch's base (the local log restarts fully, as a
+// Kafka follower's does after UnexpectedAppendOffset) instead of failing as an overlap.
+#[test]
+fn log_start_inside_a_batch_overlapping_local_data() {
+    let mut b = Broker::new(12);
+    let s = b.add(0, 40, 0);
+    let (h, _) = b.fetch_request();
+    let oor = partition(0, 100, None).with_error_code(ResponseError::OffsetOutOfRange.code());
+    b.respond(&h, &fetch_response(0, vec![oor], false));
+    let (h, _) = b.request::<ListOffsetsRequest>(ApiKey::ListOffsets);
+    let lo = ListOffsetsResponse::default().with_topics(vec![ListOffsetsTopicResponse::default()
+        .with_name(TopicName(StrBytes::from_static_str("t")))
+        .with_partitions(vec![ListOffsetsPartitionResponse::default().with_offset(50)])]);
+    b.respond(&h, &lo);
+    let (h, _) = b.fetch_request();
+    b.respond(
+        &h,
+        &fetch_response(0, vec![partition(0, 100, Some(batch(35, 21, 0)))], false),
+    );
+    let moved = FetchEvent::LogStartMoved {
+        slot: s,
+        from: Offset(40),
+        to: Offset(35),
+    };
+    assert_eq!(b.events[0], moved);
+    assert!(matches!(&b.events[1], FetchEvent::Records(r) if r.first_offset == Offset(35)));
+    assert_eq!(b.f.fetch_offset(s), Some(Offset(56)));
 }
