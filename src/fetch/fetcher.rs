@@ -690,10 +690,11 @@ impl Fetcher {
         now: Instant,
     ) -> Result<Option<InFlight>, FetcherError> {
         let version = self.fetch_version(now);
-        if self.session_version.is_some_and(|v| v != version) {
-            if let Session::Open { id, .. } = self.session {
-                self.reset_session(Some(id));
-            }
+        if self.session_version.is_some_and(|v| v != version) && self.session != Session::None {
+            // A session must not mix name- and id-based versions (the broker answers
+            // FETCH_SESSION_TOPIC_ID_ERROR even to a close), so the old session is left to
+            // expire and a new one is opened.
+            self.reset_session(None);
         }
         let (session_id, session_epoch, full) = match self.session {
             Session::None => (0, -1, true),
@@ -955,10 +956,12 @@ impl Fetcher {
         }
         if resp.error_code != 0 {
             let code = resp.error_code;
-            let close = if code == ResponseError::FetchSessionIdNotFound.code() {
-                None
-            } else {
+            // An unknown session or one fetched with mixed topic identification cannot be
+            // closed by id; a wrong epoch can (Kafka's client does the same).
+            let close = if code == ResponseError::InvalidFetchSessionEpoch.code() {
                 Some(sent_session_id).filter(|id| *id != 0)
+            } else {
+                None
             };
             self.reset_session(close);
             // Session errors are answered by a full fetch at once; anything else backs off.

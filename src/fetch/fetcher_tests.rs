@@ -253,7 +253,7 @@ fn session_errors_fall_back_to_full_fetch() {
     for (code, expect_id) in [
         (ResponseError::FetchSessionIdNotFound, 0),
         (ResponseError::InvalidFetchSessionEpoch, 77),
-        (ResponseError::FetchSessionTopicIdError, 77),
+        (ResponseError::FetchSessionTopicIdError, 0),
     ] {
         let mut b = Broker::new(13);
         b.add(0, 0, -1);
@@ -597,4 +597,27 @@ fn log_start_inside_a_batch_overlapping_local_data() {
     assert_eq!(b.events[0], moved);
     assert!(matches!(&b.events[1], FetchEvent::Records(r) if r.first_offset == Offset(35)));
     assert_eq!(b.f.fetch_offset(s), Some(Offset(56)));
+}
+
+// Goal: when a partition without a topic id joins, the fetcher drops to Fetch v12 and opens a
+// new session (0, 0) rather than continuing or closing the v13 session with a v12 request.
+#[test]
+fn version_change_opens_a_new_session() {
+    let mut b = Broker::new(13);
+    b.add(0, 0, -1);
+    let (h, _) = b.fetch_request();
+    b.respond(&h, &fetch_response(77, vec![], true));
+    assert_eq!(b.f.session(), Some((77, 1)));
+    b.f.add_partition(PartitionStart {
+        tp: TopicPartition::new("u", 0),
+        topic_id: Uuid::nil(),
+        log_end: Offset(0),
+        last_epoch: LeaderEpoch::NONE,
+        leader_epoch: LeaderEpoch::NONE,
+    })
+    .unwrap();
+    let (h, req) = b.fetch_request();
+    assert_eq!(h.request_api_version, 12);
+    assert_eq!((req.session_id, req.session_epoch), (0, 0));
+    assert_eq!(sent_partitions(&req).len(), 2);
 }

@@ -88,8 +88,21 @@ public class KafkaTool {
             // and reorder nothing, but tests read partition directories right away.
             long deadline = System.currentTimeMillis() + 30_000;
             while (true) {
-                TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames()
-                        .get(30, TimeUnit.SECONDS).get(topic);
+                TopicDescription d;
+                try {
+                    d = admin.describeTopics(List.of(topic)).allTopicNames()
+                            .get(30, TimeUnit.SECONDS).get(topic);
+                } catch (java.util.concurrent.ExecutionException e) {
+                    // The broker answers metadata from its own image, which may not hold the
+                    // topic yet right after the controller created it.
+                    if (!(e.getCause() instanceof
+                            org.apache.kafka.common.errors.UnknownTopicOrPartitionException)
+                            || System.currentTimeMillis() > deadline) {
+                        throw e;
+                    }
+                    Thread.sleep(50);
+                    continue;
+                }
                 boolean ready = d.partitions().size() == partitions;
                 for (TopicPartitionInfo pi : d.partitions()) {
                     ready &= pi.leader() != null && !pi.leader().isEmpty();
