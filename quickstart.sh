@@ -1,0 +1,313 @@
+#!/usr/bin/env bash
+# kmirror quickstart: mirrors a local Apache Kafka into kmirror and shows the result.
+#
+#   bash quickstart.sh
+#
+# From nothing but this repository (plus Java 17, Maven and a Rust toolchain) it:
+#   1. fetches the Kafka 4.1.1 jars through Maven and builds kmirror,
+#   2. starts a single-node KRaft Kafka on free loopback ports in a temp dir,
+#   3. creates topics and produces compressed sample data (lz4, zstd, a committed and an aborted
+#      transaction) with Kafka's own Java producer,
+#   4. runs `kmirror serve` and waits until kmirror holds everything the source has,
+#   5. checks kmirror's files: `kmirror log dump/verify`, Kafka's DumpLogSegments, and `cmp`
+#      against the broker's own segment files,
+#   6. stops kmirror (SIGTERM, clean shutdown) and the broker.
+# The broker and kmirror are stopped and the temp dir removed however the script ends (Ctrl-C too).
+#
+# Environment (all optional):
+#   KMIRROR_QUICKSTART_RECORDS  records to produce in total (default 20000)
+#   KMIRROR_QUICKSTART_BIN      use this kmirror binary instead of running `cargo build`
+#   KMIRROR_QUICKSTART_KEEP=1   keep the temp dir (broker and kmirror data) for a look afterwards
+#   KMIRROR_QUICKSTART_WATCH_PID  stop (as on Ctrl-C) once this process is gone (used by the test)
+#
+# The build is a debug build: it compiles in about half the time of `--release` on a small machine,
+# shares its target dir with `bash tests/run-all.sh`, and the sample data is small enough that
+# kmirror's speed is not what the quickstart shows.
+set -euo pipefail
+cd "$(dirname "$0")"
+repo="$(pwd)"
+
+records="${KMIRROR_QUICKSTART_RECORDS:-20000}"
+steps=6
+step() { echo; echo "== [$1/$steps] $2"; }
+summary() { echo "[$1/$steps] $2"; }
+fail() { echo "quickstart: FAILED: $*" >&2; exit 1; }
+
+java="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+javac="${JAVA_HOME:+$JAVA_HOME/bin/}javac"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/kmirror-quickstart-XXXXXX")"
+broker_pid=""
+kmirror_pid=""
+watch_pid=""
+
+# Stops what we started, by pid: kmirror first (it is a client of the broker), then the broker.
+stop_pid() {
+  local pid="$1" name="$2" limit="$3"
+  [ -n "$pid" ] || return 0
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 $((limit * 10))); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  echo "quickstart: $name (pid $pid) did not stop in ${limit}s; killing it" >&2
+  kill -KILL "$pid" 2>/dev/null || true
+}
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  [ -z "$watch_pid" ] || kill "$watch_pid" 2>/dev/null || true
+  stop_pid "$kmirror_pid" kmirror 30
+  stop_pid "$broker_pid" broker 60
+  wait 2>/dev/null || true
+  if [ "${KMIRROR_QUICKSTART_KEEP:-0}" = 1 ]; then
+    echo "quickstart: kept $work"
+  else
+    rm -rf "$work"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+if [ -n "${KMIRROR_QUICKSTART_WATCH_PID:-}" ]; then
+  (while kill -0 "$KMIRROR_QUICKSTART_WATCH_PID" 2>/dev/null; do sleep 1; done; kill -TERM $$) &
+  watch_pid=$!
+fi
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Polls `$1` (a shell command) every 0.2 s until it succeeds or `$2` seconds pass.
+wait_until() {
+  local cond="$1" limit="$2"
+  local deadline=$((SECONDS + limit))
+  until eval "$cond"; do
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 0.2
+  done
+}
+
+# ---------------------------------------------------------------------------------------------
+step 1 "fetch the Kafka jars and build kmirror"
+bash tests/kafka/fetch-jars.sh
+version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' tests/kafka/pom.xml)"
+libs="${KMIRROR_KAFKA_LIBS:-$HOME/.cache/kmirror/kafka-$version/libs}"
+[ -f "$libs/.complete" ] || fail "Kafka jars missing in $libs"
+if [ -n "${KMIRROR_QUICKSTART_BIN:-}" ]; then
+  kmirror="$KMIRROR_QUICKSTART_BIN"
+else
+  cargo build --bin kmirror
+  kmirror="$repo/target/debug/kmirror"
+fi
+[ -x "$kmirror" ] || fail "no kmirror binary at $kmirror"
+summary 1 "Kafka $version jars in $libs; kmirror at $kmirror"
+
+# ---------------------------------------------------------------------------------------------
+step 2 "start a single-node KRaft Kafka $version"
+broker_dir="$work/broker"
+mkdir -p "$broker_dir"
+port="$(free_port)"
+controller_port="$(free_port)"
+bootstrap="127.0.0.1:$port"
+cat >"$broker_dir/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$controller_port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$broker_dir/data
+num.partitions=1
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+group.initial.rebalance.delay.ms=0
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+EOF
+# The broker logs everything at INFO to its own file; tools print only warnings.
+cat >"$broker_dir/log4j.properties" <<'EOF'
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+EOF
+cat >"$work/log4j-quiet.properties" <<'EOF'
+log4j.rootLogger=WARN, stderr
+log4j.appender.stderr=org.apache.log4j.ConsoleAppender
+log4j.appender.stderr.Target=System.err
+log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
+log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
+EOF
+printf 'status=error\nrootLogger.level=warn\n' >"$work/log4j2-quiet.properties"
+log4j2="-Dlog4j2.configurationFile=$work/log4j2-quiet.properties"
+tool_jvm=(-Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto
+  "-Dlog4j.configuration=file:$work/log4j-quiet.properties" "$log4j2")
+
+# StorageTool reads an id starting with '-' as an option: draw until it does not.
+cluster_id="-"
+while [ "${cluster_id:0:1}" = "-" ]; do
+  cluster_id="$(python3 -c 'import uuid,base64; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
+done
+"$java" "${tool_jvm[@]}" -cp "$libs/*" kafka.tools.StorageTool format -t "$cluster_id" \
+  -c "$broker_dir/server.properties" >"$broker_dir/format.log" 2>&1 ||
+  { cat "$broker_dir/format.log" >&2; fail "StorageTool format"; }
+
+(cd "$broker_dir" && exec "$java" -Xmx512m -Xms128m -XX:+UseSerialGC -Djava.awt.headless=true \
+  "-Dlog4j.configuration=file:$broker_dir/log4j.properties" "$log4j2" \
+  -cp "$libs/*" kafka.Kafka "$broker_dir/server.properties" >"$broker_dir/broker.log" 2>&1) &
+broker_pid=$!
+broker_up() {
+  kill -0 "$broker_pid" 2>/dev/null || { tail -40 "$broker_dir/broker.log" >&2; fail "broker exited"; }
+  grep -q "Kafka Server started" "$broker_dir/broker.log" &&
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
+}
+wait_until broker_up 180 || { tail -40 "$broker_dir/broker.log" >&2; fail "broker not up in 180s"; }
+summary 2 "Kafka $version (KRaft) serving on $bootstrap, pid $broker_pid, log $broker_dir/broker.log"
+
+# ---------------------------------------------------------------------------------------------
+step 3 "create topics and produce compressed sample data with Kafka's Java producer"
+# tests/java/KafkaTool.java wraps the real Java clients (the test harness uses it too).
+mkdir -p "$work/tool"
+"$javac" -nowarn -d "$work/tool" -cp "$libs/*" tests/java/KafkaTool.java
+# Client warnings (retries while a fresh partition gets its leader) go to a file, shown on failure.
+tool() {
+  "$java" "${tool_jvm[@]}" -cp "$work/tool:$libs/*" KafkaTool "$@" 2>>"$work/tool.log" ||
+    { tail -20 "$work/tool.log" >&2; fail "KafkaTool $1"; }
+}
+json_field() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])[sys.argv[1]])' "$1"; }
+
+tool create-topic --bootstrap "$bootstrap" --topic orders --partitions 2 >/dev/null
+tool create-topic --bootstrap "$bootstrap" --topic payments --partitions 1 >/dev/null
+per_orders=$((records / 4))
+per_payments=$((records - 2 * per_orders))
+# The log end offset each partition must reach: `partitions` lists topic:partition:end.
+partitions=()
+for p in 0 1; do
+  last="$(tool produce --bootstrap "$bootstrap" --topic orders --partition "$p" \
+    --count "$per_orders" --codec lz4 --seed "$((p + 1))" | json_field last_offset)"
+  partitions+=("orders:$p:$((last + 1))")
+done
+# Two transactions, the first committed, the second aborted; each ends with a marker batch.
+last="$(tool produce --bootstrap "$bootstrap" --topic payments --partition 0 \
+  --count "$per_payments" --codec zstd --seed 3 --txns commit,abort | json_field last_offset)"
+partitions+=("payments:0:$((last + 2))")
+# The transaction coordinator writes the markers after the producer's call returns.
+for tpe in "${partitions[@]}"; do
+  IFS=: read -r t p e <<<"$tpe"
+  wait_until "[ \"\$(tool offsets --bootstrap $bootstrap --topic $t --partition $p | json_field log_end_offset)\" = $e ]" 120 ||
+    fail "source $t-$p never reached log end $e"
+done
+summary 3 "produced $records records (lz4 to orders-0/1, zstd with a committed and an aborted transaction to payments-0); source log ends: ${partitions[*]}"
+
+# ---------------------------------------------------------------------------------------------
+step 4 "run kmirror serve and wait until it holds everything the source has"
+mirror_dir="$work/kmirror-data"
+# Small arenas: they are locked in memory and the default RLIMIT_MEMLOCK is often only 8 MiB.
+cat >"$work/kmirror.toml" <<EOF
+[source]
+bootstrap_servers = ["$bootstrap"]
+client_id = "kmirror-quickstart"
+
+[topics]
+names = ["orders", "payments"]
+
+[storage]
+data_dir = "$mirror_dir"
+
+[runtime]
+shards = 1
+arena_slot_bytes = 2097152
+arena_slots = 2
+
+[fetch]
+max_wait_ms = 200
+max_bytes = 1048576
+partition_max_bytes = 1048576
+EOF
+echo "config $work/kmirror.toml:"
+sed 's/^/    /' "$work/kmirror.toml"
+"$kmirror" serve --config "$work/kmirror.toml" >"$work/kmirror.log" 2>&1 &
+kmirror_pid=$!
+
+# kmirror's log end: one past the last offset of the last batch `kmirror log dump` shows.
+mirror_end() {
+  "$kmirror" log dump "$mirror_dir/$1" 2>/dev/null |
+    sed -n 's/^baseOffset: [0-9]* lastOffset: \([0-9]*\) .*/\1/p' | tail -1 |
+    awk '{ print $1 + 1 }'
+}
+caught_up() {
+  kill -0 "$kmirror_pid" 2>/dev/null || { tail -40 "$work/kmirror.log" >&2; fail "kmirror serve exited"; }
+  local tpe t p e
+  for tpe in "${partitions[@]}"; do
+    IFS=: read -r t p e <<<"$tpe"
+    [ -d "$mirror_dir/$t-$p" ] || return 1
+    [ "$(mirror_end "$t-$p")" = "$e" ] || return 1
+  done
+}
+wait_until caught_up 120 || { tail -40 "$work/kmirror.log" >&2; fail "kmirror did not catch up in 120s"; }
+summary 4 "kmirror serve (pid $kmirror_pid) caught up: every partition's log end equals the source's"
+
+# ---------------------------------------------------------------------------------------------
+step 5 "look at what kmirror wrote"
+echo "--- kmirror log dump $mirror_dir/payments-0 (first and last batches)"
+"$kmirror" log dump "$mirror_dir/payments-0" >"$work/payments-0.dump"
+head -4 "$work/payments-0.dump" | cut -c1-220
+echo "    ..."
+tail -3 "$work/payments-0.dump" | cut -c1-220
+for tpe in "${partitions[@]}"; do
+  IFS=: read -r t p _ <<<"$tpe"
+  echo "--- kmirror log verify $t-$p"
+  "$kmirror" log verify "$mirror_dir/$t-$p" || fail "kmirror log verify $t-$p"
+done
+
+echo "--- Kafka's DumpLogSegments --deep-iteration on kmirror's segments"
+files="$(ls "$mirror_dir"/{orders-0,orders-1,payments-0}/*.log | paste -sd, -)"
+"$java" "${tool_jvm[@]}" -cp "$libs/*" kafka.tools.DumpLogSegments --deep-iteration \
+  --files "$files" >"$work/dumplogsegments.txt" 2>&1 || { tail -20 "$work/dumplogsegments.txt" >&2; fail "DumpLogSegments"; }
+grep -m 2 "isvalid: true" "$work/dumplogsegments.txt" | cut -c1-220
+valid="$(grep -c "isvalid: true" "$work/dumplogsegments.txt" || true)"
+invalid="$(grep -c "isvalid: false" "$work/dumplogsegments.txt" || true)"
+[ "$valid" -gt 0 ] && [ "$invalid" = 0 ] ||
+  fail "DumpLogSegments: $valid valid, $invalid invalid batches (see $work/dumplogsegments.txt)"
+summary 5 "DumpLogSegments: $valid batches isvalid: true, 0 invalid"
+
+echo "--- cmp of kmirror's .log segments with the broker's"
+compared=0
+for tpe in "${partitions[@]}"; do
+  IFS=: read -r t p _ <<<"$tpe"
+  ours=("$mirror_dir/$t-$p"/*.log)
+  theirs=("$broker_dir/data/$t-$p"/*.log)
+  [ "${#ours[@]}" = "${#theirs[@]}" ] || fail "$t-$p: kmirror has ${#ours[@]} segments, broker ${#theirs[@]}"
+  for f in "${theirs[@]}"; do
+    cmp "$f" "$mirror_dir/$t-$p/$(basename "$f")" || fail "$t-$p/$(basename "$f") differs"
+    echo "    $t-$p/$(basename "$f"): $(stat -c %s "$f") bytes identical"
+    compared=$((compared + 1))
+  done
+done
+[ "$compared" -ge "${#partitions[@]}" ] || fail "only $compared segment files compared"
+summary 5 "$compared segment files mirrored byte-for-byte: OK"
+
+# ---------------------------------------------------------------------------------------------
+step 6 "stop kmirror (SIGTERM) and the broker"
+kill -TERM "$kmirror_pid"
+status=0
+wait "$kmirror_pid" || status=$?
+kmirror_pid=""
+[ "$status" = 0 ] || { tail -20 "$work/kmirror.log" >&2; fail "kmirror serve exited with $status after SIGTERM"; }
+grep "stopped cleanly" "$work/kmirror.log" | tail -1 || fail "kmirror did not log a clean stop"
+for tpe in "${partitions[@]}"; do
+  IFS=: read -r t p _ <<<"$tpe"
+  "$kmirror" log verify "$mirror_dir/$t-$p" >/dev/null || fail "verify $t-$p after shutdown"
+done
+stop_pid "$broker_pid" broker 60
+broker_pid=""
+summary 6 "kmirror stopped cleanly (exit 0, logs verify after shutdown); broker stopped"
+echo
+echo "quickstart: OK"
