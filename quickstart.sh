@@ -165,7 +165,7 @@ done
 broker_pid=$!
 broker_up() {
   kill -0 "$broker_pid" 2>/dev/null || { tail -40 "$broker_dir/broker.log" >&2; fail "broker exited"; }
-  grep -q "Kafka Server started" "$broker_dir/broker.log" &&
+  grep -qs "Kafka Server started" "$broker_dir/broker.log" &&
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
 }
 wait_until broker_up 180 || { tail -40 "$broker_dir/broker.log" >&2; fail "broker not up in 180s"; }
@@ -301,7 +301,7 @@ status=0
 wait "$kmirror_pid" || status=$?
 kmirror_pid=""
 [ "$status" = 0 ] || { tail -20 "$work/kmirror.log" >&2; fail "kmirror serve exited with $status after SIGTERM"; }
-grep "stopped cleanly" "$work/kmirror.log" | tail -1 || fail "kmirror did not log a clean stop"
+grep "stopped cleanly" "$work/kmirror.log" | sed 's/\x1b\[[0-9;]*m//g' | tail -1 || fail "kmirror did not log a clean stop"
 for tpe in "${partitions[@]}"; do
   IFS=: read -r t p _ <<<"$tpe"
   "$kmirror" log verify "$mirror_dir/$t-$p" >/dev/null || fail "verify $t-$p after shutdown"

@@ -23,7 +23,10 @@ fn quickstart_mirrors_byte_for_byte() {
         .env("KMIRROR_QUICKSTART_BIN", env!("CARGO_BIN_EXE_kmirror"))
         .env("KMIRROR_QUICKSTART_RECORDS", "2000")
         // The script stops its broker and kmirror if this test process dies first.
-        .env("KMIRROR_QUICKSTART_WATCH_PID", std::process::id().to_string())
+        .env(
+            "KMIRROR_QUICKSTART_WATCH_PID",
+            std::process::id().to_string(),
+        )
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_path).unwrap())
         .stderr(std::fs::File::create(&err_path).unwrap())
