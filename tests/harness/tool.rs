@@ -89,6 +89,8 @@ pub struct ProduceOpts {
     pub value_bytes: usize,
     /// Headers per record (`h0`, `h1`, ...).
     pub headers: u32,
+    /// When non-zero, record `i` goes to partition `i % spread` instead of the given partition.
+    pub spread: u32,
 }
 
 impl Default for ProduceOpts {
@@ -104,6 +106,7 @@ impl Default for ProduceOpts {
             seed: 1,
             value_bytes: 100,
             headers: 0,
+            spread: 0,
         }
     }
 }
@@ -276,6 +279,9 @@ pub fn produce(
         s("--headers"),
         s(o.headers),
     ]);
+    if o.spread > 0 {
+        args.extend([s("--spread"), s(o.spread)]);
+    }
     if o.idempotent {
         args.push(s("--idempotent"));
     }

@@ -3,7 +3,7 @@
 // writes. Output is one JSON object per line on stdout; errors go to stderr with exit code 1.
 //
 //   create-topic  --bootstrap B --topic T --partitions N [--config k=v]...
-//   produce       --bootstrap B --topic T --partition P --count N [--codec none|gzip|snappy|lz4|zstd]
+//   produce       --bootstrap B --topic T --partition P [--spread N] --count N [--codec none|gzip|snappy|lz4|zstd]
 //                 [--idempotent] [--txns commit,abort,...|open] [--txn-id ID] [--txn-timeout-ms MS]
 //                 [--batch-size BYTES] [--linger-ms MS] [--seed S] [--value-bytes N] [--headers N]
 //   consume       --bootstrap B --topic T --partition P --from OFFSET --max N
@@ -120,6 +120,8 @@ public class KafkaTool {
     static void produce(Args a) throws Exception {
         String topic = a.get("topic");
         int partition = Integer.parseInt(a.get("partition", "0"));
+        // --spread N: record i goes to partition i % N (one JVM fills many partitions).
+        int spread = Integer.parseInt(a.get("spread", "0"));
         int count = Integer.parseInt(a.get("count"));
         long seed = Long.parseLong(a.get("seed", "1"));
         int valueBytes = Integer.parseInt(a.get("value-bytes", "100"));
@@ -157,7 +159,8 @@ public class KafkaTool {
             if (txns.length > 0) producer.beginTransaction();
             for (int i = 0; i < n; i++, done++) {
                 ProducerRecord<byte[], byte[]> rec = new ProducerRecord<>(
-                        topic, partition, key(seed, done), value(rnd, valueBytes));
+                        topic, spread > 0 ? done % spread : partition, key(seed, done),
+                        value(rnd, valueBytes));
                 for (int h = 0; h < headers; h++) {
                     rec.headers().add("h" + h, ("v" + h + "-" + done).getBytes());
                 }
