@@ -11,41 +11,10 @@
 mod harness;
 mod mirror_support;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use harness::{Codec, KafkaVersion, ProduceOpts, TxnEnd};
-use mirror_support::{assert_valid, wait_mirrored, write_config, Serve};
-
-/// Mirrors `topics` (partition counts given) from the shared broker and checks every partition.
-fn mirror_and_check(topics: &[(&str, i32)]) {
-    let k = harness::shared();
-    let work = tempfile::tempdir().unwrap();
-    let names: Vec<&str> = topics.iter().map(|(t, _)| *t).collect();
-    let (config, data_dir) = write_config(work.path(), &k.bootstrap(), &names);
-    let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    let mut pairs = Vec::new();
-    for (topic, partitions) in topics {
-        for p in 0..*partitions {
-            pairs.push((
-                k.partition_dir(topic, p),
-                data_dir.join(format!("{topic}-{p}")),
-            ));
-        }
-    }
-    wait_mirrored(&mut serve, &pairs);
-    serve.sigterm_and_wait();
-    for (theirs, ours) in &pairs {
-        assert_eq!(
-            mirror_support::log_bytes(ours),
-            mirror_support::log_bytes(theirs),
-            "{} differs from the broker after stop",
-            ours.display()
-        );
-    }
-    let ours: Vec<PathBuf> = pairs.into_iter().map(|(_, o)| o).collect();
-    assert_valid(&ours);
-}
+use mirror_support::mirror_and_check;
 
 #[test]
 fn codecs_idempotent_and_transactional_partitions() {
@@ -77,7 +46,7 @@ fn codecs_idempotent_and_transactional_partitions() {
     let produced = k.produce(&topic, 6, 400, &txn);
     // The last abort marker follows the last record; wait until the broker has written it.
     k.wait_for_log_end(&topic, 6, produced.last_offset + 2);
-    mirror_and_check(&[(&topic, 7)]);
+    mirror_and_check(k, &[(&topic, 7)]);
 }
 
 /// Whether the broker's log of this partition has an offset gap between consecutive batches.
@@ -155,7 +124,7 @@ fn compacted_topic_with_offset_gaps() {
         };
         k.produce(&topic, 0, 1, &tail);
     }
-    mirror_and_check(&[(&topic, 1)]);
+    mirror_and_check(k, &[(&topic, 1)]);
 }
 
 #[test]
@@ -170,5 +139,5 @@ fn topic_of_100_partitions() {
         ..Default::default()
     };
     k.produce(&topic, 0, 3000, &opts);
-    mirror_and_check(&[(&topic, 100)]);
+    mirror_and_check(k, &[(&topic, 100)]);
 }

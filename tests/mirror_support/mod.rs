@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::dump::{dump_log_segments, segment_files, DumpFlags};
+use crate::harness::Kafka;
 
 /// Upper bound on waiting for the mirror to catch up: a failure guard, not a performance claim.
 pub const CATCH_UP_LIMIT: Duration = Duration::from_secs(180);
@@ -193,4 +194,34 @@ pub fn verify(ours: &Path) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Mirrors `topics` (partition counts given) from `k` until every partition's `.log` bytes equal
+/// the broker's, stops `kmirror serve` cleanly, compares again and validates our directories.
+pub fn mirror_and_check(k: &Kafka, topics: &[(&str, i32)]) {
+    let work = tempfile::tempdir().unwrap();
+    let names: Vec<&str> = topics.iter().map(|(t, _)| *t).collect();
+    let (config, data_dir) = write_config(work.path(), &k.bootstrap(), &names);
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    let mut pairs = Vec::new();
+    for (topic, partitions) in topics {
+        for p in 0..*partitions {
+            pairs.push((
+                k.partition_dir(topic, p),
+                data_dir.join(format!("{topic}-{p}")),
+            ));
+        }
+    }
+    wait_mirrored(&mut serve, &pairs);
+    serve.sigterm_and_wait();
+    for (theirs, ours) in &pairs {
+        assert_eq!(
+            log_bytes(ours),
+            log_bytes(theirs),
+            "{} differs from the broker after stop",
+            ours.display()
+        );
+    }
+    let ours: Vec<PathBuf> = pairs.into_iter().map(|(_, o)| o).collect();
+    assert_valid(&ours);
 }
