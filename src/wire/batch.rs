@@ -540,3 +540,152 @@ impl<'a> Iterator for Batches<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The batch view must never panic on hostile bytes, must frame exactly what it was given,
+    //! and must notice any change to the bytes its CRC covers. Built batches come from
+    //! `batch_builder`, whose output Kafka's DumpLogSegments accepts (tests/log_formats_kafka.rs).
+
+    use super::*;
+    use crate::wire::batch_builder::{control_batch, legacy_message, BatchBuilder, EndTxnMarker};
+    use proptest::prelude::*;
+
+    fn data_batch(base: i64, values: &[Vec<u8>]) -> Vec<u8> {
+        let mut b = BatchBuilder::new(Offset(base)).leader_epoch(LeaderEpoch(3));
+        for (i, v) in values.iter().enumerate() {
+            b = b.value(TimestampMs(1_700_000_000_000 + i as i64), v);
+        }
+        b.build()
+    }
+
+    #[test]
+    fn crc32c_matches_the_reference_crate() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        for len in [0, 1, 7, 64, 1000, 10_000] {
+            assert_eq!(
+                crc32c(&data[..len]),
+                crc32c::crc32c(&data[..len]),
+                "len {len}"
+            );
+        }
+    }
+
+    #[test]
+    fn control_marker_reports_type_and_coordinator_epoch() {
+        let bytes = control_batch(
+            Offset(42),
+            LeaderEpoch(5),
+            ProducerId(7),
+            2,
+            EndTxnMarker::Abort,
+            9,
+            TimestampMs(1),
+        );
+        let batch = Batch::parse_valid(&bytes).unwrap().unwrap();
+        assert!(batch.is_control() && batch.is_transactional());
+        assert_eq!(batch.control_type(), Some(ControlType::Abort));
+        assert_eq!(batch.coordinator_epoch(), Some(9));
+        assert_eq!(batch.base_offset(), Offset(42));
+        assert_eq!(batch.producer_id(), ProducerId(7));
+    }
+
+    #[test]
+    fn legacy_entries_use_crc32_and_report_no_epoch() {
+        for magic in [0i8, 1] {
+            let bytes = legacy_message(magic, Offset(10), TimestampMs(5), Some(b"k"), Some(b"v"));
+            let batch = Batch::parse_valid(&bytes).unwrap().unwrap();
+            assert!(batch.is_legacy());
+            assert_eq!(batch.last_offset(), Offset(10));
+            assert_eq!(batch.partition_leader_epoch(), LeaderEpoch::NONE);
+            let mut bad = bytes.clone();
+            *bad.last_mut().unwrap() ^= 1;
+            assert!(matches!(
+                Batch::parse_valid(&bad),
+                Err(BatchError::CrcMismatch {
+                    base_offset: 10,
+                    ..
+                })
+            ));
+        }
+    }
+
+    #[test]
+    fn zeroed_tail_is_too_small_not_unknown_magic() {
+        let zeros = [0u8; 64];
+        assert!(matches!(
+            Batch::peek(&zeros),
+            Err(BatchError::TooSmall { .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            for (_, batch) in Batches::new(&bytes).flatten() {
+                let _ = batch.validate();
+                let _ = batch.control_type();
+                let _ = batch.coordinator_epoch();
+                let _ = batch.last_sequence();
+            }
+        }
+
+        #[test]
+        fn every_prefix_is_incomplete_and_the_whole_is_complete(
+            values in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 1..6),
+            base in 0i64..1_000_000,
+        ) {
+            let bytes = data_batch(base, &values);
+            for cut in 0..bytes.len() {
+                let incomplete = matches!(Batch::peek(&bytes[..cut]), Ok(Peek::Incomplete { .. }));
+                prop_assert!(incomplete, "prefix of {} bytes was not incomplete", cut);
+            }
+            let batch = Batch::parse_valid(&bytes).unwrap().unwrap();
+            prop_assert_eq!(batch.size(), bytes.len());
+            prop_assert_eq!(batch.base_offset(), Offset(base));
+            prop_assert_eq!(batch.last_offset(), Offset(base + values.len() as i64 - 1));
+            prop_assert_eq!(batch.partition_leader_epoch(), LeaderEpoch(3));
+        }
+
+        #[test]
+        fn any_flip_in_the_crc_range_is_detected(
+            values in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..40), 1..4),
+            at in any::<prop::sample::Index>(),
+            bit in 0u8..8,
+        ) {
+            let mut bytes = data_batch(0, &values);
+            // The CRC covers attributes through the end; offset, length, epoch and magic are
+            // outside it by Kafka's design (so a follower may restamp them).
+            let pos = OFF_ATTRIBUTES + at.index(bytes.len() - OFF_ATTRIBUTES);
+            bytes[pos] ^= 1 << bit;
+            let result = Batch::parse_valid(&bytes);
+            prop_assert!(result.is_err(), "flip at {} not detected", pos);
+        }
+
+        #[test]
+        fn batches_frame_a_concatenation_exactly(
+            sizes in proptest::collection::vec(1usize..5, 1..8),
+            trailing in 0usize..60,
+        ) {
+            let mut buf = Vec::new();
+            let mut next = 0i64;
+            let mut expected = Vec::new();
+            for n in &sizes {
+                let values: Vec<Vec<u8>> = (0..*n).map(|i| vec![i as u8; 3]).collect();
+                let b = data_batch(next, &values);
+                expected.push((buf.len(), next));
+                buf.extend_from_slice(&b);
+                next += *n as i64;
+            }
+            let whole = buf.len();
+            let extra = data_batch(next, &[vec![9u8; 80]]);
+            buf.extend_from_slice(&extra[..trailing.min(extra.len() - 1)]);
+            let mut it = Batches::new(&buf);
+            let got: Vec<(usize, i64)> =
+                it.by_ref().map(|r| r.map(|(at, b)| (at, b.base_offset().0)).unwrap()).collect();
+            prop_assert_eq!(got, expected);
+            prop_assert_eq!(it.position(), whole);
+            prop_assert_eq!(it.trailing_bytes(), buf.len() - whole);
+        }
+    }
+}
