@@ -35,17 +35,6 @@ struct Cli {
     max_gb: Option<f64>,
 }
 
-/// CPU seconds (user + system) this process has used, from /proc/self/stat. Linux reports them
-/// in USER_HZ ticks, which is 100 on every architecture kmirror targets.
-fn cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
-}
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let mut config = RawCopyConfig::new(cli.bootstrap, cli.synth.to_spec());
@@ -58,10 +47,7 @@ fn main() -> anyhow::Result<()> {
     if let Some(gb) = cli.max_gb {
         config.max_total_bytes = (gb * 1e9) as u64;
     }
-    let cpu_before = cpu_seconds();
     let report = raw_copy::run(&config)?;
-    let cpu = cpu_before.zip(cpu_seconds()).map(|(a, b)| b - a);
-    let gb = report.bytes as f64 / 1e9;
     println!(
         "raw-copy bytes={} responses={} batches={} seconds={:.3} MB/s={:.1} batches/s={:.0} cpu_s={} cpu_s_per_GB={}",
         report.bytes,
@@ -70,8 +56,8 @@ fn main() -> anyhow::Result<()> {
         report.elapsed.as_secs_f64(),
         report.mb_per_s(),
         report.batches_per_s(),
-        cpu.map_or("n/a".into(), |c| format!("{c:.2}")),
-        cpu.filter(|_| gb > 0.0).map_or("n/a".into(), |c| format!("{:.3}", c / gb)),
+        report.cpu_seconds.map_or("n/a".into(), |c| format!("{c:.2}")),
+        report.cpu_seconds_per_gb().map_or("n/a".into(), |c| format!("{c:.3}")),
     );
     Ok(())
 }

@@ -69,6 +69,9 @@ pub struct RawCopyReport {
     /// Record batches the responses carried (from the plan, not from parsing).
     pub batches: u64,
     pub elapsed: Duration,
+    /// CPU seconds (user + system) of the whole process during the copy, template building
+    /// excluded; `None` where /proc is unavailable.
+    pub cpu_seconds: Option<f64>,
 }
 
 impl RawCopyReport {
@@ -79,6 +82,22 @@ impl RawCopyReport {
     pub fn batches_per_s(&self) -> f64 {
         self.batches as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
+
+    pub fn cpu_seconds_per_gb(&self) -> Option<f64> {
+        let gb = self.bytes as f64 / 1e9;
+        self.cpu_seconds.filter(|_| gb > 0.0).map(|c| c / gb)
+    }
+}
+
+/// CPU seconds (user + system) this process has used, from /proc/self/stat. Linux reports them
+/// in USER_HZ ticks, which is 100 on every architecture kmirror targets.
+pub fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }
 
 /// Runs the configured connections to completion and sums their figures.
@@ -92,6 +111,7 @@ pub fn run(config: &RawCopyConfig) -> Result<RawCopyReport, SynthError> {
     let all: Vec<(usize, i32)> = (0..config.spec.topics.len())
         .flat_map(|t| (0..config.spec.partitions as i32).map(move |p| (t, p)))
         .collect();
+    let cpu_before = process_cpu_seconds();
     let start = Instant::now();
     let per_conn = config.max_total_bytes / config.connections as u64;
     let reports = std::thread::scope(|s| {
@@ -114,6 +134,7 @@ pub fn run(config: &RawCopyConfig) -> Result<RawCopyReport, SynthError> {
     });
     let mut total = RawCopyReport {
         elapsed: start.elapsed(),
+        cpu_seconds: cpu_before.zip(process_cpu_seconds()).map(|(a, b)| b - a),
         ..RawCopyReport::default()
     };
     for r in reports {
