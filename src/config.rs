@@ -148,12 +148,26 @@ impl Default for FetchSection {
     }
 }
 
+/// The admin API of the control plane. With this section `kmirror serve` runs the controller
+/// and mirrors are managed with `kmirror mirrors ...`; without it, `[source]` and `[topics]`
+/// name one static mirror.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSection {
+    /// `ip:port` to listen on; loopback only, since the API has no authentication.
+    pub listen: std::net::SocketAddr,
+}
+
 /// The whole `kmirror serve` configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServeConfig {
-    pub source: SourceSection,
-    pub topics: TopicsSection,
+    #[serde(default)]
+    pub source: Option<SourceSection>,
+    #[serde(default)]
+    pub topics: Option<TopicsSection>,
+    #[serde(default)]
+    pub admin: Option<AdminSection>,
     pub storage: StorageSection,
     #[serde(default)]
     pub runtime: RuntimeSection,
@@ -185,14 +199,49 @@ impl ServeConfig {
         Ok(config)
     }
 
+    /// The static mirror's source and topics (`None` when the control plane runs instead).
+    pub fn static_mirror(&self) -> Option<(&SourceSection, &TopicsSection)> {
+        self.source.as_ref().zip(self.topics.as_ref())
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
-        if self.source.bootstrap_servers.is_empty() {
+        match (&self.admin, &self.source, &self.topics) {
+            (Some(a), None, None) => {
+                if !a.listen.ip().is_loopback() {
+                    return Err(invalid(
+                        "admin.listen",
+                        format!(
+                            "{} is not a loopback address (the API has no authentication)",
+                            a.listen
+                        ),
+                    ));
+                }
+            }
+            (Some(_), _, _) => {
+                return Err(invalid(
+                    "admin",
+                    "[source] and [topics] are not used with [admin]: create mirrors with \
+                     `kmirror mirrors create` instead",
+                ))
+            }
+            (None, None, _) => return Err(invalid("source", "missing (or configure [admin])")),
+            (None, _, None) => return Err(invalid("topics", "missing (or configure [admin])")),
+            (None, Some(source), Some(topics)) => Self::validate_static(source, topics)?,
+        }
+        if self.storage.data_dir.as_os_str().is_empty() {
+            return Err(invalid("storage.data_dir", "must not be empty"));
+        }
+        self.validate_runtime()
+    }
+
+    fn validate_static(source: &SourceSection, topics: &TopicsSection) -> Result<(), ConfigError> {
+        if source.bootstrap_servers.is_empty() {
             return Err(invalid(
                 "source.bootstrap_servers",
                 "must list at least one host:port",
             ));
         }
-        for s in &self.source.bootstrap_servers {
+        for s in &source.bootstrap_servers {
             let port_ok = s
                 .rsplit_once(':')
                 .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
@@ -203,7 +252,7 @@ impl ServeConfig {
                 ));
             }
         }
-        match (&self.topics.names.is_empty(), &self.topics.regex) {
+        match (&topics.names.is_empty(), &topics.regex) {
             (true, None) => return Err(invalid("topics", "set either names or regex")),
             (false, Some(_)) => return Err(invalid("topics", "set names or regex, not both")),
             (_, Some(re)) => {
@@ -211,9 +260,10 @@ impl ServeConfig {
             }
             (false, None) => {}
         }
-        if self.storage.data_dir.as_os_str().is_empty() {
-            return Err(invalid("storage.data_dir", "must not be empty"));
-        }
+        Ok(())
+    }
+
+    fn validate_runtime(&self) -> Result<(), ConfigError> {
         let r = &self.runtime;
         if !(1..=SHARDS_MAX).contains(&r.shards) {
             return Err(invalid(
@@ -314,7 +364,7 @@ data_dir = "/tmp/kmirror"
     fn minimal_config_loads() {
         let c = ServeConfig::parse(GOOD).unwrap();
         assert_eq!(c.runtime.shards, 1);
-        assert_eq!(c.topics.names, vec!["orders".to_string()]);
+        assert_eq!(c.topics.unwrap().names, vec!["orders".to_string()]);
         assert!(c.runtime.arena_slot_bytes >= c.fetch.max_bytes as usize);
     }
 
@@ -347,6 +397,45 @@ data_dir = "/tmp/kmirror"
             (
                 format!("{GOOD}[fetch]\npartition_max_bytes = 0\n"),
                 "fetch.partition_max_bytes",
+            ),
+        ];
+        for (text, key) in cases {
+            let err = ServeConfig::parse(&text).unwrap_err().to_string();
+            assert!(err.contains(key), "expected {key} in: {err}");
+        }
+    }
+
+    const ADMIN: &str = r#"
+[admin]
+listen = "127.0.0.1:9190"
+[storage]
+data_dir = "/tmp/kmirror"
+"#;
+
+    // Goal: `[admin]` alone (no static topics) runs the control plane.
+    #[test]
+    fn admin_config_loads_without_static_topics() {
+        let c = ServeConfig::parse(ADMIN).unwrap();
+        assert_eq!(
+            c.admin.clone().unwrap().listen,
+            "127.0.0.1:9190".parse().unwrap()
+        );
+        assert!(c.static_mirror().is_none());
+    }
+
+    // Goal: the admin API is never exposed beyond loopback, and the two modes do not mix.
+    #[test]
+    fn bad_admin_configs_name_the_key() {
+        let cases = [
+            (ADMIN.replace("127.0.0.1", "0.0.0.0"), "admin.listen"),
+            (ADMIN.replace("127.0.0.1:9190", "localhost"), "listen"),
+            (
+                format!("{ADMIN}[source]\nbootstrap_servers = [\"h:1\"]\n"),
+                "admin",
+            ),
+            (
+                ADMIN.replace("[admin]\nlisten = \"127.0.0.1:9190\"\n", ""),
+                "source",
             ),
         ];
         for (text, key) in cases {

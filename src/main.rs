@@ -20,7 +20,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Mirror the configured source topics into the data dir until SIGTERM/SIGINT.
+    /// Mirror into the data dir until SIGTERM/SIGINT: the mirrors managed through the admin API
+    /// (`[admin]` configured), or else the configured `[source]` topics.
     Serve {
         /// TOML configuration file (see README "Configuration").
         #[arg(long)]
@@ -48,6 +49,11 @@ fn serve(config: &std::path::Path) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&stop))?;
     signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop))?;
+    if config.admin.is_some() {
+        kmirror::control::control_run::run(&config, &stop)?;
+        tracing::info!("stopped cleanly");
+        return Ok(());
+    }
     let summary = kmirror::control::mirror_run::run(&config, &stop)?;
     tracing::info!(
         partitions = summary.partitions,

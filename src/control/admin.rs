@@ -166,34 +166,44 @@ pub enum AdminError {
     },
     #[error("cannot start the control thread: {0}")]
     Thread(std::io::Error),
+    #[error("cannot start the controller: {0}")]
+    Build(String),
 }
 
 /// The running control thread.
 pub struct ControlThread {
     pub addr: SocketAddr,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
 }
 
 impl ControlThread {
     /// Stops serving and joins the thread.
     pub fn stop(mut self) {
-        self.shutdown_now();
+        let _ = self.shutdown_now();
     }
 
-    fn shutdown_now(&mut self) {
+    /// Stops serving, joins the thread and returns what its closing step reported.
+    pub fn finish(mut self) -> Result<(), String> {
+        self.shutdown_now()
+    }
+
+    fn shutdown_now(&mut self) -> Result<(), String> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err("the control thread panicked".to_owned())),
+            None => Ok(()),
         }
     }
 }
 
 impl Drop for ControlThread {
     fn drop(&mut self) {
-        self.shutdown_now();
+        let _ = self.shutdown_now();
     }
 }
 
@@ -207,6 +217,27 @@ where
     S: SourceCatalog + Send + 'static,
     D: DataPlane + Send + 'static,
 {
+    let (std_listener, bound) = bind(addr)?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("kmirror-control".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("control thread runtime: {e}"))?;
+            rt.block_on(serve_loop(std_listener, controller, rx));
+            Ok(())
+        })
+        .map_err(AdminError::Thread)?;
+    Ok(ControlThread {
+        addr: bound,
+        shutdown: Some(tx),
+        thread: Some(thread),
+    })
+}
+
+fn bind(addr: SocketAddr) -> Result<(std::net::TcpListener, SocketAddr), AdminError> {
     if !addr.ip().is_loopback() {
         return Err(AdminError::NotLoopback(addr));
     }
@@ -218,7 +249,65 @@ where
     std_listener
         .set_nonblocking(true)
         .map_err(|source| AdminError::Bind { addr, source })?;
+    Ok((std_listener, bound))
+}
+
+/// Serves the admin API and ticks the controller until `shutdown` fires.
+async fn serve_loop<S, D>(
+    std_listener: std::net::TcpListener,
+    controller: SharedController<S, D>,
+    shutdown: tokio::sync::oneshot::Receiver<()>,
+) where
+    S: SourceCatalog + Send + 'static,
+    D: DataPlane + Send + 'static,
+{
+    let listener = match tokio::net::TcpListener::from_std(std_listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("admin listener: {e}");
+            return;
+        }
+    };
+    let ticker = Arc::clone(&controller);
+    let tick = async move {
+        let mut interval = tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
+        loop {
+            interval.tick().await;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            if let Err(e) = lock(&ticker).tick(now) {
+                tracing::error!("control tick: {e}");
+            }
+        }
+    };
+    let serve = axum::serve(listener, router(controller)).with_graceful_shutdown(async {
+        let _ = shutdown.await;
+    });
+    tokio::select! {
+        r = serve => if let Err(e) = r { tracing::error!("admin API: {e}") },
+        () = tick => {}
+    }
+}
+
+/// Like [`spawn`], but the controller is built on the control thread itself by `build` (the
+/// shards' events wake the thread that started them, so the data plane must start there), and
+/// `close` gets it back on that thread after the API stopped serving. Returns once `build` has
+/// finished; its error is returned here.
+pub fn spawn_built<S, D, B, C>(
+    addr: SocketAddr,
+    build: B,
+    close: C,
+) -> Result<ControlThread, AdminError>
+where
+    S: SourceCatalog + Send + 'static,
+    D: DataPlane + Send + 'static,
+    B: FnOnce() -> Result<Controller<S, D>, String> + Send + 'static,
+    C: FnOnce(Controller<S, D>) -> Result<(), String> + Send + 'static,
+{
+    let (std_listener, bound) = bind(addr)?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let (built_tx, built_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let thread = std::thread::Builder::new()
         .name("kmirror-control".into())
         .spawn(move || {
@@ -228,46 +317,44 @@ where
             {
                 Ok(rt) => rt,
                 Err(e) => {
-                    tracing::error!("control thread runtime: {e}");
-                    return;
+                    let _ = built_tx.send(Err(format!("control thread runtime: {e}")));
+                    return Ok(());
                 }
             };
-            rt.block_on(async move {
-                let listener = match tokio::net::TcpListener::from_std(std_listener) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        tracing::error!("admin listener: {e}");
-                        return;
-                    }
-                };
-                let ticker = Arc::clone(&controller);
-                let tick = async move {
-                    let mut interval =
-                        tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
-                    loop {
-                        interval.tick().await;
-                        let now = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map_or(0, |d| d.as_millis() as i64);
-                        if let Err(e) = lock(&ticker).tick(now) {
-                            tracing::error!("control tick: {e}");
-                        }
-                    }
-                };
-                let serve =
-                    axum::serve(listener, router(controller)).with_graceful_shutdown(async {
-                        let _ = rx.await;
-                    });
-                tokio::select! {
-                    r = serve => if let Err(e) = r { tracing::error!("admin API: {e}") },
-                    () = tick => {}
+            let controller = match build() {
+                Ok(c) => Arc::new(Mutex::new(c)),
+                Err(e) => {
+                    let _ = built_tx.send(Err(e));
+                    return Ok(());
                 }
-            });
+            };
+            let _ = built_tx.send(Ok(()));
+            rt.block_on(serve_loop(std_listener, Arc::clone(&controller), rx));
+            // The router and the tick are gone with the runtime's tasks; this is the last holder.
+            drop(rt);
+            let controller = Arc::try_unwrap(controller)
+                .map_err(|_| "the controller is still shared after the API stopped".to_owned())?
+                .into_inner()
+                .unwrap_or_else(|p| p.into_inner());
+            close(controller)
         })
         .map_err(AdminError::Thread)?;
-    Ok(ControlThread {
+    let mut control = ControlThread {
         addr: bound,
         shutdown: Some(tx),
         thread: Some(thread),
-    })
+    };
+    match built_rx.recv() {
+        Ok(Ok(())) => Ok(control),
+        Ok(Err(e)) => {
+            let _ = control.shutdown_now();
+            Err(AdminError::Build(e))
+        }
+        Err(_) => Err(AdminError::Build(
+            control
+                .shutdown_now()
+                .err()
+                .unwrap_or_else(|| "the control thread ended while starting".to_owned()),
+        )),
+    }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::config::ServeConfig;
+use crate::config::{ServeConfig, SourceSection, TopicsSection};
 use crate::fetch::blocking::{BlockingClient, BlockingError};
 use crate::fetch::fetcher::PartitionStart;
 use crate::fetch::metadata::{ClusterMetadata, TopicInfo};
@@ -35,6 +35,8 @@ const LEADER_WAIT_MS: u64 = 250;
 /// Why `kmirror serve` could not start or run.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    #[error("the configuration has no [source] and [topics] to mirror")]
+    NoStaticMirror,
     #[error("no bootstrap server answered: {0}")]
     Bootstrap(String),
     #[error("source: {0}")]
@@ -60,10 +62,10 @@ pub enum RunError {
     Runtime(#[from] RuntimeError),
 }
 
-fn bootstrap(config: &ServeConfig) -> Result<BlockingClient, RunError> {
+fn bootstrap(source: &SourceSection) -> Result<BlockingClient, RunError> {
     let mut errors = Vec::new();
-    for addr in &config.source.bootstrap_servers {
-        match BlockingClient::connect(addr, &config.source.client_id) {
+    for addr in &source.bootstrap_servers {
+        match BlockingClient::connect(addr, &source.client_id) {
             Ok(c) => return Ok(c),
             Err(e) => errors.push(format!("{addr}: {e}")),
         }
@@ -74,10 +76,10 @@ fn bootstrap(config: &ServeConfig) -> Result<BlockingClient, RunError> {
 /// The topics to mirror, once every partition has a leader.
 fn resolve_topics(
     client: &mut BlockingClient,
-    config: &ServeConfig,
+    topics: &TopicsSection,
 ) -> Result<(ClusterMetadata, Vec<TopicInfo>), RunError> {
-    let names: Vec<&str> = config.topics.names.iter().map(String::as_str).collect();
-    let regex = match &config.topics.regex {
+    let names: Vec<&str> = topics.names.iter().map(String::as_str).collect();
+    let regex = match &topics.regex {
         Some(r) => Some(regex::Regex::new(r).map_err(|_| RunError::NoTopics)?),
         None => None,
     };
@@ -160,8 +162,9 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         path: data_dir.display().to_string(),
         source,
     })?;
-    let mut client = bootstrap(config)?;
-    let (md, topics) = resolve_topics(&mut client, config)?;
+    let (source, topics) = config.static_mirror().ok_or(RunError::NoStaticMirror)?;
+    let mut client = bootstrap(source)?;
+    let (md, topics) = resolve_topics(&mut client, topics)?;
     // Opened once the source answered, so a source outage leaves the data dir untouched.
     // Opening recovers every partition found (fully unless the last stop was clean); an error
     // from here until the shards start leaves the dir without its clean-shutdown marker, so
@@ -175,7 +178,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
             if let std::collections::hash_map::Entry::Vacant(e) = versions.entry(leader) {
                 let b = md.broker(leader).ok_or(RunError::UnknownBroker(leader))?;
                 let addr = format!("{}:{}", b.host, b.port);
-                let v = BlockingClient::connect(&addr, &config.source.client_id)?.versions;
+                let v = BlockingClient::connect(&addr, &source.client_id)?.versions;
                 e.insert((addr, v));
             }
             let tp = TopicPartition::new(t.name.clone(), p.partition);
@@ -225,7 +228,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
             addr,
             versions: v,
             fetch: config.fetch_config(),
-            client_id: config.source.client_id.clone(),
+            client_id: source.client_id.clone(),
             request_timeout_ms: config.fetch.request_timeout_ms,
         };
         let shard = shard_for(&start.tp, rt.shard_count());

@@ -11,8 +11,10 @@
 //! | `source_catalog` | source topics and cluster id with the blocking client           |
 //! | `shard_plane` | `DataPlane` over the real shards and the log dir                    |
 //! | `mirror_run` | resolving a configured mirror against the source and driving shards  |
+//! | `control_run` | `kmirror serve` with `[admin]`: controller, shards and admin API     |
 
 pub mod admin;
+pub mod control_run;
 pub mod controller;
 pub mod mirror_def;
 pub mod mirror_run;

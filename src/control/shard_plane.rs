@@ -103,14 +103,18 @@ impl ShardDataPlane {
             let done = until(&event);
             match event {
                 MirrorEvent::PartitionStopped { tp, why } => {
+                    tracing::error!(partition = %tp, %why, "partition stopped");
                     self.lent.remove(&tp);
                     self.failures.push((tp, why));
                 }
-                MirrorEvent::PartitionRemoved { tp, .. } => {
+                MirrorEvent::PartitionRemoved { tp, log_end } => {
+                    tracing::info!(partition = %tp, %log_end, "partition handed back");
                     self.lent.remove(&tp);
                 }
                 MirrorEvent::Notice { what } => tracing::warn!("{what}"),
-                MirrorEvent::PartitionAdded { .. } => {}
+                MirrorEvent::PartitionAdded { tp } => {
+                    tracing::info!(partition = %tp, "partition added")
+                }
             }
             self.take_returned();
             if done {

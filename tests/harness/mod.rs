@@ -16,6 +16,7 @@ pub mod dump;
 pub mod files;
 mod jars;
 mod process;
+pub mod serve;
 mod tool;
 
 pub use broker::{Kafka, KafkaVersion};
