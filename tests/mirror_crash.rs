@@ -12,8 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use harness::serve::{log_bytes, wait_all_mirrored, Serve};
 use harness::{Codec, ProduceOpts};
-use mirror_support::{assert_valid, log_bytes, wait_mirrored, write_config, Serve};
+use mirror_support::{assert_valid, write_config};
 
 const KILLS: usize = 5;
 const PARTITIONS: i32 = 2;
@@ -89,7 +90,7 @@ fn kill_9_five_times_while_producing_keeps_every_offset_once() {
             )
         })
         .collect();
-    wait_mirrored(&mut serve, &pairs);
+    wait_all_mirrored(&mut serve, &pairs);
     serve.sigterm_and_wait();
     for (theirs, ours) in &pairs {
         assert_eq!(

@@ -55,7 +55,7 @@ fn codecs_idempotent_and_transactional_partitions() {
 /// file only means "look again".
 fn broker_has_gap(theirs: &std::path::Path) -> bool {
     let mut batches: Vec<(i64, i64)> = Vec::new();
-    for p in mirror_support::log_files(theirs) {
+    for p in harness::serve::log_files(theirs) {
         let bytes = std::fs::read(&p).unwrap_or_default();
         let mut at = 0usize;
         while at + 27 <= bytes.len() {

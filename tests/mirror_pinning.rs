@@ -6,8 +6,9 @@
 mod harness;
 mod mirror_support;
 
+use harness::serve::{wait_all_mirrored, Serve};
 use harness::ProduceOpts;
-use mirror_support::{wait_mirrored, write_config, Serve};
+use mirror_support::write_config;
 
 #[test]
 fn serve_shard_threads_are_pinned_to_distinct_cores() {
@@ -28,7 +29,7 @@ fn serve_shard_threads_are_pinned_to_distinct_cores() {
             )
         })
         .collect();
-    wait_mirrored(&mut serve, &pairs);
+    wait_all_mirrored(&mut serve, &pairs);
 
     let pid = serve.child.id();
     let mut cores = Vec::new();

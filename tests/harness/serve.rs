@@ -5,10 +5,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Upper bound on waiting for the mirror to catch up: a failure guard, not a performance claim.
-const CATCH_UP_LIMIT: Duration = Duration::from_secs(120);
+/// Upper bound on waiting for the mirror to catch up: a failure guard, not a performance claim
+/// (the largest case, a 100-partition topic on a loaded 2-core machine, sets it).
+pub const CATCH_UP_LIMIT: Duration = Duration::from_secs(180);
 
+/// Every `.log` segment of a partition directory, in offset order, concatenated.
 pub fn log_bytes(dir: &Path) -> Vec<u8> {
+    log_files(dir)
+        .iter()
+        .flat_map(|p| std::fs::read(p).unwrap_or_default())
+        .collect()
+}
+
+/// The `.log` segment files of a partition directory, in offset order.
+pub fn log_files(dir: &Path) -> Vec<PathBuf> {
     let mut logs: Vec<PathBuf> = match std::fs::read_dir(dir) {
         Ok(rd) => rd
             .map(|e| e.unwrap().path())
@@ -17,19 +27,23 @@ pub fn log_bytes(dir: &Path) -> Vec<u8> {
         Err(_) => return Vec::new(),
     };
     logs.sort();
-    logs.iter()
-        .flat_map(|p| std::fs::read(p).unwrap())
-        .collect()
+    logs
 }
 
+/// A running `kmirror serve`; killed when dropped.
 pub struct Serve {
     pub child: Child,
-    log: PathBuf,
+    pub log: PathBuf,
 }
 
 impl Serve {
+    /// Starts the binary; its stderr is appended to `log` (so restarts keep earlier output).
     pub fn start(config: &Path, log: PathBuf) -> Serve {
-        let out = std::fs::File::create(&log).unwrap();
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_kmirror"))
             .args(["serve", "--config"])
             .arg(config)
@@ -54,6 +68,12 @@ impl Serve {
         }
     }
 
+    /// SIGKILL: no shutdown code runs, as after a crash or power loss of the process.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     pub fn sigterm_and_wait(mut self) -> String {
         let pid = self.child.id().to_string();
         let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
@@ -75,20 +95,33 @@ impl Drop for Serve {
     }
 }
 
+/// Waits until the broker's partition dir and ours hold the same non-empty `.log` bytes.
 pub fn wait_mirrored(serve: &mut Serve, broker_dir: &Path, our_dir: &Path) {
+    wait_all_mirrored(serve, &[(broker_dir.to_path_buf(), our_dir.to_path_buf())]);
+}
+
+/// Waits until every `(broker dir, our dir)` pair holds the same non-empty `.log` bytes.
+pub fn wait_all_mirrored(serve: &mut Serve, pairs: &[(PathBuf, PathBuf)]) {
     let start = Instant::now();
-    loop {
+    let mut pending: Vec<&(PathBuf, PathBuf)> = pairs.iter().collect();
+    while !pending.is_empty() {
         serve.assert_running();
-        let theirs = log_bytes(broker_dir);
-        let ours = log_bytes(our_dir);
-        if !theirs.is_empty() && theirs == ours {
+        pending.retain(|(theirs, ours)| {
+            let t = log_bytes(theirs);
+            t.is_empty() || t != log_bytes(ours)
+        });
+        if pending.is_empty() {
             return;
         }
         if start.elapsed() > CATCH_UP_LIMIT {
+            let (theirs, ours) = pending[0];
             panic!(
-                "not mirrored: broker has {} log bytes, we have {}\n{}",
-                theirs.len(),
-                ours.len(),
+                "{} partitions not mirrored; first: broker {} has {} log bytes, ours {} has {}\n{}",
+                pending.len(),
+                theirs.display(),
+                log_bytes(theirs).len(),
+                ours.display(),
+                log_bytes(ours).len(),
                 serve.log_text()
             );
         }
