@@ -8,11 +8,13 @@
 //! batch list with the broker's.
 
 mod harness;
+mod mirror_support;
 
 use harness::dump::{dump_log_segments, segment_files, DumpFlags};
 use harness::files::copy_partition_trimmed;
 use harness::serve::{log_bytes, wait_mirrored, Serve};
 use harness::{Codec, ProduceOpts};
+use mirror_support::write_config;
 
 #[test]
 fn serve_mirrors_topic_byte_for_byte() {
@@ -36,32 +38,7 @@ fn serve_mirrors_topic_byte_for_byte() {
     }
 
     let work = tempfile::tempdir().unwrap();
-    let data_dir = work.path().join("data");
-    let config = work.path().join("kmirror.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[source]
-bootstrap_servers = ["{bootstrap}"]
-[topics]
-names = ["{topic}"]
-[storage]
-data_dir = "{data}"
-[runtime]
-shards = 2
-arena_slot_bytes = 4194304
-arena_slots = 4
-[fetch]
-max_wait_ms = 100
-max_bytes = 2097152
-partition_max_bytes = 262144
-"#,
-            bootstrap = k.bootstrap(),
-            data = data_dir.display()
-        ),
-    )
-    .unwrap();
+    let (config, data_dir) = write_config(work.path(), &k.bootstrap(), &[&topic]);
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     for p in 0..2 {
         wait_mirrored(
