@@ -65,6 +65,12 @@ impl ProducerId {
     pub const NONE: ProducerId = ProducerId(-1);
 }
 
+impl fmt::Display for ProducerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// A record timestamp in milliseconds since the epoch; `-1` means none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TimestampMs(pub i64);

@@ -84,6 +84,10 @@ const _: () = assert!(SEGMENT_INDEX_BYTES_DEFAULT % OFFSET_INDEX_ENTRY_BYTES == 
 /// partitions writes ~40 bytes per entry, so 64 MiB leaves ample room.
 pub const CHECKPOINT_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
+/// Data batches per producer a leader remembers to recognise a retried produce (Kafka's
+/// `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`; a producer keeps at most five requests in flight).
+pub const PRODUCER_RECENT_BATCHES: usize = 5;
+
 /// Largest producer snapshot we read: 10 bytes of header plus 46 per producer, so 1 GiB holds
 /// over 23 million producers, far beyond any real partition.
 pub const PRODUCER_SNAPSHOT_BYTES_MAX: u64 = 1024 * 1024 * 1024;

@@ -25,6 +25,10 @@ use crate::log::segment::{ChunkStats, Segment};
 use crate::log::{partition_meta, LogError};
 use crate::wire::batch::{Batch, Batches, Codec, Peek};
 
+mod leader;
+
+pub use leader::{AbortedOpen, ProduceError, ProduceOutcome, Promotion};
+
 /// What an append wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendInfo {

@@ -24,13 +24,15 @@
 //! producer costs 46 bytes per producer in each snapshot; a broker adopting the directory
 //! expires them by its own rules after loading.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use crate::ids::{Offset, ProducerId, TimestampMs};
-use crate::limits::{PRODUCER_SNAPSHOT_BYTES_MAX, PRODUCER_SNAPSHOT_ENTRY_BYTES};
+use crate::limits::{
+    PRODUCER_RECENT_BATCHES, PRODUCER_SNAPSHOT_BYTES_MAX, PRODUCER_SNAPSHOT_ENTRY_BYTES,
+};
 use crate::log::checkpoint::write_atomically;
 use crate::log::txn_index::AbortedTxn;
 use crate::log::LogError;
@@ -119,10 +121,24 @@ impl ProducerEntry {
     }
 }
 
+/// Sequence range and offsets of one recent data batch of a producer: what a leader needs to
+/// answer a retried produce with the offsets it first got (Kafka keeps the same five).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecentBatch {
+    pub first_sequence: i32,
+    pub last_sequence: i32,
+    pub first_offset: Offset,
+    pub last_offset: Offset,
+}
+
 /// Producer state of one partition.
 #[derive(Debug, Default, Clone)]
 pub struct ProducerStateManager {
     producers: BTreeMap<ProducerId, ProducerEntry>,
+    /// The last few data batches per producer in its current epoch, newest last. Not part of
+    /// the snapshot format (it keeps only the last batch), so after a reload it starts empty
+    /// and the entry's last batch stands in for it.
+    recent: BTreeMap<ProducerId, VecDeque<RecentBatch>>,
     /// Open transactions by first offset.
     ongoing: BTreeMap<Offset, ProducerId>,
     /// The state covers offsets below this (the next offset to be fed).
@@ -143,6 +159,7 @@ impl ProducerStateManager {
     /// or a log that starts fresh at the source's log start).
     pub fn reset(&mut self, offset: Offset) {
         self.producers.clear();
+        self.recent.clear();
         self.ongoing.clear();
         self.map_end_offset = offset;
     }
@@ -169,9 +186,25 @@ impl ProducerStateManager {
             .producers
             .entry(pid)
             .or_insert_with(|| ProducerEntry::empty(pid));
+        if entry.epoch != batch.producer_epoch() {
+            self.recent.remove(&pid);
+        }
         entry.set_epoch(batch.producer_epoch());
         entry.last_sequence = batch.last_sequence();
         entry.last_offset = batch.last_offset();
+        let recent = self
+            .recent
+            .entry(pid)
+            .or_insert_with(|| VecDeque::with_capacity(PRODUCER_RECENT_BATCHES));
+        if recent.len() == PRODUCER_RECENT_BATCHES {
+            recent.pop_front();
+        }
+        recent.push_back(RecentBatch {
+            first_sequence: batch.base_sequence(),
+            last_sequence: batch.last_sequence(),
+            first_offset: batch.base_offset(),
+            last_offset: batch.last_offset(),
+        });
         entry.offset_delta = batch.last_offset_delta();
         entry.timestamp = batch.max_timestamp();
         if batch.is_transactional() && entry.current_txn_first_offset.is_none() {
@@ -241,6 +274,17 @@ impl ProducerStateManager {
 
     pub fn producer(&self, pid: ProducerId) -> Option<&ProducerEntry> {
         self.producers.get(&pid)
+    }
+
+    /// The producer's recent data batches in its current epoch, oldest first (empty after a
+    /// reload from a snapshot until it appends again).
+    pub fn recent_batches(&self, pid: ProducerId) -> impl Iterator<Item = &RecentBatch> {
+        self.recent.get(&pid).into_iter().flatten()
+    }
+
+    /// The largest producer id this partition has seen (none when it has no producer state).
+    pub fn max_producer_id(&self) -> Option<ProducerId> {
+        self.producers.keys().next_back().copied()
     }
 
     /// Kafka's snapshot bytes for the current state.
