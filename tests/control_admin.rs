@@ -18,7 +18,8 @@ use kmirror::control::mirror_def::{MirrorDefinition, StartFrom};
 use kmirror::control::source_catalog::BlockingSourceCatalog;
 use kmirror::control::state::RetryPolicy;
 use kmirror::control::state_log::StateLog;
-use kmirror::ids::{Offset, TopicPartition};
+use kmirror::ids::{LeaderEpoch, Offset, TopicPartition};
+use kmirror::log::partition_log::Promotion;
 use uuid::Uuid;
 
 #[derive(Clone, Default)]
@@ -38,6 +39,14 @@ impl DataPlane for RecordingPlane {
     fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String> {
         self.0.lock().unwrap().remove(tp);
         Ok(Offset(0))
+    }
+    fn promote(&mut self, _: &TopicPartition) -> Result<Promotion, String> {
+        // No logs here: the promotion itself is tested in control_shards and log_leader.
+        Ok(Promotion {
+            leader_epoch: LeaderEpoch(0),
+            aborted: Vec::new(),
+            log_end: Offset(0),
+        })
     }
     fn progress(&self, _: &TopicPartition) -> Progress {
         Progress::default()

@@ -8,14 +8,18 @@ mod harness;
 use std::time::Duration;
 
 use harness::dump::{dump_log_segments, segment_files, DumpFlags};
-use harness::ProduceOpts;
+use harness::{ProduceOpts, TxnEnd};
 use kmirror::control::controller::{Controller, DataPlane};
 use kmirror::control::shard_plane::ShardDataPlane;
 use kmirror::control::source_catalog::BlockingSourceCatalog;
 use kmirror::control::state::{Command, RetryPolicy, StateName};
 use kmirror::control::state_log::StateLog;
 use kmirror::fetch::fetcher::FetchConfig;
-use kmirror::ids::TopicPartition;
+use kmirror::ids::{ProducerId, TopicPartition};
+use kmirror::log::clean_shutdown;
+use kmirror::log::config::LogConfig;
+use kmirror::log::io::StdIo;
+use kmirror::log::log_dir::LogDir;
 use kmirror::runtime::RuntimeConfig;
 
 type Ctl = Controller<BlockingSourceCatalog, ShardDataPlane>;
@@ -56,13 +60,7 @@ fn pause_resume_until(c: &mut Ctl, topic: &str, target: i64) -> u32 {
     panic!("the mirror never reached offset {target}");
 }
 
-#[test]
-fn pause_resume_keeps_every_offset_once() {
-    let k = harness::shared();
-    let topic = harness::unique_topic("ctl-shards");
-    k.create_topic(&topic, 1, &[]);
-    k.produce(&topic, 0, 200, &ProduceOpts::default());
-    let data = tempfile::tempdir().unwrap();
+fn open_controller(data: &std::path::Path) -> Ctl {
     let runtime = RuntimeConfig {
         shards: 1,
         cores: None,
@@ -76,10 +74,19 @@ fn pause_resume_keeps_every_offset_once() {
         partition_max_bytes: 1024 * 1024,
         sessions: true,
     };
-    let plane = ShardDataPlane::start(data.path(), &runtime, fetch).unwrap();
-    let store = StateLog::open(data.path()).unwrap();
-    let mut c =
-        Controller::open(store, RetryPolicy::default(), BlockingSourceCatalog, plane).unwrap();
+    let plane = ShardDataPlane::start(data, &runtime, fetch).unwrap();
+    let store = StateLog::open(data).unwrap();
+    Controller::open(store, RetryPolicy::default(), BlockingSourceCatalog, plane).unwrap()
+}
+
+#[test]
+fn pause_resume_keeps_every_offset_once() {
+    let k = harness::shared();
+    let topic = harness::unique_topic("ctl-shards");
+    k.create_topic(&topic, 1, &[]);
+    k.produce(&topic, 0, 200, &ProduceOpts::default());
+    let data = tempfile::tempdir().unwrap();
+    let mut c = open_controller(data.path());
     let props = [("bootstrap.servers".to_owned(), k.bootstrap())].into();
     c.create("m", &props).unwrap();
     let report = c.start("m", &topic, None).unwrap();
@@ -110,4 +117,95 @@ fn pause_resume_keeps_every_offset_once() {
         next = b.last_offset + 1;
     }
     assert_eq!(next, 300);
+}
+
+/// Failover (`stop`) with a transaction still open on the source: the mirrored log gets an
+/// ABORT marker for it, at a leader epoch above every source epoch, its producer state is
+/// reset, and Kafka's DumpLogSegments accepts the result.
+#[test]
+fn stop_aborts_the_open_source_transaction_and_raises_the_epoch() {
+    let k = harness::shared();
+    let topic = harness::unique_topic("ctl-failover");
+    k.create_topic(&topic, 1, &[]);
+    k.produce(
+        &topic,
+        0,
+        30,
+        &ProduceOpts {
+            idempotent: true,
+            ..ProduceOpts::default()
+        },
+    );
+    k.produce(
+        &topic,
+        0,
+        40,
+        &ProduceOpts {
+            transactions: vec![TxnEnd::Commit, TxnEnd::Open],
+            // The source must not abort it on its own while the test runs.
+            transaction_timeout_ms: Some(600_000),
+            ..ProduceOpts::default()
+        },
+    );
+    let source_end = k.offsets(&topic, 0).log_end_offset;
+
+    let data = tempfile::tempdir().unwrap();
+    let mut c = open_controller(data.path());
+    let props = [("bootstrap.servers".to_owned(), k.bootstrap())].into();
+    c.create("m", &props).unwrap();
+    c.start("m", &topic, None).unwrap();
+    pause_resume_until(&mut c, &topic, source_end);
+    c.command("m", &topic, Command::Stop).unwrap();
+    let row = c.describe(Some("m")).unwrap().remove(0);
+    assert_eq!(row.state, StateName::Stopped);
+    assert_eq!(
+        row.last_end_offset,
+        Some(source_end),
+        "the mirrored end is recorded"
+    );
+    c.shutdown().unwrap().stop().unwrap();
+
+    let dir = data.path().join(format!("{topic}-0"));
+    let dump = dump_log_segments(&segment_files(&dir), DumpFlags::DEEP);
+    dump.assert_clean();
+    let (marker, mirrored) = dump.batches.split_last().expect("batches");
+    let open_txn = mirrored
+        .iter()
+        .rev()
+        .find(|b| b.is_transactional && !b.is_control)
+        .expect("the open transaction's data was mirrored");
+    assert!(marker.is_control, "{marker:?}");
+    assert_eq!(
+        marker.base_offset, source_end,
+        "the marker follows the mirrored data"
+    );
+    assert_eq!(marker.producer_id, open_txn.producer_id);
+    let epoch =
+        |b: &harness::dump::DumpBatch| -> i32 { b.fields["partitionLeaderEpoch"].parse().unwrap() };
+    let source_max = mirrored.iter().map(epoch).max().unwrap();
+    assert!(
+        epoch(marker) > source_max,
+        "{} <= {source_max}",
+        epoch(marker)
+    );
+    let aborts = dump
+        .records
+        .iter()
+        .filter(|(_, f)| f.get("endTxnMarker").map(String::as_str) == Some("ABORT"))
+        .count();
+    assert_eq!(aborts, 1, "exactly the open transaction is aborted");
+
+    // Reopened as kmirror does after a crash (no clean-shutdown marker, so recovery runs from
+    // the checkpointed recovery point): no source producer keeps state, nothing is open.
+    std::fs::remove_file(clean_shutdown::path(data.path())).unwrap();
+    let mut logs = LogDir::open(data.path(), LogConfig::default(), &mut StdIo).unwrap();
+    let log = logs.take(&TopicPartition::new(&topic, 0)).unwrap();
+    assert_eq!(log.last_stable_offset(), log.log_end_offset());
+    assert_eq!(log.log_end_offset().0, source_end + 1);
+    assert!(
+        log.producer_state()
+            .producer(ProducerId(open_txn.producer_id))
+            .is_none(),
+        "source producer state was reset"
+    );
 }

@@ -23,6 +23,7 @@ use crate::control::state::{
 use crate::control::state_log::{StateLog, StateLogError};
 use crate::ids::{MirrorEpoch, Offset, TopicPartition};
 use crate::limits::MIRROR_SYNC_INTERVAL_MS_DEFAULT;
+use crate::log::partition_log::Promotion;
 
 /// One source topic as the control plane needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +68,10 @@ pub trait DataPlane {
     /// Stop fetching `tp` and return its local log end.
     fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String>;
     fn progress(&self, tp: &TopicPartition) -> Progress;
+    /// Failover of a partition whose fetcher is gone (KIP-1279 §9): open transactions
+    /// aborted, the leader epoch raised above the source's, producer state reset, all durable
+    /// before the partition may become STOPPED (and writable). Safe to repeat after a crash.
+    fn promote(&mut self, tp: &TopicPartition) -> Result<Promotion, String>;
     /// Partitions whose fetching stopped on its own since the last call, with the reason.
     fn poll_failures(&mut self) -> Vec<(TopicPartition, String)> {
         Vec::new()
@@ -369,19 +374,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 Some(StateName::Pausing) => {
                     self.stop_fetcher(name, &tp)?;
                 }
-                Some(StateName::Stopping) => {
-                    let end = self.stop_fetcher(name, &tp)?;
-                    if let Some(end) = end {
-                        let v = last_mirror_epoch(epoch, end);
-                        self.store
-                            .put(&StateKey::LastMirrorEpoch(name.clone(), tp.clone()), &v)?;
-                        if let StateValue::LastMirrorEpoch(lme) = v {
-                            if let Some(p) = self.entry_mut(name)?.partitions.get_mut(&tp) {
-                                p.last = Some(lme);
-                            }
-                        }
-                    }
-                }
+                Some(StateName::Stopping) => self.fail_over(name, &tp, epoch)?,
                 _ => {}
             }
         }
@@ -406,6 +399,50 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 },
             )?;
         }
+        Ok(())
+    }
+
+    /// STOPPING → STOPPED: the fetcher removed, the partition promoted, the last mirror epoch
+    /// and mirrored end offset recorded, then STOPPED. Each step is repeatable, so a crash or
+    /// a failed step leaves the partition STOPPING and the next reconcile finishes it.
+    fn fail_over(
+        &mut self,
+        name: &MirrorName,
+        tp: &TopicPartition,
+        epoch: MirrorEpoch,
+    ) -> Result<(), ControlError> {
+        let end = match self.data.remove(tp) {
+            Ok(end) => end,
+            Err(message) => {
+                tracing::warn!(mirror = %name, partition = %tp, %message, "stop: fetcher not removed yet");
+                return Ok(());
+            }
+        };
+        let promotion = match self.data.promote(tp) {
+            Ok(p) => p,
+            Err(message) => {
+                tracing::error!(mirror = %name, partition = %tp, %message, "stop: promotion failed; retrying");
+                return Ok(());
+            }
+        };
+        tracing::info!(
+            mirror = %name,
+            partition = %tp,
+            mirrored_end = %end,
+            leader_epoch = %promotion.leader_epoch,
+            aborted_transactions = promotion.aborted.len(),
+            log_end = %promotion.log_end,
+            "stop: partition promoted, writable"
+        );
+        let v = last_mirror_epoch(epoch, end);
+        self.store
+            .put(&StateKey::LastMirrorEpoch(name.clone(), tp.clone()), &v)?;
+        if let StateValue::LastMirrorEpoch(lme) = v {
+            if let Some(p) = self.entry_mut(name)?.partitions.get_mut(tp) {
+                p.last = Some(lme);
+            }
+        }
+        self.apply_event(name, tp, Event::FetcherRemoved)?;
         Ok(())
     }
 
@@ -909,7 +946,12 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     moved = true;
                 }
             }
-            if moved {
+            // A stop interrupted by a failed step (or a crash) is finished here.
+            let stopping = self.mirrors[&name]
+                .partitions
+                .values()
+                .any(|p| p.machine.state() == Some(StateName::Stopping));
+            if moved || stopping {
                 self.reconcile(&name)?;
             }
         }
@@ -960,6 +1002,8 @@ mod tests {
         adds: Rc<RefCell<u32>>,
         fail_adds: Rc<RefCell<bool>>,
         failures: Rc<RefCell<Vec<(TopicPartition, String)>>>,
+        promoted: Rc<RefCell<Vec<TopicPartition>>>,
+        fail_promotes: Rc<RefCell<bool>>,
     }
 
     impl DataPlane for FakeData {
@@ -980,6 +1024,17 @@ mod tests {
         fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String> {
             self.active.borrow_mut().remove(tp);
             Ok(Offset(100))
+        }
+        fn promote(&mut self, tp: &TopicPartition) -> Result<Promotion, String> {
+            if *self.fail_promotes.borrow() {
+                return Err(format!("{tp}: disk full"));
+            }
+            self.promoted.borrow_mut().push(tp.clone());
+            Ok(Promotion {
+                leader_epoch: crate::ids::LeaderEpoch(1),
+                aborted: Vec::new(),
+                log_end: Offset(100),
+            })
         }
         fn poll_failures(&mut self) -> Vec<(TopicPartition, String)> {
             std::mem::take(&mut *self.failures.borrow_mut())
@@ -1122,6 +1177,46 @@ mod tests {
         c.close().unwrap();
         let c = rig.open();
         assert!(c.list().is_empty(), "tombstones removed the mirror");
+    }
+
+    #[test]
+    fn stop_promotes_before_stopped_and_a_failed_promotion_is_finished_later() {
+        let rig = Rig::new();
+        let mut c = rig.open();
+        c.create("m1", &props()).unwrap();
+        c.start("m1", "orders", None).unwrap();
+        *rig.data.fail_promotes.borrow_mut() = true;
+        c.command("m1", "orders", Command::Stop).unwrap();
+        assert!(rig.active().is_empty(), "fetchers are removed first");
+        assert_eq!(
+            state(&c, "orders", 0),
+            Some(StateName::Stopping),
+            "never STOPPED (writable) without promotion"
+        );
+        c.tick(now_ms()).unwrap();
+        assert_eq!(state(&c, "orders", 0), Some(StateName::Stopping));
+        drop(c); // kill -9 while STOPPING
+
+        *rig.data.fail_promotes.borrow_mut() = false;
+        let mut c = rig.open();
+        c.tick(now_ms()).unwrap();
+        assert_eq!(state(&c, "orders", 0), Some(StateName::Stopped));
+        assert_eq!(state(&c, "orders", 1), Some(StateName::Stopped));
+        let promoted: BTreeSet<String> = rig
+            .data
+            .promoted
+            .borrow()
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        assert_eq!(
+            promoted,
+            BTreeSet::from(["orders-0".into(), "orders-1".into()])
+        );
+        assert_eq!(
+            c.describe(Some("m1")).unwrap()[0].last_end_offset,
+            Some(100)
+        );
     }
 
     #[test]

@@ -17,11 +17,12 @@ use crate::control::mirror_run::shard_for;
 use crate::control::state_log;
 use crate::fetch::blocking::BlockingClient;
 use crate::fetch::fetcher::{FetchConfig, PartitionStart};
-use crate::ids::{Offset, ShardId, TopicPartition};
+use crate::ids::{LeaderEpoch, Offset, ShardId, TopicPartition};
 use crate::limits::SHARD_REMOVE_WAIT_MS;
 use crate::log::config::LogConfig;
 use crate::log::io::StdIo;
 use crate::log::log_dir::LogDir;
+use crate::log::partition_log::Promotion;
 use crate::log::LogError;
 use crate::runtime::mirror_shard::{
     resume_point, MirrorEvent, MirrorMsg, MirrorShard, ReturnedLogs, SourceSpec,
@@ -244,6 +245,24 @@ impl DataPlane for ShardDataPlane {
             .logs()
             .get(tp)
             .map_or(Offset::ZERO, |l| l.log_end_offset()))
+    }
+
+    /// Promotes the handed-back log (the control thread owns it once its fetcher is gone) at
+    /// one epoch above every epoch it holds, then checkpoints the recovery point so that no
+    /// later recovery replays the source's producers (see `PartitionLog::promote`).
+    fn promote(&mut self, tp: &TopicPartition) -> Result<Promotion, String> {
+        if self.lent.contains_key(tp) {
+            return Err(format!("{tp} is still being fetched"));
+        }
+        self.take_returned();
+        let log = self
+            .logs()
+            .get_mut(tp)
+            .ok_or_else(|| format!("{tp} has no local log"))?;
+        let epoch = LeaderEpoch(log.epoch_cache().latest_epoch().map_or(0, |e| e.0 + 1));
+        let promotion = log.promote(&mut StdIo, epoch).map_err(|e| e.to_string())?;
+        self.logs().write_checkpoints().map_err(|e| e.to_string())?;
+        Ok(promotion)
     }
 
     /// Drains pending shard events without waiting; returns the failures they reported.
