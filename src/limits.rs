@@ -88,6 +88,14 @@ pub const CHECKPOINT_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`; a producer keeps at most five requests in flight).
 pub const PRODUCER_RECENT_BATCHES: usize = 5;
 
+/// Producer ids kmirror hands out after failover start at least here: Kafka clusters allocate
+/// producer ids in blocks of 1,000 upwards from 0, so mirrored data would need 2^40 (10^12)
+/// producers to reach it.
+pub const PRODUCER_ID_FLOOR: i64 = 1 << 40;
+
+/// Producer ids persisted per allocation write (Kafka's controller uses the same block size).
+pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1_000;
+
 /// Largest producer snapshot we read: 10 bytes of header plus 46 per producer, so 1 GiB holds
 /// over 23 million producers, far beyond any real partition.
 pub const PRODUCER_SNAPSHOT_BYTES_MAX: u64 = 1024 * 1024 * 1024;

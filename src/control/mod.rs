@@ -10,6 +10,7 @@
 //! | `admin`      | HTTP/JSON admin API and the control thread that serves it           |
 //! | `source_catalog` | source topics and cluster id with the blocking client           |
 //! | `shard_plane` | `DataPlane` over the real shards and the log dir                    |
+//! | `producer_ids` | producer ids for writes after failover: above every mirrored id, never reused |
 //! | `mirror_run` | resolving a configured mirror against the source and driving shards  |
 //! | `control_run` | `kmirror serve` with `[admin]`: controller, shards and admin API     |
 
@@ -18,6 +19,7 @@ pub mod control_run;
 pub mod controller;
 pub mod mirror_def;
 pub mod mirror_run;
+pub mod producer_ids;
 pub mod records;
 pub mod shard_plane;
 pub mod source_catalog;
