@@ -23,12 +23,15 @@ fn main() -> anyhow::Result<()> {
     let server = SynthServer::bind(&cli.listen, cli.synth.to_spec())?;
     let c = server.catalog();
     println!(
-        "listening on {} batch_bytes={} records_per_batch={} batches_per_partition={}",
+        "listening on {} batch_bytes={} records_per_batch={} batches_per_partition={} rate_mb_s={}",
         server.local_addr(),
         c.template.size(),
         c.template.records_per_batch(),
         c.batches_per_partition
             .map_or("endless".to_string(), |n| n.to_string()),
+        cli.synth
+            .rate_mb_s
+            .map_or("unlimited".to_string(), |r| r.to_string()),
     );
     server.run()?;
     Ok(())

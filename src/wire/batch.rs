@@ -142,6 +142,23 @@ pub fn crc32c(data: &[u8]) -> u32 {
     crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
 }
 
+/// Moves a complete v2 batch's timestamps so that its maxTimestamp becomes `max_timestamp`
+/// (baseTimestamp moves by the same amount, so the records' deltas stay right) and recomputes
+/// its CRC, which covers both fields. For bench sources that stamp batches with the time they
+/// were made available; the mirror path never rewrites a batch.
+pub fn restamp_v2_timestamps(batch: &mut [u8], max_timestamp: TimestampMs) {
+    assert!(
+        batch.len() >= RECORD_BATCH_V2_HEADER_BYTES && batch[OFF_MAGIC] == 2,
+        "restamp needs a whole v2 batch"
+    );
+    let shift = max_timestamp.0 - be_i64(batch, OFF_MAX_TIMESTAMP);
+    let base = be_i64(batch, OFF_BASE_TIMESTAMP) + shift;
+    batch[OFF_BASE_TIMESTAMP..OFF_BASE_TIMESTAMP + 8].copy_from_slice(&base.to_be_bytes());
+    batch[OFF_MAX_TIMESTAMP..OFF_MAX_TIMESTAMP + 8].copy_from_slice(&max_timestamp.0.to_be_bytes());
+    let crc = crc32c(&batch[OFF_ATTRIBUTES..]);
+    batch[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// One complete batch in a buffer: the header fields, and the bytes (`LOG_OVERHEAD` included).
 #[derive(Debug, Clone, Copy)]
 pub struct Batch<'a> {

@@ -7,6 +7,7 @@
 //! supported version with kafka-protocol's decoder to prove the layout.
 
 use std::io::{self, IoSlice, Write};
+use std::time::Instant;
 
 use bytes::BufMut;
 use kafka_protocol::messages::fetch_request::FetchRequest;
@@ -40,6 +41,8 @@ pub struct ResponseFrame {
     run_start: usize,
     bodies: usize,
     body_len: usize,
+    /// Whole batches copied into `scratch` (a rate-limited source's time-stamped batches).
+    stamped: usize,
 }
 
 impl ResponseFrame {
@@ -48,6 +51,7 @@ impl ResponseFrame {
         self.pieces.clear();
         self.run_start = 0;
         self.bodies = 0;
+        self.stamped = 0;
         self.body_len = body_len;
         self.scratch.put_i32(0); // length prefix, patched by `finish`
     }
@@ -88,7 +92,7 @@ impl ResponseFrame {
 
     /// Bytes of record batches in the frame.
     pub fn batch_count(&self) -> usize {
-        self.bodies
+        self.bodies + self.stamped
     }
 
     fn slices<'a>(&'a self, body: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
@@ -226,7 +230,7 @@ pub fn build(
     }
 
     let rpb = catalog.records_per_batch();
-    let leo = catalog.log_end_offset();
+    let now = Instant::now();
     let batch_size = catalog.template.size();
     let max_bytes = req.max_bytes.max(0) as usize;
     let mut total = 0usize;
@@ -246,6 +250,13 @@ pub fn build(
         put_array_len(&mut frame.scratch, version, topic.partitions.len());
         for p in &topic.partitions {
             let fetch_offset = Offset(p.fetch_offset);
+            let global = topic_index
+                .filter(|_| p.partition >= 0 && (p.partition as u32) < catalog.spec.partitions)
+                .map(|t| t * catalog.spec.partitions as usize + p.partition as usize);
+            let leo = match global {
+                Some(g) => catalog.partition_end(g, now),
+                None => catalog.log_end_offset(),
+            };
             let error = match topic_index {
                 None if version >= TOPIC_IDS_FROM => Some(ResponseError::UnknownTopicId),
                 None => Some(ResponseError::UnknownTopicOrPartition),
@@ -310,8 +321,19 @@ pub fn build(
             put_records_len(&mut frame.scratch, version, n_batches * batch_size);
             let first = catalog.batch_start(fetch_offset).0;
             for i in 0..n_batches {
-                frame.scratch.put_i64(first + i as i64 * rpb);
-                frame.push_body();
+                let base = first + i as i64 * rpb;
+                match global.and_then(|g| catalog.appear_time_ms(g, (base / rpb) as u64)) {
+                    Some(ts) => {
+                        catalog
+                            .template
+                            .stamp_into(&mut frame.scratch, Offset(base), ts);
+                        frame.stamped += 1;
+                    }
+                    None => {
+                        frame.scratch.put_i64(base);
+                        frame.push_body();
+                    }
+                }
             }
             put_no_tags(&mut frame.scratch, version); // partition
             served.push(Served {
@@ -335,6 +357,7 @@ pub fn records_bytes(catalog: &Catalog, frame: &ResponseFrame) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::TimestampMs;
     use crate::ops::bench::{SynthCodec, SynthSpec};
     use crate::wire::batch::Batches;
     use bytes::Bytes;
@@ -486,5 +509,95 @@ mod tests {
             .unwrap();
         assert_eq!(out, frame.to_vec(c.template.body_after_offset()));
         assert_eq!(out.len(), frame.len());
+    }
+
+    #[test]
+    fn rate_limited_source_serves_only_appeared_batches_stamped_with_their_appear_time() {
+        let mut spec = catalog().spec;
+        spec.partitions = 2;
+        // One template-sized batch per ms over the 4 partitions (2 topics x 2).
+        let probe = Catalog::new(spec.clone()).unwrap();
+        spec.rate_bytes_per_s = Some(probe.template.size() as u64 * 1000);
+        spec.partition_bytes = Some(probe.template.size() as u64 * 1000);
+        let c = Catalog::new(spec).unwrap();
+        let req = request(&c, 17, &[(0, 0, 0, i32::MAX), (1, 1, 0, i32::MAX)]);
+        let mut frame = ResponseFrame::default();
+        let mut served = Vec::new();
+        // Before the first fetch starts the clock nothing has appeared.
+        build(&c, 77, 17, &req, &mut frame, &mut served).unwrap();
+        assert_eq!(frame.batch_count(), 0);
+        c.start_clock();
+        let wall_start = c.clock().unwrap().1 as i64;
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        build(&c, 77, 17, &req, &mut frame, &mut served).unwrap();
+        let wall_end = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let r = decode(&frame, &c, 17);
+        let rpb = c.records_per_batch();
+        let mut total = 0;
+        for (k, (g, t)) in [(0usize, &r.responses[0]), (3, &r.responses[1])]
+            .into_iter()
+            .enumerate()
+        {
+            let part = &t.partitions[0];
+            assert_eq!(part.high_watermark, served[k].next_offset.0);
+            let mut last_ts = i64::MIN;
+            let mut n = 0u64;
+            for b in Batches::new(part.records.as_ref().unwrap()) {
+                let (_, b) = b.unwrap();
+                b.validate().expect("CRC recomputed after restamping");
+                assert_eq!(b.base_offset().0, n as i64 * rpb);
+                let ts = b.max_timestamp().0;
+                assert_eq!(Some(b.max_timestamp()), c.appear_time_ms(g, n));
+                assert_eq!(b.base_timestamp().0, ts - (rpb - 1), "record deltas kept");
+                assert!(
+                    ts > last_ts && ts >= wall_start - 1 && ts <= wall_end,
+                    "{ts}"
+                );
+                last_ts = ts;
+                n += 1;
+            }
+            // Partition g gets every 4th batch overall: at least the 40 ms slept have appeared.
+            assert!(n >= 40 / 4 - 1, "partition {g}: {n} batches");
+            total += n;
+        }
+        assert!(total < 1000, "bounded by time, not by the data size");
+    }
+
+    #[test]
+    fn rate_limited_partition_ends_follow_the_round_robin() {
+        let mut spec = catalog().spec;
+        spec.partitions = 3;
+        spec.topics.truncate(1);
+        let probe = Catalog::new(spec.clone()).unwrap();
+        spec.rate_bytes_per_s = Some(probe.template.size() as u64 * 1000);
+        spec.partition_bytes = Some(probe.template.size() as u64 * 3);
+        let c = Catalog::new(spec).unwrap();
+        let rpb = c.records_per_batch();
+        assert!(c.next_batch_at(Instant::now()).is_none(), "no clock yet");
+        c.start_clock();
+        let (start, wall) = *c.clock().unwrap();
+        let at = |ms: f64| start + std::time::Duration::from_secs_f64(ms / 1e3);
+        // 10 batches after 10.5 ms: j = 0..9 round-robin over 3 partitions.
+        let ends: Vec<i64> = (0..3)
+            .map(|g| c.partition_end(g, at(10.5)).0 / rpb)
+            .collect();
+        assert_eq!(
+            ends,
+            vec![3, 3, 3],
+            "capped at the finite size of 3 batches"
+        );
+        let ends: Vec<i64> = (0..3)
+            .map(|g| c.partition_end(g, at(4.5)).0 / rpb)
+            .collect();
+        assert_eq!(ends, vec![2, 1, 1]);
+        assert_eq!(c.next_batch_at(at(4.5)), Some(at(5.0)));
+        // Batch 1 of partition 2 is batch 5 overall: it appears after 6 intervals.
+        assert_eq!(
+            c.appear_time_ms(2, 1),
+            Some(TimestampMs((wall + 6.0) as i64))
+        );
     }
 }

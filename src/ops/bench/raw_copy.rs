@@ -103,6 +103,13 @@ pub fn process_cpu_seconds() -> Option<f64> {
 /// Runs the configured connections to completion and sums their figures.
 pub fn run(config: &RawCopyConfig) -> Result<RawCopyReport, SynthError> {
     let catalog = Catalog::new(config.spec.clone())?;
+    if config.spec.rate_bytes_per_s.is_some() {
+        // Its offsets come from the source's planner, which cannot know when a rate-limited
+        // source's batches appear.
+        return Err(SynthError::BadSpec(
+            "the raw-copy client measures the unlimited source only (no --rate-mb-s)".into(),
+        ));
+    }
     if config.connections == 0 {
         return Err(SynthError::BadSpec(
             "at least one connection is needed".into(),

@@ -11,10 +11,13 @@ use kafka_protocol::records::{
     NO_PRODUCER_ID,
 };
 
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
 use super::{SynthError, SynthSpec};
-use crate::ids::{LeaderEpoch, Offset};
+use crate::ids::{LeaderEpoch, Offset, TimestampMs};
 use crate::limits::BATCH_BYTES_MAX;
-use crate::wire::batch::{Batch, Peek};
+use crate::wire::batch::{restamp_v2_timestamps, Batch, Peek};
 
 /// Timestamp of the first record in every batch (2026-01-01T00:00:00Z); record i adds i ms.
 pub const BASE_TIMESTAMP_MS: i64 = 1_767_225_600_000;
@@ -185,6 +188,16 @@ impl BatchTemplate {
         &self.bytes[8..]
     }
 
+    /// Appends the batch stamped with `base_offset` and moved in time so that its maxTimestamp
+    /// is `max_timestamp` (CRC recomputed): what a rate-limited source serves.
+    pub fn stamp_into(&self, out: &mut Vec<u8>, base_offset: Offset, max_timestamp: TimestampMs) {
+        let at = out.len();
+        out.extend_from_slice(&self.bytes);
+        let batch = &mut out[at..];
+        batch[..8].copy_from_slice(&base_offset.0.to_be_bytes());
+        restamp_v2_timestamps(batch, max_timestamp);
+    }
+
     /// A standalone copy of the batch stamped with `base_offset` (for tests and benches; the
     /// server never copies the body).
     pub fn stamped(&self, base_offset: Offset) -> Vec<u8> {
@@ -201,6 +214,9 @@ pub struct Catalog {
     pub template: BatchTemplate,
     /// Batches per partition; `None` for an endless partition.
     pub batches_per_partition: Option<u64>,
+    /// When a rate-limited source's data started to appear (its first Fetch): the monotonic
+    /// instant and the wall clock in ms at that instant.
+    clock: OnceLock<(Instant, f64)>,
 }
 
 impl Catalog {
@@ -213,7 +229,79 @@ impl Catalog {
             spec,
             template,
             batches_per_partition,
+            clock: OnceLock::new(),
         })
+    }
+
+    /// Starts a rate-limited source's clock (idempotent; the first Fetch calls it).
+    pub fn start_clock(&self) {
+        self.clock.get_or_init(|| {
+            let wall = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64() * 1e3);
+            (Instant::now(), wall)
+        });
+    }
+
+    /// The started clock: monotonic start and wall-clock ms at it.
+    pub fn clock(&self) -> Option<&(Instant, f64)> {
+        self.clock.get()
+    }
+
+    pub fn is_rate_limited(&self) -> bool {
+        self.spec.rate_bytes_per_s.is_some()
+    }
+
+    /// Seconds between two consecutive batches of a rate-limited source (over all partitions).
+    fn batch_interval_s(&self) -> Option<f64> {
+        self.spec
+            .rate_bytes_per_s
+            .map(|r| self.template.size() as f64 / r as f64)
+    }
+
+    /// Batches a rate-limited source has made available over all partitions by `now`.
+    fn appeared(&self, now: Instant) -> u64 {
+        match (self.batch_interval_s(), self.clock.get()) {
+            (Some(dt), Some((start, _))) => {
+                (now.saturating_duration_since(*start).as_secs_f64() / dt) as u64
+            }
+            _ => 0,
+        }
+    }
+
+    /// Log end of partition `global` (topic index × partitions + partition) at `now`. Without a
+    /// rate it is [`Catalog::log_end_offset`]; with one, batch j overall appears (j + 1) batch
+    /// intervals after the clock started and goes to partition j mod P, up to the finite size.
+    pub fn partition_end(&self, global: usize, now: Instant) -> Offset {
+        if !self.is_rate_limited() {
+            return self.log_end_offset();
+        }
+        let n = self.appeared(now);
+        let g = global as u64;
+        let total = self.spec.total_partitions() as u64;
+        let mut count = if n > g { (n - g - 1) / total + 1 } else { 0 };
+        if let Some(max) = self.batches_per_partition {
+            count = count.min(max);
+        }
+        Offset(count as i64 * self.records_per_batch())
+    }
+
+    /// When the next batch of a rate-limited source appears (`None` without a rate or before
+    /// the clock started).
+    pub fn next_batch_at(&self, now: Instant) -> Option<Instant> {
+        let dt = self.batch_interval_s()?;
+        let (start, _) = self.clock.get()?;
+        let next = self.appeared(now) + 1;
+        Some(*start + Duration::from_secs_f64(next as f64 * dt))
+    }
+
+    /// Wall-clock ms at which batch `index` of partition `global` appeared (its maxTimestamp);
+    /// `None` without a rate.
+    pub fn appear_time_ms(&self, global: usize, index: u64) -> Option<TimestampMs> {
+        let dt = self.batch_interval_s()?;
+        let (_, wall) = self.clock.get()?;
+        let j = index * self.spec.total_partitions() as u64 + global as u64;
+        Some(TimestampMs((wall + (j + 1) as f64 * dt * 1e3) as i64))
     }
 
     pub fn records_per_batch(&self) -> i64 {

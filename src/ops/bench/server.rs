@@ -1,13 +1,13 @@
 //! The synthetic source's network side: one thread per connection, answering ApiVersions,
-//! Metadata, ListOffsets and Fetch from the shared [`Catalog`]. It is a bench tool, not the
-//! product, so plain blocking sockets are enough; what matters is that Fetch responses go out
-//! with vectored writes straight from the template.
+//! Metadata, ListOffsets, OffsetForLeaderEpoch and Fetch from the shared [`Catalog`]. It is a
+//! bench tool, not the product, so plain blocking sockets are enough; what matters is that Fetch
+//! responses go out with vectored writes straight from the template.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
@@ -17,10 +17,13 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, FetchRequest, ListOffsetsRequest,
-    ListOffsetsResponse, MetadataRequest, MetadataResponse, RequestHeader, ResponseHeader,
-    TopicName,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::protocol::{decode_request_header_from_buffer, Decodable, Encodable, Message};
@@ -179,6 +182,7 @@ impl Connection {
                 ApiKey::Metadata => self.metadata(&header, &mut body)?,
                 ApiKey::ListOffsets => self.list_offsets(&header, &mut body)?,
                 ApiKey::Fetch => self.fetch(&header, &mut body)?,
+                ApiKey::OffsetForLeaderEpoch => self.offset_for_leader_epoch(&header, &mut body)?,
                 // Kafka closes the connection on a request it does not know; so do we.
                 _ => {
                     return Err(SynthError::Unsupported {
@@ -233,6 +237,7 @@ impl Connection {
             api_version::<MetadataRequest>(ApiKey::Metadata, None),
             api_version::<ListOffsetsRequest>(ApiKey::ListOffsets, None),
             api_version::<FetchRequest>(ApiKey::Fetch, None),
+            api_version::<OffsetForLeaderEpochRequest>(ApiKey::OffsetForLeaderEpoch, None),
         ];
         let mut response = ApiVersionsResponse::default().with_api_keys(keys);
         // ApiVersions always answers with response header v0, and a version we do not know gets
@@ -329,23 +334,25 @@ impl Connection {
             .topics
             .iter()
             .map(|t| {
-                let known = c.topic_index(t.name.as_str()).is_some();
+                let t_index = c.topic_index(t.name.as_str());
                 let partitions = t
                     .partitions
                     .iter()
                     .map(|p| {
                         let mut r = ListOffsetsPartitionResponse::default()
                             .with_partition_index(p.partition_index);
-                        if !known
-                            || p.partition_index < 0
-                            || p.partition_index as u32 >= c.spec.partitions
-                        {
+                        let Some(t_index) = t_index.filter(|_| {
+                            p.partition_index >= 0 && (p.partition_index as u32) < c.spec.partitions
+                        }) else {
                             r.error_code = ResponseError::UnknownTopicOrPartition.code();
                             return r;
-                        }
+                        };
+                        let global =
+                            t_index * c.spec.partitions as usize + p.partition_index as usize;
+                        let end = c.partition_end(global, Instant::now()).0;
                         let (ts, off) = match p.timestamp {
                             -2 | -4 => (-1, 0),                           // earliest, earliest-local
-                            -1 | -5 => (-1, c.log_end_offset().0),        // latest, latest-tiered
+                            -1 | -5 => (-1, end),                         // latest, latest-tiered
                             -3 => (BASE_TIMESTAMP_MS + rpb - 1, rpb - 1), // max timestamp
                             t if t <= BASE_TIMESTAMP_MS => (BASE_TIMESTAMP_MS, 0),
                             // Every batch repeats timestamps BASE..BASE+rpb, so the first
@@ -371,24 +378,101 @@ impl Connection {
         self.send(header, hv, v, &response, "ListOffsets response")
     }
 
+    /// Every batch carries the one configured epoch from offset 0, so the answer follows
+    /// Kafka's epoch-cache lookup over a single entry (E, 0): E itself ends at the log end, a
+    /// later epoch is unknown, an earlier one ends where E starts.
+    fn offset_for_leader_epoch(
+        &mut self,
+        header: &RequestHeader,
+        body: &mut Bytes,
+    ) -> Result<(), SynthError> {
+        Self::check_version::<OffsetForLeaderEpochRequest>(header)?;
+        let v = header.request_api_version;
+        let req = OffsetForLeaderEpochRequest::decode(body, v)
+            .map_err(decode_err("OffsetForLeaderEpoch request"))?;
+        let c = &self.catalog;
+        let epoch = c.spec.leader_epoch;
+        let now = Instant::now();
+        let topics = req
+            .topics
+            .iter()
+            .map(|t| {
+                let t_index = c.topic_index(t.topic.as_str());
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let mut r = EpochEndOffset::default()
+                            .with_partition(p.partition)
+                            .with_leader_epoch(-1)
+                            .with_end_offset(-1);
+                        let Some(t_index) = t_index.filter(|_| {
+                            p.partition >= 0 && (p.partition as u32) < c.spec.partitions
+                        }) else {
+                            r.error_code = ResponseError::UnknownTopicOrPartition.code();
+                            return r;
+                        };
+                        if p.current_leader_epoch >= 0 && p.current_leader_epoch < epoch {
+                            r.error_code = ResponseError::FencedLeaderEpoch.code();
+                            return r;
+                        }
+                        if p.current_leader_epoch > epoch {
+                            r.error_code = ResponseError::UnknownLeaderEpoch.code();
+                            return r;
+                        }
+                        let global = t_index * c.spec.partitions as usize + p.partition as usize;
+                        let (e, end) = match p.leader_epoch {
+                            x if x == epoch => (epoch, c.partition_end(global, now).0),
+                            x if x < 0 || x > epoch => (-1, -1),
+                            x => (x, 0),
+                        };
+                        r.leader_epoch = e;
+                        r.end_offset = end;
+                        r
+                    })
+                    .collect();
+                OffsetForLeaderTopicResult::default()
+                    .with_topic(t.topic.clone())
+                    .with_partitions(partitions)
+            })
+            .collect();
+        let response = OffsetForLeaderEpochResponse::default().with_topics(topics);
+        let hv = ApiKey::OffsetForLeaderEpoch.response_header_version(v);
+        self.send(header, hv, v, &response, "OffsetForLeaderEpoch response")
+    }
+
     fn fetch(&mut self, header: &RequestHeader, body: &mut Bytes) -> Result<(), SynthError> {
         Self::check_version::<FetchRequest>(header)?;
         let v = header.request_api_version;
         let req = FetchRequest::decode(body, v).map_err(decode_err("Fetch request"))?;
-        fetch_response::build(
-            &self.catalog,
-            header.correlation_id,
-            v,
-            &req,
-            &mut self.frame,
-            &mut self.served,
-        )?;
-        // The data never grows, so waiting cannot add bytes; it only keeps a caught-up consumer
-        // from spinning, as a real broker's purgatory would.
-        let have = fetch_response::records_bytes(&self.catalog, &self.frame);
-        if have < req.min_bytes.max(0) as usize && req.max_wait_ms > 0 {
-            let ms = (req.max_wait_ms as u64).min(SYNTH_MAX_WAIT_MS_MAX);
-            thread::sleep(Duration::from_millis(ms));
+        self.catalog.start_clock();
+        let wait =
+            Duration::from_millis((req.max_wait_ms.max(0) as u64).min(SYNTH_MAX_WAIT_MS_MAX));
+        let deadline = Instant::now() + wait;
+        loop {
+            fetch_response::build(
+                &self.catalog,
+                header.correlation_id,
+                v,
+                &req,
+                &mut self.frame,
+                &mut self.served,
+            )?;
+            let have = fetch_response::records_bytes(&self.catalog, &self.frame);
+            let now = Instant::now();
+            if have >= req.min_bytes.max(0) as usize || now >= deadline {
+                break;
+            }
+            // A rate-limited source answers as soon as a batch appears, as a broker's purgatory
+            // would; otherwise the data never grows, and waiting only keeps a caught-up
+            // consumer from spinning.
+            match self.catalog.next_batch_at(now) {
+                Some(next) => thread::sleep(next.min(deadline).saturating_duration_since(now)),
+                None => {
+                    thread::sleep(deadline - now);
+                    break;
+                }
+            }
         }
         self.frame
             .write_to(&mut self.stream, self.catalog.template.body_after_offset())?;

@@ -52,6 +52,12 @@ pub struct SynthArgs {
     /// partitionLeaderEpoch stamped in every batch and advertised in Metadata.
     #[arg(long, default_value_t = 0)]
     pub leader_epoch: i32,
+    /// Make data appear at this rate (MB/s, 10^6 bytes, over all partitions, round-robin),
+    /// starting at the first Fetch; each batch is stamped with the wall-clock time it appeared
+    /// as its maxTimestamp, so a mirror's end-to-end latency is measurable. Absent: all data is
+    /// there from the start, with fixed 2026-01-01 timestamps.
+    #[arg(long = "rate-mb-s")]
+    pub rate_mb_s: Option<f64>,
 }
 
 impl SynthArgs {
@@ -65,6 +71,7 @@ impl SynthArgs {
             value_bytes: self.value_bytes,
             partition_bytes: self.partition_bytes,
             leader_epoch: self.leader_epoch,
+            rate_bytes_per_s: self.rate_mb_s.map(|r| (r * 1e6).round().max(0.0) as u64),
         }
     }
 }
@@ -81,6 +88,8 @@ pub struct SynthSpec {
     pub value_bytes: usize,
     pub partition_bytes: Option<u64>,
     pub leader_epoch: i32,
+    /// Rate-limited source: bytes per second that appear over all partitions.
+    pub rate_bytes_per_s: Option<u64>,
 }
 
 impl Default for SynthSpec {
@@ -94,6 +103,7 @@ impl Default for SynthSpec {
             value_bytes: 200,
             partition_bytes: None,
             leader_epoch: 0,
+            rate_bytes_per_s: None,
         }
     }
 }
@@ -131,6 +141,9 @@ impl SynthSpec {
         }
         if self.records_per_batch == Some(0) {
             return bad("records per batch must be at least 1".into());
+        }
+        if self.rate_bytes_per_s == Some(0) {
+            return bad("rate must be above 0".into());
         }
         if self.leader_epoch < 0 {
             return bad("leader epoch must be >= 0".into());

@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# kmirror serve vs the raw-copy limit against the synthetic source, cell by cell:
+# partitions x batch size x codec x shards. Each cell moves the same finite data twice, each time
+# from a fresh source: once with kmirror-raw-copy (responses written to a file, same fetch sizes,
+# one connection per shard), once with `kmirror serve` until its .log files hold every byte.
+# The data dir and the raw-copy file are deleted after each cell.
+#
+#   benches/mirror_matrix.sh                      # the full matrix, ~1 GB per cell
+#   QUICK=1 BIN=target/debug benches/mirror_matrix.sh   # two tiny cells, to validate the script
+#   PARTS="16 4096" BATCHES=16384 CODECS=lz4 SHARDS=1 TOTAL_MB=2000 benches/mirror_matrix.sh
+#
+# Per cell it prints one line of key=value figures:
+#   raw_MBps / raw_cpu_s_per_GB      raw-copy: record-batch bytes per second (responses' framing
+#                                    excluded, so both sides count the same bytes), its CPU
+#   MBps, batches_per_s              kmirror: .log bytes appended per second, from the first poll
+#                                    that saw data to the last .log write (its mtime)
+#   cpu_s_per_GB                     kmirror's user+system CPU (/proc/PID/stat) over that window
+#   hwm_MiB                          kmirror's peak RSS (VmHWM), registered arena included
+#   arena_MiB, KiB_per_partition     shards x slots x slot size; (VmHWM - arena) / partitions
+#   ratio                            kmirror MB/s / raw-copy MB/s
+#   startup_s                        serve start to the first mirrored byte (topic resolution,
+#                                    creating the partition directories), not in MBps
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-target/release}
+if [[ ${QUICK:-0} == 1 ]]; then
+    PARTS=${PARTS:-"1 16"} BATCHES=${BATCHES:-16384} CODECS=${CODECS:-lz4}
+    SHARDS=${SHARDS:-"1 2"} TOTAL_MB=${TOTAL_MB:-40}
+fi
+PARTS=${PARTS:-"1 16 256 4096"}
+BATCHES=${BATCHES:-"16384 1048576"}
+CODECS=${CODECS:-"lz4 zstd"}
+SHARDS=${SHARDS:-"1 2"}
+TOTAL_MB=${TOTAL_MB:-1000}       # data per cell (MB = 10^6 bytes), split over the partitions
+MAX_CELL_MB=${MAX_CELL_MB:-3000} # skip cells whose whole-batch rounding needs more than this
+CELL_TIMEOUT=${CELL_TIMEOUT:-180}
+POLL=${POLL:-0.2}
+MAX_BYTES=${MAX_BYTES:-8388608}          # fetch max_bytes, kmirror and raw copy alike
+PARTITION_MAX=${PARTITION_MAX:-1048576}  # fetch partition_max_bytes
+SLOT_BYTES=${SLOT_BYTES:-$((MAX_BYTES + 1048576))}
+SLOTS=${SLOTS:-8}
+RAW=${RAW:-1}                            # RAW=0 skips the raw-copy half
+for b in kmirror kmirror-synth-source kmirror-raw-copy; do
+    [[ -x $BIN/$b ]] || {
+        echo "build first: cargo build --release --bin kmirror --bin kmirror-synth-source --bin kmirror-raw-copy" >&2
+        exit 1
+    }
+done
+HZ=$(getconf CLK_TCK)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/bench-mirror-matrix.XXXXXX")
+src_pid="" serve_pid=""
+stop() { # pid: SIGTERM, then wait
+    [[ -n $1 ]] || return 0
+    kill "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+cleanup() {
+    stop "$serve_pid"
+    stop "$src_pid"
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+start_source() { # args: data flags; sets src_pid, addr, layout
+    "$BIN/kmirror-synth-source" --listen 127.0.0.1:0 "$@" >"$WORK/source.out" 2>"$WORK/source.err" &
+    src_pid=$!
+    for _ in $(seq 1 600); do
+        grep -q '^listening on' "$WORK/source.out" 2>/dev/null && break
+        kill -0 "$src_pid" 2>/dev/null || { cat "$WORK/source.err" >&2; exit 1; }
+        sleep 0.1
+    done
+    read -r _ _ addr layout <"$WORK/source.out"
+}
+
+cpu_ticks() { # pid -> utime+stime ticks (fields 14, 15; the name in field 2 may hold spaces)
+    local s
+    s=$(<"/proc/$1/stat")
+    s=${s##*) }
+    awk '{print $12 + $13}' <<<"$s"
+}
+
+log_bytes() { # dir -> bytes in all .log segment files
+    { find "$1" -name '*.log' -printf '%s\n' 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}'
+}
+
+kv() { # key line -> value of key=... in line
+    sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $2"
+}
+
+echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) bin=$BIN total_mb=$TOTAL_MB max_bytes=$MAX_BYTES partition_max_bytes=$PARTITION_MAX slots=${SLOTS}x$SLOT_BYTES"
+for codec in $CODECS; do
+    for batch in $BATCHES; do
+        for parts in $PARTS; do
+            for shards in $SHARDS; do
+                pbytes=$((TOTAL_MB * 1000000 / parts))
+                data=(--codec "$codec" --batch-bytes "$batch" --partitions "$parts" --partition-bytes "$pbytes")
+                start_source "${data[@]}"
+                bb=$(kv batch_bytes "$layout")
+                bpp=$(kv batches_per_partition "$layout")
+                expected=$((parts * bpp * bb))
+                cell="codec=$codec batch=$bb partitions=$parts shards=$shards batches_per_partition=$bpp total_bytes=$expected"
+                if ((expected > MAX_CELL_MB * 1000000)); then
+                    echo "$cell skipped: whole batches need more than MAX_CELL_MB=$MAX_CELL_MB"
+                    stop "$src_pid"; src_pid=""
+                    continue
+                fi
+
+                raw_mbps="" raw_line=""
+                if [[ $RAW == 1 ]]; then
+                    mkdir -p "$WORK/raw"
+                    raw_line=$("$BIN/kmirror-raw-copy" --bootstrap "$addr" "${data[@]}" \
+                        --out-dir "$WORK/raw" --connections "$shards" --seconds "$CELL_TIMEOUT" \
+                        --max-bytes "$MAX_BYTES" --partition-max-bytes "$PARTITION_MAX")
+                    rm -rf "$WORK/raw"
+                    raw_batches=$(kv batches "$raw_line")
+                    raw_secs=$(kv seconds "$raw_line")
+                    raw_mbps=$(awk -v n="$raw_batches" -v b="$bb" -v s="$raw_secs" 'BEGIN {printf "%.1f", n * b / 1e6 / s}')
+                    raw_cpu=$(kv cpu_s_per_GB "$raw_line")
+                fi
+                stop "$src_pid"
+                start_source "${data[@]}"
+
+                data_dir="$WORK/data"
+                cat >"$WORK/kmirror.toml" <<EOF
+[source]
+bootstrap_servers = ["$addr"]
+[topics]
+names = ["synth"]
+[storage]
+data_dir = "$data_dir"
+[runtime]
+shards = $shards
+arena_slot_bytes = $SLOT_BYTES
+arena_slots = $SLOTS
+[fetch]
+max_bytes = $MAX_BYTES
+partition_max_bytes = $PARTITION_MAX
+EOF
+                load=$(cut -d' ' -f1 /proc/loadavg)
+                t_launch=$(date +%s.%N)
+                "$BIN/kmirror" serve --config "$WORK/kmirror.toml" >"$WORK/serve.log" 2>&1 &
+                serve_pid=$!
+                t0="" c0="" b0="" t1="" c1="" b1=0 status=ok
+                while :; do
+                    if ! kill -0 "$serve_pid" 2>/dev/null; then status=serve-exited; break; fi
+                    now=$(date +%s.%N)
+                    c=$(cpu_ticks "$serve_pid" 2>/dev/null) || { status=serve-exited; break; }
+                    b=$(log_bytes "$data_dir")
+                    if [[ -z $t0 && $b -gt 0 ]]; then t0=$now c0=$c b0=$b; fi
+                    t1=$now c1=$c b1=$b
+                    ((b >= expected)) && break
+                    if awk -v n="$now" -v l="$t_launch" -v m="$CELL_TIMEOUT" 'BEGIN {exit !(n - l > m)}'; then
+                        status=timeout; break
+                    fi
+                    sleep "$POLL"
+                done
+                hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$serve_pid/status" 2>/dev/null || echo 0)
+                stop "$serve_pid"; serve_pid=""
+                stop "$src_pid"; src_pid=""
+                if [[ $status != ok ]]; then
+                    echo "$cell load1=$load status=$status bytes=$b1 of $expected"
+                    tail -5 "$WORK/serve.log" | sed 's/^/#   serve: /'
+                    rm -rf "$data_dir"
+                    continue
+                fi
+                # The last segment write, rather than the poll that noticed it, ends the window.
+                t1=$(find "$data_dir" -name '*.log' -printf '%T@\n' | sort -n | tail -1)
+                rm -rf "$data_dir"
+                awk -v t0="$t0" -v t1="$t1" -v tl="$t_launch" -v b0="$b0" -v b1="$b1" -v c0="$c0" -v c1="$c1" \
+                    -v hz="$HZ" -v bb="$bb" -v hwm="$hwm" -v parts="$parts" -v shards="$shards" \
+                    -v slots="$SLOTS" -v slot="$SLOT_BYTES" -v raw="$raw_mbps" -v rawcpu="${raw_cpu:-}" \
+                    -v cell="$cell" -v load="$load" 'BEGIN {
+                        s = t1 - t0; mb = (b1 - b0) / 1e6
+                        if (s <= 0) { s = 1e-9 }
+                        mbps = mb / s
+                        cpu = (c1 - c0) / hz
+                        arena = shards * slots * slot / 1048576
+                        line = sprintf("%s load1=%s MBps=%.1f batches_per_s=%.0f cpu_s_per_GB=%.3f seconds=%.2f startup_s=%.2f hwm_MiB=%.1f arena_MiB=%.0f KiB_per_partition=%.1f",
+                            cell, load, mbps, (b1 - b0) / bb / s, (mb > 0 ? cpu / (mb / 1000) : 0), s, t0 - tl,
+                            hwm / 1024, arena, (hwm - arena * 1024) / parts)
+                        if (raw != "") line = line sprintf(" raw_MBps=%s raw_cpu_s_per_GB=%s ratio=%.2f", raw, rawcpu, mbps / raw)
+                        print line
+                    }'
+            done
+        done
+    done
+done
