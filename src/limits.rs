@@ -241,14 +241,14 @@ pub const MIRROR_NAME_BYTES_MAX: usize = 249;
 /// Largest mirror `.properties` file we read: a client config is a few KiB.
 pub const MIRROR_PROPERTIES_BYTES_MAX: usize = 1024 * 1024;
 
-/// Segment size of `__mirror_state`: it is compacted at every start, so one segment normally
-/// holds it all; a roll now and then during a long run costs nothing.
-pub const MIRROR_STATE_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+/// Segment size of the keyed logs (`__mirror_state`, `__consumer_offsets`): they are compacted
+/// at every start, so one segment normally holds them; a roll now and then costs nothing.
+pub const KEYED_LOG_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Bytes read per step when replaying `__mirror_state`.
-pub const MIRROR_STATE_READ_BYTES: u64 = 1024 * 1024;
+/// Bytes read per step when replaying a keyed log.
+pub const KEYED_LOG_READ_BYTES: u64 = 1024 * 1024;
 
-const _: () = assert!(MIRROR_STATE_SEGMENT_BYTES <= SEGMENT_BYTES_MAX);
+const _: () = assert!(KEYED_LOG_SEGMENT_BYTES <= SEGMENT_BYTES_MAX);
 
 /// Period of the control thread's housekeeping (FAILED retries whose backoff elapsed). The
 /// backoff starts at 1 s, so a finer tick only burns CPU.
@@ -270,3 +270,49 @@ const _: () = assert!(
     SOURCE_REQUEST_TIMEOUT_MS_MIN <= SOURCE_REQUEST_TIMEOUT_MS_DEFAULT
         && SOURCE_REQUEST_TIMEOUT_MS_DEFAULT <= SOURCE_REQUEST_TIMEOUT_MS_MAX
 );
+
+// ---- consumer groups (serve/groups, control/group_sync) ----
+
+/// Session timeouts a member may ask for (Kafka's `group.min.session.timeout.ms` and
+/// `group.max.session.timeout.ms` defaults).
+pub const GROUP_SESSION_TIMEOUT_MS_MIN: i32 = 6_000;
+pub const GROUP_SESSION_TIMEOUT_MS_MAX: i32 = 1_800_000;
+
+/// Kafka's `group.initial.rebalance.delay.ms` default: the first rebalance of an empty group
+/// waits this long for more members, so a starting fleet does not rebalance once per member.
+pub const GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT: i64 = 3_000;
+
+/// Members of one group (Kafka's `group.max.size` is unbounded by default; a bound keeps one
+/// group from taking the coordinator's memory).
+pub const GROUP_MEMBERS_MAX: usize = 1_000;
+
+/// Groups the coordinator keeps (with members or with committed offsets only).
+pub const GROUPS_MAX: usize = 100_000;
+
+/// Longest group id, member id, client id or instance id accepted (bytes).
+pub const GROUP_ID_BYTES_MAX: usize = 1_024;
+
+/// Kafka's `offset.metadata.max.bytes` default: longer commit metadata gets
+/// OFFSET_METADATA_TOO_LARGE.
+pub const OFFSET_METADATA_BYTES_MAX: usize = 4_096;
+
+/// Largest protocol metadata or assignment one member may hand the coordinator.
+pub const GROUP_MEMBER_BLOB_BYTES_MAX: usize = 1024 * 1024;
+
+/// Committed offsets kept over all groups (each costs a key in `__consumer_offsets`).
+pub const COMMITTED_OFFSETS_MAX: usize = 10_000_000;
+
+/// Default period of the group-offset sync from a mirror's source
+/// (`sync.group.offsets.interval.ms`, as Cluster Linking's and KIP-1279's 30 s).
+pub const GROUP_SYNC_INTERVAL_MS_DEFAULT: u64 = 30_000;
+/// Bounds of `sync.group.offsets.interval.ms`.
+pub const GROUP_SYNC_INTERVAL_MS_MIN: u64 = 100;
+pub const GROUP_SYNC_INTERVAL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+
+/// Groups read from one source per sync round; the rest wait for the next round.
+pub const GROUP_SYNC_GROUPS_MAX: usize = 10_000;
+
+const _: () = assert!(GROUP_SESSION_TIMEOUT_MS_MIN <= GROUP_SESSION_TIMEOUT_MS_MAX);
+const _: () = assert!(GROUP_SYNC_INTERVAL_MS_MIN <= GROUP_SYNC_INTERVAL_MS_DEFAULT);
+const _: () = assert!(GROUP_SYNC_INTERVAL_MS_DEFAULT <= GROUP_SYNC_INTERVAL_MS_MAX);
+const _: () = assert!(GROUP_MEMBER_BLOB_BYTES_MAX < FRAME_BYTES_MAX);

@@ -14,152 +14,46 @@
 //!   A crash between the renames leaves `.old` and no `-0`; the next open restores `.old`,
 //!   which still holds everything.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::control::records::{RecordCodecError, StateKey, StateValue};
-use crate::ids::{Offset, TimestampMs, TopicPartition};
-use crate::limits::{MIRROR_STATE_READ_BYTES, MIRROR_STATE_SEGMENT_BYTES};
-use crate::log::checkpoint::sync_dir;
-use crate::log::config::{FlushPolicy, LogConfig};
-use crate::log::io::StdIo;
-use crate::log::partition_log::PartitionLog;
-use crate::log::recovery::LoadOptions;
-use crate::log::LogError;
-use crate::wire::batch::Batches;
-use crate::wire::batch_builder::BatchBuilder;
-use crate::wire::records::{self, RecordError};
+use crate::ids::Offset;
+use crate::log::config::FlushPolicy;
+use crate::log::keyed_log::{KeyedLog, KeyedLogError};
 
 pub const TOPIC: &str = "__mirror_state";
-const DIR: &str = "__mirror_state-0";
-const COMPACTING_DIR: &str = "__mirror_state-0.compacting";
-const OLD_DIR: &str = "__mirror_state-0.old";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateLogError {
-    #[error("__mirror_state: {0}")]
-    Log(#[from] LogError),
-    #[error("__mirror_state: {0}")]
-    Batch(#[from] crate::wire::batch::BatchError),
-    #[error("__mirror_state: {0}")]
-    Record(#[from] RecordError),
+    #[error(transparent)]
+    Keyed(#[from] KeyedLogError),
     #[error("__mirror_state record at offset {offset}: {source}")]
     Codec {
         offset: Offset,
         source: RecordCodecError,
     },
-    #[error("__mirror_state record at offset {0} has no key")]
-    NoKey(Offset),
-    #[error("__mirror_state: {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StateLogError + '_ {
-    move |source| StateLogError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-fn log_config() -> LogConfig {
-    LogConfig {
-        segment_bytes: MIRROR_STATE_SEGMENT_BYTES,
-        // Compaction, not retention, bounds this log.
-        retention_ms: None,
-        retention_bytes: None,
-        flush: FlushPolicy::EveryAppend,
-        ..LogConfig::default()
-    }
-}
-
-fn tp() -> TopicPartition {
-    TopicPartition::new(TOPIC, 0)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The open state log and its live records.
 #[derive(Debug)]
 pub struct StateLog {
-    log: PartitionLog,
-    io: StdIo,
-    /// Raw live records, by encoded key (unknown types included).
-    live: BTreeMap<Vec<u8>, Vec<u8>>,
+    log: KeyedLog,
 }
 
 impl StateLog {
     /// Opens (or creates) `__mirror_state-0` under `data_dir`, replays it and compacts it.
+    /// Every put is fdatasynced: a transition the control thread acted on survives a power cut.
     pub fn open(data_dir: &Path) -> Result<StateLog, StateLogError> {
-        let dir = data_dir.join(DIR);
-        let old = data_dir.join(OLD_DIR);
-        let compacting = data_dir.join(COMPACTING_DIR);
-        if !dir.exists() && old.exists() {
-            // A compaction stopped between its two renames; the old log is complete.
-            std::fs::rename(&old, &dir).map_err(io_err(&old))?;
-            sync_dir(data_dir)?;
-        }
-        for leftover in [&old, &compacting] {
-            if leftover.exists() {
-                std::fs::remove_dir_all(leftover).map_err(io_err(leftover))?;
-            }
-        }
-        let mut io = StdIo;
-        let live = if dir.exists() {
-            let log = PartitionLog::open(
-                &dir,
-                tp(),
-                None,
-                log_config(),
-                LoadOptions::unclean(),
-                &mut io,
-            )?;
-            let live = replay(&log)?;
-            log.close(&mut io)?;
-            live
-        } else {
-            BTreeMap::new()
-        };
-        // Compact: the live records into a fresh log, then swap it in.
-        let mut fresh = PartitionLog::create(&compacting, tp(), None, log_config())?;
-        let mut next = Offset::ZERO;
-        for (key, value) in &live {
-            let batch = BatchBuilder::new(next)
-                .record(TimestampMs(now_ms()), Some(key), Some(value), &[])
-                .build();
-            fresh.append(&mut io, &batch)?;
-            next = next.next();
-        }
-        fresh.close(&mut io)?;
-        if dir.exists() {
-            std::fs::rename(&dir, &old).map_err(io_err(&dir))?;
-        }
-        std::fs::rename(&compacting, &dir).map_err(io_err(&compacting))?;
-        sync_dir(data_dir)?;
-        if old.exists() {
-            std::fs::remove_dir_all(&old).map_err(io_err(&old))?;
-        }
-        let log = PartitionLog::open(
-            &dir,
-            tp(),
-            None,
-            log_config(),
-            LoadOptions::unclean(),
-            &mut io,
-        )?;
-        Ok(StateLog { log, io, live })
+        Ok(StateLog {
+            log: KeyedLog::open(data_dir, TOPIC, FlushPolicy::EveryAppend)?,
+        })
     }
 
     /// Every live record whose type this version knows, decoded.
     pub fn records(&self) -> Result<Vec<(StateKey, StateValue)>, StateLogError> {
-        let mut out = Vec::with_capacity(self.live.len());
-        for (k, v) in &self.live {
+        let live = self.log.live();
+        let mut out = Vec::with_capacity(live.len());
+        for (k, v) in live {
             let key = match StateKey::decode(k) {
                 Ok(key) => key,
                 Err(RecordCodecError::UnknownType(kind)) => {
@@ -187,33 +81,12 @@ impl StateLog {
 
     /// Durably records `value` under `key` (returns after fdatasync).
     pub fn put(&mut self, key: &StateKey, value: &StateValue) -> Result<(), StateLogError> {
-        let (k, v) = (key.encode(), value.encode());
-        if self.live.get(&k) == Some(&v) {
-            return Ok(());
-        }
-        self.append(&k, Some(&v))?;
-        self.live.insert(k, v);
-        Ok(())
+        Ok(self.log.put(key.encode(), value.encode())?)
     }
 
     /// Durably deletes `key` (a tombstone).
     pub fn delete(&mut self, key: &StateKey) -> Result<(), StateLogError> {
-        let k = key.encode();
-        if !self.live.contains_key(&k) {
-            return Ok(());
-        }
-        self.append(&k, None)?;
-        self.live.remove(&k);
-        Ok(())
-    }
-
-    fn append(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), StateLogError> {
-        let batch = BatchBuilder::new(self.log.log_end_offset())
-            .record(TimestampMs(now_ms()), Some(key), value, &[])
-            .build();
-        // FlushPolicy::EveryAppend: the append fdatasyncs before it returns.
-        self.log.append(&mut self.io, &batch)?;
-        Ok(())
+        Ok(self.log.delete(&key.encode())?)
     }
 
     pub fn log_end_offset(&self) -> Offset {
@@ -225,40 +98,9 @@ impl StateLog {
     }
 
     /// Closes the log cleanly (flush, final index entries, producer snapshot).
-    pub fn close(mut self) -> Result<(), StateLogError> {
-        self.log.close(&mut self.io)?;
-        Ok(())
+    pub fn close(self) -> Result<(), StateLogError> {
+        Ok(self.log.close()?)
     }
-}
-
-fn replay(log: &PartitionLog) -> Result<BTreeMap<Vec<u8>, Vec<u8>>, StateLogError> {
-    let mut live = BTreeMap::new();
-    let mut from = log.log_start_offset();
-    let end = log.log_end_offset();
-    while from < end {
-        let bytes = log.read_bytes(from, MIRROR_STATE_READ_BYTES)?;
-        if bytes.is_empty() {
-            break;
-        }
-        let mut advanced = false;
-        for item in Batches::new(&bytes) {
-            let (_, batch) = item?;
-            batch.validate()?;
-            for r in records::records(&batch)? {
-                let key = r.key.ok_or(StateLogError::NoKey(r.offset))?;
-                match r.value {
-                    Some(v) => live.insert(key.to_vec(), v.to_vec()),
-                    None => live.remove(key),
-                };
-            }
-            from = batch.next_offset();
-            advanced = true;
-        }
-        if !advanced {
-            break;
-        }
-    }
-    Ok(live)
 }
 
 #[cfg(test)]
@@ -266,7 +108,11 @@ mod tests {
     use super::*;
     use crate::control::mirror_def::MirrorName;
     use crate::control::records::last_mirror_epoch;
-    use crate::ids::MirrorEpoch;
+    use crate::ids::{MirrorEpoch, TopicPartition};
+
+    const DIR: &str = "__mirror_state-0";
+    const OLD_DIR: &str = "__mirror_state-0.old";
+    const COMPACTING_DIR: &str = "__mirror_state-0.compacting";
 
     fn m() -> MirrorName {
         MirrorName::new("east").unwrap()
@@ -374,12 +220,16 @@ mod tests {
     fn unknown_record_types_survive_compaction() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = StateLog::open(dir.path()).unwrap();
-        s.append(&[0x7f, 0x00, b'{', b'}'], Some(b"{}")).unwrap();
-        s.live.insert(vec![0x7f, 0x00, b'{', b'}'], b"{}".to_vec());
+        s.log
+            .append_raw(&[0x7f, 0x00, b'{', b'}'], Some(b"{}"))
+            .unwrap();
+        s.log
+            .live_mut()
+            .insert(vec![0x7f, 0x00, b'{', b'}'], b"{}".to_vec());
         s.close().unwrap();
         let s = StateLog::open(dir.path()).unwrap();
         assert!(live(&s).is_empty());
-        assert_eq!(s.live.len(), 1);
+        assert_eq!(s.log.live().len(), 1);
         assert_eq!(s.log_end_offset(), Offset(1));
     }
 }

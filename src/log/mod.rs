@@ -7,6 +7,7 @@ pub mod config;
 pub mod epoch_cache;
 pub mod error;
 pub mod io;
+pub mod keyed_log;
 pub mod log_dir;
 pub mod offset_index;
 pub mod partition_log;

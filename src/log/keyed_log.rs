@@ -1,0 +1,264 @@
+//! A keyed, compacted partition log in Kafka's format (`<data dir>/<topic>-0`): the store under
+//! `__mirror_state` and the committed group offsets. It is written with the same
+//! `PartitionLog` the data path uses.
+//!
+//! - Each `put`/`delete` appends one uncompressed batch with one record. With
+//!   `FlushPolicy::EveryAppend` it is fdatasynced before returning; with `PageCache` it is on
+//!   the page cache, which survives `kill -9` (not a power cut). A torn tail batch is cut off by
+//!   the log's recovery on open: the write that was in flight is lost, and nothing before it.
+//! - On open the log is replayed: the last value per key wins, a null value (tombstone)
+//!   deletes the key.
+//! - Then it is compacted: the live records are written into a fresh directory, synced, and
+//!   swapped in by rename (`<dir>` → `<dir>.old`, `<dir>.compacting` → `<dir>`, remove `.old`).
+//!   A crash between the renames leaves `.old` and no `<dir>`; the next open restores `.old`,
+//!   which still holds everything.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::ids::{Offset, TimestampMs, TopicPartition};
+use crate::limits::{KEYED_LOG_READ_BYTES, KEYED_LOG_SEGMENT_BYTES};
+use crate::log::checkpoint::sync_dir;
+use crate::log::config::{FlushPolicy, LogConfig};
+use crate::log::io::StdIo;
+use crate::log::partition_log::PartitionLog;
+use crate::log::recovery::LoadOptions;
+use crate::log::LogError;
+use crate::wire::batch::{BatchError, Batches};
+use crate::wire::batch_builder::BatchBuilder;
+use crate::wire::records::{self, RecordError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyedLogError {
+    #[error("{topic}: {source}")]
+    Log { topic: String, source: LogError },
+    #[error("{topic}: {source}")]
+    Batch { topic: String, source: BatchError },
+    #[error("{topic}: {source}")]
+    Record { topic: String, source: RecordError },
+    #[error("{topic} record at offset {offset} has no key")]
+    NoKey { topic: String, offset: Offset },
+    #[error("{topic}: {path}: {source}")]
+    Io {
+        topic: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The open keyed log and its live records (raw key bytes → raw value bytes).
+#[derive(Debug)]
+pub struct KeyedLog {
+    topic: String,
+    log: PartitionLog,
+    io: StdIo,
+    live: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl KeyedLog {
+    /// Opens (or creates) `<data_dir>/<topic>-0`, replays it and compacts it.
+    pub fn open(
+        data_dir: &Path,
+        topic: &str,
+        flush: FlushPolicy,
+    ) -> Result<KeyedLog, KeyedLogError> {
+        let tp = TopicPartition::new(topic, 0);
+        let name = tp.dir_name();
+        let dir = data_dir.join(&name);
+        let old = data_dir.join(format!("{name}.old"));
+        let compacting = data_dir.join(format!("{name}.compacting"));
+        let config = LogConfig {
+            segment_bytes: KEYED_LOG_SEGMENT_BYTES,
+            // Compaction, not retention, bounds this log.
+            retention_ms: None,
+            retention_bytes: None,
+            flush,
+            ..LogConfig::default()
+        };
+        let e_log = |source| KeyedLogError::Log {
+            topic: topic.to_owned(),
+            source,
+        };
+        let e_io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| KeyedLogError::Io {
+                topic: topic.to_owned(),
+                path,
+                source,
+            }
+        };
+        if !dir.exists() && old.exists() {
+            // A compaction stopped between its two renames; the old log is complete.
+            std::fs::rename(&old, &dir).map_err(e_io(&old))?;
+            sync_dir(data_dir).map_err(e_log)?;
+        }
+        for leftover in [&old, &compacting] {
+            if leftover.exists() {
+                std::fs::remove_dir_all(leftover).map_err(e_io(leftover))?;
+            }
+        }
+        let mut io = StdIo;
+        let open = |io: &mut StdIo| {
+            PartitionLog::open(
+                &dir,
+                tp.clone(),
+                None,
+                config.clone(),
+                LoadOptions::unclean(),
+                io,
+            )
+        };
+        let live = if dir.exists() {
+            let log = open(&mut io).map_err(e_log)?;
+            let live = replay(topic, &log)?;
+            log.close(&mut io).map_err(e_log)?;
+            live
+        } else {
+            BTreeMap::new()
+        };
+        // Compact: the live records into a fresh log, then swap it in. The fresh log is always
+        // fsynced by its close, whatever the flush policy.
+        let mut fresh =
+            PartitionLog::create(&compacting, tp.clone(), None, config.clone()).map_err(e_log)?;
+        let mut next = Offset::ZERO;
+        for (key, value) in &live {
+            let batch = BatchBuilder::new(next)
+                .record(TimestampMs(now_ms()), Some(key), Some(value), &[])
+                .build();
+            fresh.append(&mut io, &batch).map_err(e_log)?;
+            next = next.next();
+        }
+        fresh.close(&mut io).map_err(e_log)?;
+        if dir.exists() {
+            std::fs::rename(&dir, &old).map_err(e_io(&dir))?;
+        }
+        std::fs::rename(&compacting, &dir).map_err(e_io(&compacting))?;
+        sync_dir(data_dir).map_err(e_log)?;
+        if old.exists() {
+            std::fs::remove_dir_all(&old).map_err(e_io(&old))?;
+        }
+        let log = open(&mut io).map_err(e_log)?;
+        Ok(KeyedLog {
+            topic: topic.to_owned(),
+            log,
+            io,
+            live,
+        })
+    }
+
+    /// Every live record: raw key → raw value, in key order.
+    pub fn live(&self) -> &BTreeMap<Vec<u8>, Vec<u8>> {
+        &self.live
+    }
+
+    /// Records `value` under `key` (durability as the flush policy says).
+    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<(), KeyedLogError> {
+        if self.live.get(&key) == Some(&value) {
+            return Ok(());
+        }
+        self.append(&key, Some(&value))?;
+        self.live.insert(key, value);
+        Ok(())
+    }
+
+    /// Deletes `key` with a tombstone.
+    pub fn delete(&mut self, key: &[u8]) -> Result<(), KeyedLogError> {
+        if !self.live.contains_key(key) {
+            return Ok(());
+        }
+        self.append(key, None)?;
+        self.live.remove(key);
+        Ok(())
+    }
+
+    fn append(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), KeyedLogError> {
+        let batch = BatchBuilder::new(self.log.log_end_offset())
+            .record(TimestampMs(now_ms()), Some(key), value, &[])
+            .build();
+        self.log
+            .append(&mut self.io, &batch)
+            .map_err(|source| KeyedLogError::Log {
+                topic: self.topic.clone(),
+                source,
+            })?;
+        Ok(())
+    }
+
+    pub fn log_end_offset(&self) -> Offset {
+        self.log.log_end_offset()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.log.dir()
+    }
+
+    /// Closes the log cleanly (flush, final index entries, producer snapshot).
+    pub fn close(mut self) -> Result<(), KeyedLogError> {
+        let topic = self.topic;
+        self.log
+            .close(&mut self.io)
+            .map_err(|source| KeyedLogError::Log { topic, source })
+    }
+
+    /// Test hook: appends raw bytes without touching the live map.
+    #[cfg(test)]
+    pub(crate) fn append_raw(
+        &mut self,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), KeyedLogError> {
+        self.append(key, value)
+    }
+
+    /// Test hook: the live map, writable.
+    #[cfg(test)]
+    pub(crate) fn live_mut(&mut self) -> &mut BTreeMap<Vec<u8>, Vec<u8>> {
+        &mut self.live
+    }
+}
+
+fn replay(topic: &str, log: &PartitionLog) -> Result<BTreeMap<Vec<u8>, Vec<u8>>, KeyedLogError> {
+    let mut live = BTreeMap::new();
+    let mut from = log.log_start_offset();
+    let end = log.log_end_offset();
+    let t = || topic.to_owned();
+    while from < end {
+        let bytes = log
+            .read_bytes(from, KEYED_LOG_READ_BYTES)
+            .map_err(|source| KeyedLogError::Log { topic: t(), source })?;
+        if bytes.is_empty() {
+            break;
+        }
+        let mut advanced = false;
+        for item in Batches::new(&bytes) {
+            let (_, batch) = item.map_err(|source| KeyedLogError::Batch { topic: t(), source })?;
+            batch
+                .validate()
+                .map_err(|source| KeyedLogError::Batch { topic: t(), source })?;
+            let recs = records::records(&batch)
+                .map_err(|source| KeyedLogError::Record { topic: t(), source })?;
+            for r in recs {
+                let key = r.key.ok_or(KeyedLogError::NoKey {
+                    topic: t(),
+                    offset: r.offset,
+                })?;
+                match r.value {
+                    Some(v) => live.insert(key.to_vec(), v.to_vec()),
+                    None => live.remove(key),
+                };
+            }
+            from = batch.next_offset();
+            advanced = true;
+        }
+        if !advanced {
+            break;
+        }
+    }
+    Ok(live)
+}
