@@ -309,6 +309,13 @@ pub const GROUP_SYNC_INTERVAL_MS_DEFAULT: u64 = 30_000;
 pub const GROUP_SYNC_INTERVAL_MS_MIN: u64 = 100;
 pub const GROUP_SYNC_INTERVAL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 
+/// How long one periodic group-sync round of one mirror may wait for its source.
+pub const GROUP_SYNC_ROUND_TIMEOUT_MS: u64 = 10_000;
+
+/// How long the last group sync at failover (`mirrors stop`) may wait for the source; a dead
+/// source must not hold the failover up.
+pub const GROUP_SYNC_FINAL_TIMEOUT_MS: u64 = 5_000;
+
 /// Groups read from one source per sync round; the rest wait for the next round.
 pub const GROUP_SYNC_GROUPS_MAX: usize = 10_000;
 

@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::control::group_sync::{
+    self, GroupSyncError, GroupSyncSchedule, LocalLogs, OffsetSink, SourceGroups, SyncReport,
+};
 use crate::control::mirror_def::{
     split_patterns, DefinitionError, MirrorDefinition, MirrorName, StartFrom, TopicFilter,
 };
@@ -22,7 +25,9 @@ use crate::control::state::{
 };
 use crate::control::state_log::{StateLog, StateLogError};
 use crate::ids::{MirrorEpoch, Offset, TopicPartition};
-use crate::limits::MIRROR_SYNC_INTERVAL_MS_DEFAULT;
+use crate::limits::{
+    GROUP_SYNC_FINAL_TIMEOUT_MS, GROUP_SYNC_ROUND_TIMEOUT_MS, MIRROR_SYNC_INTERVAL_MS_DEFAULT,
+};
 use crate::log::partition_log::Promotion;
 
 /// One source topic as the control plane needs it.
@@ -193,6 +198,16 @@ pub struct Controller<S, D> {
     data: D,
     sync_interval_ms: i64,
     next_sync_ms: i64,
+    /// Group-offset sync, once the group coordinator exists (`attach_group_sync`).
+    group_sync: Option<GroupSyncPlane>,
+}
+
+/// What the controller needs to run the group-offset sync (`control::group_sync`).
+pub struct GroupSyncPlane {
+    pub source: Box<dyn SourceGroups + Send>,
+    pub local: Box<dyn LocalLogs + Send>,
+    pub sink: Box<dyn OffsetSink + Send>,
+    pub schedule: GroupSyncSchedule,
 }
 
 /// The message of the non-retryable failure of a partition whose source topic is gone.
@@ -266,6 +281,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             data,
             sync_interval_ms: MIRROR_SYNC_INTERVAL_MS_DEFAULT as i64,
             next_sync_ms: 0,
+            group_sync: None,
         };
         let names: Vec<MirrorName> = c.mirrors.keys().cloned().collect();
         for name in names {
@@ -722,6 +738,17 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             }
             self.persist(&name, &tp)?;
         }
+        if command == Command::Stop && !report.changed.is_empty() {
+            // Failover: the consumers about to move here get the source's latest commits.
+            // A source that does not answer within the bound is skipped, never waited for.
+            let timeout = std::time::Duration::from_millis(GROUP_SYNC_FINAL_TIMEOUT_MS);
+            match self.sync_group_offsets_now(name.as_str(), timeout) {
+                Ok(r) => tracing::info!(mirror = %name, ?r, "stop: last group-offset sync"),
+                Err(e) => {
+                    tracing::warn!(mirror = %name, "stop: last group-offset sync skipped: {e}")
+                }
+            }
+        }
         self.reconcile(&name)?;
         Ok(report)
     }
@@ -955,7 +982,91 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 self.reconcile(&name)?;
             }
         }
+        self.tick_group_sync(now_ms);
         Ok(())
+    }
+
+    /// Starts the periodic group-offset sync of every mirror.
+    pub fn attach_group_sync(&mut self, plane: GroupSyncPlane) {
+        self.group_sync = Some(plane);
+    }
+
+    /// The partitions whose group offsets a mirror syncs: those in MIRRORING, plus those being
+    /// stopped when `stopping` (the last sync at failover).
+    fn group_sync_partitions(
+        &self,
+        name: &MirrorName,
+        stopping: bool,
+    ) -> std::collections::BTreeSet<TopicPartition> {
+        self.mirrors[name]
+            .partitions
+            .iter()
+            .filter(|(_, p)| match p.machine.state() {
+                Some(StateName::Mirroring) => true,
+                Some(StateName::Stopping) => stopping,
+                _ => false,
+            })
+            .map(|(tp, _)| tp.clone())
+            .collect()
+    }
+
+    fn tick_group_sync(&mut self, now_ms: i64) {
+        let Some(mut plane) = self.group_sync.take() else {
+            return;
+        };
+        let names: Vec<MirrorName> = self.mirrors.keys().cloned().collect();
+        for name in names {
+            let def = &self.mirrors[&name].record.definition;
+            if !plane.schedule.due(def, now_ms) {
+                continue;
+            }
+            let parts = self.group_sync_partitions(&name, false);
+            let deadline = std::time::Instant::now()
+                + std::time::Duration::from_millis(GROUP_SYNC_ROUND_TIMEOUT_MS);
+            match group_sync::sync_mirror(
+                def,
+                &parts,
+                plane.source.as_mut(),
+                plane.local.as_ref(),
+                plane.sink.as_mut(),
+                deadline,
+            ) {
+                Ok(r) if r.written > 0 => {
+                    tracing::info!(mirror = %name, ?r, "group offsets synced")
+                }
+                Ok(r) => tracing::debug!(mirror = %name, ?r, "group offsets unchanged"),
+                Err(e) => tracing::warn!(mirror = %name, "group-offset sync: {e}"),
+            }
+        }
+        self.group_sync = Some(plane);
+    }
+
+    /// One group-offset sync of `mirror` now, for its MIRRORING and STOPPING partitions, giving
+    /// up after `timeout` (the failover path calls this once; a dead source is an error the
+    /// caller logs and moves past).
+    pub fn sync_group_offsets_now(
+        &mut self,
+        mirror: &str,
+        timeout: std::time::Duration,
+    ) -> Result<SyncReport, GroupSyncError> {
+        let Some(name) = self.entry(mirror).ok().map(|(n, _)| n.clone()) else {
+            return Ok(SyncReport::default());
+        };
+        let Some(mut plane) = self.group_sync.take() else {
+            return Ok(SyncReport::default());
+        };
+        let parts = self.group_sync_partitions(&name, true);
+        let def = &self.mirrors[&name].record.definition;
+        let result = group_sync::sync_mirror(
+            def,
+            &parts,
+            plane.source.as_mut(),
+            plane.local.as_ref(),
+            plane.sink.as_mut(),
+            std::time::Instant::now() + timeout,
+        );
+        self.group_sync = Some(plane);
+        result
     }
 
     /// Closes `__mirror_state` cleanly.
@@ -1177,6 +1288,134 @@ mod tests {
         c.close().unwrap();
         let c = rig.open();
         assert!(c.list().is_empty(), "tombstones removed the mirror");
+    }
+
+    /// A source with one group that committed offset 42 on every partition it is asked about
+    /// (or no answer at all), counting its rounds.
+    #[derive(Clone, Default)]
+    struct FakeGroups {
+        rounds: Arc<Mutex<u32>>,
+        dead: Arc<Mutex<bool>>,
+    }
+
+    impl group_sync::SourceGroups for FakeGroups {
+        fn read(
+            &mut self,
+            _: &MirrorDefinition,
+            _: &dyn Fn(&str) -> bool,
+            topics: &BTreeSet<String>,
+            _: std::time::Instant,
+        ) -> Result<Vec<group_sync::SourceGroup>, String> {
+            *self.rounds.lock().unwrap() += 1;
+            if *self.dead.lock().unwrap() {
+                return Err("connection refused".into());
+            }
+            let offsets = topics
+                .iter()
+                .flat_map(|t| (0..2).map(move |p| TopicPartition::new(t.as_str(), p)))
+                .map(|tp| group_sync::SourceOffset {
+                    tp,
+                    offset: Offset(42),
+                    leader_epoch: crate::ids::LeaderEpoch(1),
+                    metadata: String::new(),
+                })
+                .collect();
+            Ok(vec![group_sync::SourceGroup {
+                group: "app".into(),
+                offsets,
+            }])
+        }
+    }
+
+    struct Bounds;
+    impl LocalLogs for Bounds {
+        fn bounds(&self, _: &TopicPartition) -> Option<group_sync::LocalBounds> {
+            Some(group_sync::LocalBounds {
+                log_start: Offset(0),
+                log_end: Offset(100),
+            })
+        }
+        fn epoch_before(&self, _: &TopicPartition, _: Offset) -> crate::ids::LeaderEpoch {
+            crate::ids::LeaderEpoch(1)
+        }
+    }
+
+    type Coord = crate::serve::groups::GroupCoordinator<crate::serve::groups::MemoryStore>;
+
+    fn attach(c: &mut Controller<FakeSource, FakeData>, groups: &FakeGroups) -> Arc<Mutex<Coord>> {
+        let coord = Arc::new(Mutex::new(
+            Coord::open(
+                crate::serve::groups::CoordinatorConfig::new(0, "h", 1),
+                crate::serve::groups::MemoryStore::default(),
+            )
+            .unwrap(),
+        ));
+        c.attach_group_sync(GroupSyncPlane {
+            source: Box::new(groups.clone()),
+            local: Box::new(Bounds),
+            sink: Box::new(Arc::clone(&coord)),
+            schedule: GroupSyncSchedule::default(),
+        });
+        coord
+    }
+
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn group_offsets_sync_on_tick_for_mirroring_partitions_and_once_more_at_stop() {
+        let rig = Rig::new();
+        let mut c = rig.open();
+        c.create("m1", &props()).unwrap();
+        c.start("m1", "orders", None).unwrap();
+        let groups = FakeGroups::default();
+        let coord = attach(&mut c, &groups);
+        let committed = |p: i32| {
+            coord
+                .lock()
+                .unwrap()
+                .committed("app", &TopicPartition::new("orders", p))
+                .map(|o| o.offset)
+        };
+        c.tick(1_000).unwrap();
+        assert_eq!(
+            (committed(0), committed(1)),
+            (Some(Offset(42)), Some(Offset(42)))
+        );
+        c.tick(2_000).unwrap();
+        assert_eq!(
+            *groups.rounds.lock().unwrap(),
+            1,
+            "next round only after 30 s"
+        );
+        c.tick(31_000).unwrap();
+        assert_eq!(*groups.rounds.lock().unwrap(), 2);
+        // Stop: one more sync before the partitions fail over, even off-schedule.
+        c.command("m1", "orders", Command::Stop).unwrap();
+        assert_eq!(*groups.rounds.lock().unwrap(), 3);
+        assert_eq!(state(&c, "orders", 0), Some(StateName::Stopped));
+    }
+
+    #[test]
+    fn stop_with_a_dead_source_skips_the_last_group_sync() {
+        let rig = Rig::new();
+        let mut c = rig.open();
+        c.create("m1", &props()).unwrap();
+        c.start("m1", "orders", None).unwrap();
+        let groups = FakeGroups::default();
+        let coord = attach(&mut c, &groups);
+        *groups.dead.lock().unwrap() = true;
+        c.command("m1", "orders", Command::Stop).unwrap();
+        assert_eq!(*groups.rounds.lock().unwrap(), 1, "tried once");
+        assert_eq!(
+            state(&c, "orders", 0),
+            Some(StateName::Stopped),
+            "failover went on"
+        );
+        assert!(coord
+            .lock()
+            .unwrap()
+            .committed("app", &TopicPartition::new("orders", 0))
+            .is_none());
     }
 
     #[test]

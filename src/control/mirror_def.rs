@@ -12,7 +12,10 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::TimestampMs;
-use crate::limits::{MIRROR_NAME_BYTES_MAX, MIRROR_PROPERTIES_BYTES_MAX};
+use crate::limits::{
+    GROUP_SYNC_INTERVAL_MS_DEFAULT, GROUP_SYNC_INTERVAL_MS_MAX, GROUP_SYNC_INTERVAL_MS_MIN,
+    MIRROR_NAME_BYTES_MAX, MIRROR_PROPERTIES_BYTES_MAX,
+};
 
 /// What is wrong with a mirror definition; each names the property or value at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -343,6 +346,72 @@ pub struct MirrorDefinition {
     pub start_from: StartFrom,
     /// Source topic config keys never copied (`mirror.topic.properties.exclude`).
     pub topic_properties_exclude: Vec<String>,
+    /// Group-offset sync from the source (absent in mirrors stored by older versions: the
+    /// defaults apply).
+    #[serde(default)]
+    pub groups: GroupSyncSettings,
+}
+
+/// Which consumer groups' committed offsets are copied from the source, and how often:
+/// `sync.group.offsets.enabled` (default true), `sync.group.offsets.interval.ms` (default 30 s),
+/// `mirror.groups.include` (default `.*`) and `mirror.groups.exclude` (default none; it wins).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupSyncSettings {
+    pub enabled: bool,
+    pub interval_ms: u64,
+    pub filter: TopicFilter,
+}
+
+impl Default for GroupSyncSettings {
+    fn default() -> Self {
+        GroupSyncSettings {
+            enabled: true,
+            interval_ms: GROUP_SYNC_INTERVAL_MS_DEFAULT,
+            filter: TopicFilter {
+                include: vec![".*".to_owned()],
+                exclude: Vec::new(),
+            },
+        }
+    }
+}
+
+impl GroupSyncSettings {
+    fn from_properties(props: &BTreeMap<String, String>) -> Result<Self, DefinitionError> {
+        let mut s = GroupSyncSettings::default();
+        if let Some(v) = props.get("sync.group.offsets.enabled") {
+            s.enabled = match v.trim().to_ascii_lowercase().as_str() {
+                "true" => true,
+                "false" => false,
+                _ => {
+                    return Err(DefinitionError::BadValue {
+                        key: "sync.group.offsets.enabled".into(),
+                        value: v.clone(),
+                        expected: "boolean",
+                    })
+                }
+            };
+        }
+        if let Some(v) = props.get("sync.group.offsets.interval.ms") {
+            s.interval_ms = v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|ms| (GROUP_SYNC_INTERVAL_MS_MIN..=GROUP_SYNC_INTERVAL_MS_MAX).contains(ms))
+                .ok_or_else(|| DefinitionError::BadValue {
+                    key: "sync.group.offsets.interval.ms".into(),
+                    value: v.clone(),
+                    expected: "interval in ms (100 ms to 24 h)",
+                })?;
+        }
+        if let Some(v) = props.get("mirror.groups.include") {
+            s.filter.include = split_patterns(v);
+        }
+        if let Some(v) = props.get("mirror.groups.exclude") {
+            s.filter.exclude = split_patterns(v);
+        }
+        s.filter.compile()?;
+        Ok(s)
+    }
 }
 
 /// Kafka's default `mirror.topic.properties.exclude` (kip1279.md §4); `mirror.name` is
@@ -443,7 +512,7 @@ impl MirrorDefinition {
         name: MirrorName,
         props: &BTreeMap<String, String>,
     ) -> Result<MirrorDefinition, DefinitionError> {
-        const KNOWN: [&str; 16] = [
+        const KNOWN: [&str; 20] = [
             "bootstrap.servers",
             "security.protocol",
             "sasl.mechanism",
@@ -460,6 +529,10 @@ impl MirrorDefinition {
             "mirror.topics.exclude",
             "mirror.start.from",
             "mirror.topic.properties.exclude",
+            "sync.group.offsets.enabled",
+            "sync.group.offsets.interval.ms",
+            "mirror.groups.include",
+            "mirror.groups.exclude",
         ];
         if let Some(unknown) = props
             .keys()
@@ -585,6 +658,7 @@ impl MirrorDefinition {
             topics,
             start_from,
             topic_properties_exclude,
+            groups: GroupSyncSettings::from_properties(props)?,
         })
     }
 
@@ -731,6 +805,38 @@ client.id = east
             .unwrap();
         assert!(!all.matches("__consumer_offsets"));
         assert!(all.matches("_single_underscore"));
+    }
+
+    #[test]
+    fn group_sync_settings() {
+        let d = def("bootstrap.servers=a:1\n").unwrap();
+        assert!(d.groups.enabled);
+        assert_eq!(d.groups.interval_ms, 30_000);
+        let f = d.groups.filter.compile().unwrap();
+        assert!(f.matches("any-group"));
+        let d = def("bootstrap.servers=a:1\nsync.group.offsets.interval.ms=500\nmirror.groups.include=app-.*\nmirror.groups.exclude=app-test\nsync.group.offsets.enabled=FALSE\n").unwrap();
+        assert!(!d.groups.enabled);
+        assert_eq!(d.groups.interval_ms, 500);
+        let f = d.groups.filter.compile().unwrap();
+        assert!(f.matches("app-billing"));
+        assert!(!f.matches("app-test"));
+        assert!(!f.matches("other"));
+        for bad in [
+            "sync.group.offsets.interval.ms=5\n",
+            "sync.group.offsets.interval.ms=soon\n",
+            "sync.group.offsets.enabled=yes\n",
+            "mirror.groups.include=(\n",
+        ] {
+            assert!(
+                def(&format!("bootstrap.servers=a:1\n{bad}")).is_err(),
+                "{bad}"
+            );
+        }
+        // A definition stored before these settings existed reads with the defaults.
+        let mut json = serde_json::to_value(def("bootstrap.servers=a:1\n").unwrap()).unwrap();
+        json.as_object_mut().unwrap().remove("groups");
+        let old: MirrorDefinition = serde_json::from_value(json).unwrap();
+        assert_eq!(old.groups, GroupSyncSettings::default());
     }
 
     #[test]

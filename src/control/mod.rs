@@ -17,6 +17,7 @@
 pub mod admin;
 pub mod control_run;
 pub mod controller;
+pub mod group_sync;
 pub mod mirror_def;
 pub mod mirror_run;
 pub mod producer_ids;

@@ -55,17 +55,27 @@ struct Socket {
 
 impl Socket {
     fn connect(addr: &str) -> Result<Socket, BlockingError> {
+        Socket::connect_within(
+            addr,
+            Duration::from_millis(BLOCKING_CONNECT_TIMEOUT_MS),
+            Duration::from_millis(BLOCKING_IO_TIMEOUT_MS),
+        )
+    }
+
+    fn connect_within(
+        addr: &str,
+        connect: Duration,
+        io: Duration,
+    ) -> Result<Socket, BlockingError> {
         let sock = addr
             .to_socket_addrs()
             .map_err(|_| BlockingError::Resolve(addr.to_owned()))?
             .next()
             .ok_or_else(|| BlockingError::Resolve(addr.to_owned()))?;
+        let timeout = Some(io);
         let io = |source| BlockingError::Io { addr: sock, source };
-        let stream =
-            TcpStream::connect_timeout(&sock, Duration::from_millis(BLOCKING_CONNECT_TIMEOUT_MS))
-                .map_err(io)?;
+        let stream = TcpStream::connect_timeout(&sock, connect).map_err(io)?;
         stream.set_nodelay(true).map_err(io)?;
-        let timeout = Some(Duration::from_millis(BLOCKING_IO_TIMEOUT_MS));
         stream.set_read_timeout(timeout).map_err(io)?;
         stream.set_write_timeout(timeout).map_err(io)?;
         Ok(Socket {
@@ -125,7 +135,21 @@ pub struct BlockingClient {
 impl BlockingClient {
     /// Connect and negotiate API versions.
     pub fn connect(addr: &str, client_id: &str) -> Result<BlockingClient, BlockingError> {
-        let socket = Socket::connect(addr)?;
+        BlockingClient::with_socket(Socket::connect(addr)?, client_id)
+    }
+
+    /// `connect` with the connect and per-read/write timeouts bounded by `timeout` (for calls
+    /// that must give up quickly on a dead source, such as the last group sync at failover).
+    pub fn connect_within(
+        addr: &str,
+        client_id: &str,
+        timeout: Duration,
+    ) -> Result<BlockingClient, BlockingError> {
+        let timeout = timeout.max(Duration::from_millis(1));
+        BlockingClient::with_socket(Socket::connect_within(addr, timeout, timeout)?, client_id)
+    }
+
+    fn with_socket(socket: Socket, client_id: &str) -> Result<BlockingClient, BlockingError> {
         let placeholder = Versions {
             api_versions: 0,
             metadata: api::METADATA.min,

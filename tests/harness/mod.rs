@@ -14,6 +14,7 @@
 mod broker;
 pub mod dump;
 pub mod files;
+pub mod groups;
 mod jars;
 mod process;
 pub mod serve;

@@ -11,6 +11,12 @@
 //   offsets       --bootstrap B --topic T --partition P
 //   delete-records --bootstrap B --topic T --partition P --before OFFSET
 //   alter-config  --bootstrap B --topic T --set k=v...
+//   group-consume --bootstrap B --topic T --group G --max N [--timeout-ms MS]
+//                 subscribes as a member of G, consumes N records, commits exactly what it consumed
+//                 (commitSync), prints one {"partition","offset"} line per record and leaves
+//   group-member  --bootstrap B --topic T --group G --run-ms MS
+//                 subscribes as a member of G for MS, prints {"assigned":[p...]} after each
+//                 rebalance and {"record":{"partition","offset"}} per record, then leaves
 //
 // `produce --txns` splits the records evenly over one transaction per listed outcome. The outcome
 // `open` leaves the last transaction open: the tool flushes, prints its result and halts the JVM
@@ -61,6 +67,8 @@ public class KafkaTool {
             case "offsets" -> offsets(a);
             case "delete-records" -> deleteRecords(a);
             case "alter-config" -> alterConfig(a);
+            case "group-consume" -> groupConsume(a);
+            case "group-member" -> groupMember(a);
             default -> throw new IllegalArgumentException("unknown command " + argv[0]);
         }
     }
@@ -242,6 +250,67 @@ public class KafkaTool {
                             + b64OrNull(b64, r.value()) + ",\"headers\":[" + hs + "]}");
                     got++;
                 }
+            }
+        }
+    }
+
+    static Properties groupProps(Args a) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", a.get("bootstrap"));
+        p.put("group.id", a.get("group"));
+        p.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        p.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        p.put("enable.auto.commit", "false");
+        p.put("auto.offset.reset", "earliest");
+        p.put("group.protocol", "classic");
+        p.put("session.timeout.ms", "10000");
+        p.put("heartbeat.interval.ms", "1000");
+        p.put("max.poll.interval.ms", "60000");
+        return p;
+    }
+
+    static void groupConsume(Args a) throws Exception {
+        int max = Integer.parseInt(a.get("max"));
+        long timeoutMs = Long.parseLong(a.get("timeout-ms", "60000"));
+        Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> next = new HashMap<>();
+        int got = 0;
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(groupProps(a))) {
+            c.subscribe(List.of(a.get("topic")));
+            long deadline = System.currentTimeMillis() + timeoutMs;
+            while (got < max && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
+                    if (got == max) break;
+                    System.out.println("{\"partition\":" + r.partition() + ",\"offset\":" + r.offset() + "}");
+                    next.put(new TopicPartition(r.topic(), r.partition()),
+                            new org.apache.kafka.clients.consumer.OffsetAndMetadata(r.offset() + 1,
+                                    r.leaderEpoch(), ""));
+                    got++;
+                }
+            }
+            c.commitSync(next);
+        }
+        if (got < max) throw new IllegalStateException("consumed " + got + " of " + max);
+    }
+
+    static void groupMember(Args a) throws Exception {
+        long runMs = Long.parseLong(a.get("run-ms"));
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(groupProps(a))) {
+            c.subscribe(List.of(a.get("topic")), new org.apache.kafka.clients.consumer.ConsumerRebalanceListener() {
+                public void onPartitionsRevoked(Collection<TopicPartition> parts) {}
+                public void onPartitionsAssigned(Collection<TopicPartition> parts) {
+                    List<Integer> ps = new ArrayList<>();
+                    for (TopicPartition tp : c.assignment()) ps.add(tp.partition());
+                    java.util.Collections.sort(ps);
+                    System.out.println("{\"assigned\":" + ps + "}");
+                    System.out.flush();
+                }
+            });
+            long deadline = System.currentTimeMillis() + runMs;
+            while (System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
+                    System.out.println("{\"record\":{\"partition\":" + r.partition() + ",\"offset\":" + r.offset() + "}}");
+                }
+                System.out.flush();
             }
         }
     }

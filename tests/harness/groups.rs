@@ -1,0 +1,134 @@
+//! Consumer groups driven by stock Java clients: a group member that consumes and commits
+//! (`KafkaTool group-consume` / `group-member`) and Kafka's own `kafka-consumer-groups.sh`
+//! (`ConsumerGroupCommand --describe`).
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::jars;
+use super::process::run_bounded;
+use super::tool::run_tool;
+
+/// One record a group member consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+pub struct Consumed {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// Consumes `max` records of `topic` as a member of `group`, commits exactly those, leaves.
+pub fn group_consume(bootstrap: &str, topic: &str, group: &str, max: usize) -> Vec<Consumed> {
+    let args: Vec<String> = [
+        "group-consume",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--max",
+        &max.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let out = run_tool(&args);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+/// What a `group-member` run printed: each assignment it got, and every record it read.
+#[derive(Debug, Default, Clone)]
+pub struct MemberRun {
+    pub assignments: Vec<Vec<i32>>,
+    pub records: Vec<Consumed>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum MemberLine {
+    Assigned { assigned: Vec<i32> },
+    Record { record: Consumed },
+}
+
+/// Stays a member of `group` (subscribed to `topic`) for `run`, then leaves.
+pub fn group_member(bootstrap: &str, topic: &str, group: &str, run: Duration) -> MemberRun {
+    let args: Vec<String> = [
+        "group-member",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--run-ms",
+        &run.as_millis().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let out = run_tool(&args);
+    let mut m = MemberRun::default();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        match serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")) {
+            MemberLine::Assigned { assigned } => m.assignments.push(assigned),
+            MemberLine::Record { record } => m.records.push(record),
+        }
+    }
+    m
+}
+
+/// One row of `kafka-consumer-groups.sh --describe`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribeRow {
+    pub topic: String,
+    pub partition: i32,
+    /// `None` when the tool prints "-" (nothing committed).
+    pub current_offset: Option<i64>,
+    pub log_end_offset: Option<i64>,
+}
+
+/// Runs Kafka's `ConsumerGroupCommand --describe --group G` against `bootstrap` and parses its
+/// table; panics with its output when it fails.
+pub fn describe_group(bootstrap: &str, group: &str) -> Vec<DescribeRow> {
+    let mut cmd = Command::new(jars::java());
+    cmd.args(jars::tool_jvm_flags())
+        .arg("-cp")
+        .arg(jars::classpath(super::KafkaVersion::DEFAULT.name()))
+        .arg("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand")
+        .args([
+            "--bootstrap-server",
+            bootstrap,
+            "--describe",
+            "--group",
+            group,
+        ])
+        .args(["--timeout", "30000"]);
+    let out = run_bounded(&mut cmd, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "ConsumerGroupCommand --describe {group} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let opt = |s: &str| (s != "-").then(|| s.parse::<i64>().expect("offset column"));
+    let mut rows: Vec<DescribeRow> = stdout
+        .lines()
+        .map(str::split_whitespace)
+        .map(Iterator::collect::<Vec<&str>>)
+        .filter(|cols| cols.len() >= 6 && cols[0] == group)
+        .map(|cols| DescribeRow {
+            topic: cols[1].to_owned(),
+            partition: cols[2].parse().expect("partition column"),
+            current_offset: opt(cols[3]),
+            log_end_offset: opt(cols[4]),
+        })
+        .collect();
+    rows.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    rows
+}
