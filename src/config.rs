@@ -31,6 +31,11 @@ pub enum ConfigError {
     Invalid { key: &'static str, why: String },
 }
 
+fn is_host_port(s: &str) -> bool {
+    s.rsplit_once(':')
+        .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+}
+
 fn invalid(key: &'static str, why: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key,
@@ -158,6 +163,18 @@ pub struct AdminSection {
     pub listen: std::net::SocketAddr,
 }
 
+/// The Kafka-protocol listener that serves the mirrored partitions to stock clients.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSection {
+    /// `ip:port` to accept Kafka clients on (port 0 picks a free one).
+    pub listen: std::net::SocketAddr,
+    /// `host:port` that Metadata tells clients to connect to; the bound address by default.
+    /// Required when `listen` is a wildcard address (clients cannot connect to 0.0.0.0).
+    #[serde(default)]
+    pub advertised: Option<String>,
+}
+
 /// The whole `kmirror serve` configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -168,6 +185,8 @@ pub struct ServeConfig {
     pub topics: Option<TopicsSection>,
     #[serde(default)]
     pub admin: Option<AdminSection>,
+    #[serde(default)]
+    pub kafka: Option<KafkaSection>,
     pub storage: StorageSection,
     #[serde(default)]
     pub runtime: RuntimeSection,
@@ -228,6 +247,9 @@ impl ServeConfig {
             (None, _, None) => return Err(invalid("topics", "missing (or configure [admin])")),
             (None, Some(source), Some(topics)) => Self::validate_static(source, topics)?,
         }
+        if let Some(k) = &self.kafka {
+            Self::validate_kafka(k)?;
+        }
         if self.storage.data_dir.as_os_str().is_empty() {
             return Err(invalid("storage.data_dir", "must not be empty"));
         }
@@ -242,10 +264,7 @@ impl ServeConfig {
             ));
         }
         for s in &source.bootstrap_servers {
-            let port_ok = s
-                .rsplit_once(':')
-                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-            if !port_ok {
+            if !is_host_port(s) {
                 return Err(invalid(
                     "source.bootstrap_servers",
                     format!("{s:?} is not host:port"),
@@ -261,6 +280,24 @@ impl ServeConfig {
             (false, None) => {}
         }
         Ok(())
+    }
+
+    fn validate_kafka(k: &KafkaSection) -> Result<(), ConfigError> {
+        match &k.advertised {
+            None if k.listen.ip().is_unspecified() => Err(invalid(
+                "kafka.advertised",
+                format!(
+                    "required when kafka.listen ({}) is a wildcard address: clients must be told \
+                     a host they can reach",
+                    k.listen
+                ),
+            )),
+            Some(a) if !is_host_port(a) => Err(invalid(
+                "kafka.advertised",
+                format!("{a:?} is not host:port"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn validate_runtime(&self) -> Result<(), ConfigError> {
@@ -436,6 +473,45 @@ data_dir = "/tmp/kmirror"
             (
                 ADMIN.replace("[admin]\nlisten = \"127.0.0.1:9190\"\n", ""),
                 "source",
+            ),
+        ];
+        for (text, key) in cases {
+            let err = ServeConfig::parse(&text).unwrap_err().to_string();
+            assert!(err.contains(key), "expected {key} in: {err}");
+        }
+    }
+
+    // Goal: the Kafka listener section loads, and a wildcard listen address without an
+    // advertised host (which clients could not connect to) or a bad advertised value is
+    // refused naming the key.
+    #[test]
+    fn kafka_listener_config() {
+        let c =
+            ServeConfig::parse(&format!("{GOOD}[kafka]\nlisten = \"127.0.0.1:9092\"\n")).unwrap();
+        let k = c.kafka.unwrap();
+        assert_eq!(k.listen, "127.0.0.1:9092".parse().unwrap());
+        assert_eq!(k.advertised, None);
+        let c = ServeConfig::parse(&format!(
+            "{GOOD}[kafka]\nlisten = \"0.0.0.0:9092\"\nadvertised = \"mirror.example:9092\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.kafka.unwrap().advertised.as_deref(),
+            Some("mirror.example:9092")
+        );
+        let cases = [
+            (
+                format!("{GOOD}[kafka]\nlisten = \"0.0.0.0:9092\"\n"),
+                "kafka.advertised",
+            ),
+            (
+                format!("{GOOD}[kafka]\nlisten = \"127.0.0.1:9092\"\nadvertised = \"nohost\"\n"),
+                "kafka.advertised",
+            ),
+            (format!("{GOOD}[kafka]\nlisten = \"localhost\"\n"), "listen"),
+            (
+                format!("{ADMIN}[kafka]\nlisten = \"127.0.0.1:1\"\nport = 3\n"),
+                "port",
             ),
         ];
         for (text, key) in cases {

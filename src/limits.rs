@@ -323,3 +323,28 @@ const _: () = assert!(GROUP_SESSION_TIMEOUT_MS_MIN <= GROUP_SESSION_TIMEOUT_MS_M
 const _: () = assert!(GROUP_SYNC_INTERVAL_MS_MIN <= GROUP_SYNC_INTERVAL_MS_DEFAULT);
 const _: () = assert!(GROUP_SYNC_INTERVAL_MS_DEFAULT <= GROUP_SYNC_INTERVAL_MS_MAX);
 const _: () = assert!(GROUP_MEMBER_BLOB_BYTES_MAX < FRAME_BYTES_MAX);
+// ---- Kafka endpoint (serve) ----
+
+/// Largest request frame a client may send (Kafka's `socket.request.max.bytes` default).
+pub const SERVE_REQUEST_BYTES_MAX: usize = 100 * 1024 * 1024;
+
+/// Client connections served at once; one more is accepted and closed at once with a log line.
+pub const SERVE_CONNECTIONS_MAX: usize = 1024;
+
+/// Longest a Fetch may wait for `min_bytes` (a client's larger `max_wait_ms` is cut to this).
+pub const SERVE_FETCH_WAIT_MS_MAX: u64 = FETCH_WAIT_MS_MAX as u64;
+
+/// How often a waiting Fetch looks at the published views again.
+pub const SERVE_FETCH_POLL_MS: u64 = 5;
+
+/// Most record bytes one Fetch response carries (a client's larger `max_bytes` is cut to this).
+pub const SERVE_FETCH_RESPONSE_BYTES_MAX: u64 = FETCH_RESPONSE_BYTES_MAX as u64;
+
+/// How long a connection may block writing one response before it is closed.
+pub const SERVE_WRITE_TIMEOUT_MS: u64 = 30_000;
+
+/// How often a connection thread blocked in a read checks whether the server is stopping.
+pub const SERVE_READ_POLL_MS: u64 = 500;
+
+const _: () = assert!(SERVE_REQUEST_BYTES_MAX <= FRAME_BYTES_MAX);
+const _: () = assert!(SERVE_FETCH_RESPONSE_BYTES_MAX < i32::MAX as u64);

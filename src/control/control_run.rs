@@ -15,6 +15,7 @@ use crate::control::source_catalog::BlockingSourceCatalog;
 use crate::control::state::RetryPolicy;
 use crate::control::state_log::StateLog;
 use crate::limits::CONTROL_TICK_MS;
+use crate::log::read_view::ReadCatalog;
 
 /// Why the control plane could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +29,8 @@ pub enum ControlRunError {
     },
     #[error(transparent)]
     Admin(#[from] AdminError),
+    #[error("Kafka listener: {0}")]
+    Kafka(#[from] std::io::Error),
     #[error("closing: {0}")]
     Close(String),
 }
@@ -46,8 +49,12 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     })?;
     let runtime = config.runtime_config();
     let fetch = config.fetch_config();
+    let catalog = ReadCatalog::new();
+    let kafka = crate::serve::start_configured(config, &catalog)?;
     let build = move || {
-        let plane = ShardDataPlane::start(&data_dir, &runtime, fetch).map_err(|e| e.to_string())?;
+        let mut plane =
+            ShardDataPlane::start(&data_dir, &runtime, fetch).map_err(|e| e.to_string())?;
+        plane.attach_read_catalog(catalog);
         let store = match StateLog::open(&data_dir) {
             Ok(s) => s,
             Err(e) => {
@@ -69,5 +76,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(CONTROL_TICK_MS.min(200)));
     }
+    // No client reads a log once the control plane starts closing them.
+    drop(kafka);
     control.finish().map_err(ControlRunError::Close)
 }

@@ -22,6 +22,7 @@ use crate::log::config::LogConfig;
 use crate::log::io::StdIo;
 use crate::log::log_dir::LogDir;
 use crate::log::partition_log::PartitionLog;
+use crate::log::read_view::ReadCatalog;
 use crate::log::LogError;
 use crate::runtime::mirror_shard::{
     resume_point, MirrorEvent, MirrorMsg, MirrorShard, ReturnedLogs, SourceSpec,
@@ -47,6 +48,8 @@ pub enum RunError {
     TopicError { topic: String, code: i16 },
     #[error("no topic on the source matches the configured regex")]
     NoTopics,
+    #[error("Kafka listener: {0}")]
+    Kafka(std::io::Error),
     #[error("partition {0} has no leader on the source")]
     NoLeader(TopicPartition),
     #[error("leader {0} of a partition is not in the source's broker list")]
@@ -170,6 +173,8 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
     // from here until the shards start leaves the dir without its clean-shutdown marker, so
     // the next start recovers again.
     let mut log_dir = LogDir::open(data_dir, LogConfig::default(), &mut StdIo)?;
+    let catalog = ReadCatalog::new();
+    log_dir.attach_catalog(std::sync::Arc::clone(&catalog));
     let mut versions: HashMap<i32, (String, Versions)> = HashMap::new();
     let mut work = Vec::new();
     for t in &topics {
@@ -247,11 +252,19 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
             }
         }
     }
+    let kafka = match crate::serve::start_configured(config, &catalog) {
+        Ok(k) => k,
+        Err(e) => {
+            rt.stop();
+            return Err(RunError::Kafka(e));
+        }
+    };
     tracing::info!(partitions, shards = rt.shard_count(), "mirroring");
     while !stop.load(Ordering::Relaxed) {
         drain_events(&mut rt, &mut stopped, Duration::from_millis(200));
     }
     tracing::info!("stopping: closing partition logs");
+    drop(kafka);
     rt.stop();
     Ok(RunSummary {
         partitions,

@@ -23,6 +23,7 @@ use crate::log::config::LogConfig;
 use crate::log::io::StdIo;
 use crate::log::log_dir::LogDir;
 use crate::log::partition_log::Promotion;
+use crate::log::read_view::ReadCatalog;
 use crate::log::LogError;
 use crate::runtime::mirror_shard::{
     resume_point, MirrorEvent, MirrorMsg, MirrorShard, ReturnedLogs, SourceSpec,
@@ -72,6 +73,11 @@ impl ShardDataPlane {
             lent: HashMap::new(),
             failures: Vec::new(),
         })
+    }
+
+    /// Announces every partition log (now and later) to the Kafka endpoint's catalog.
+    pub fn attach_read_catalog(&mut self, catalog: Arc<ReadCatalog>) {
+        self.logs().attach_catalog(catalog);
     }
 
     fn rt(&mut self) -> &mut Runtime<MirrorShard> {

@@ -122,20 +122,7 @@ impl LeaderEpochCache {
     /// A requested epoch below every known epoch gives (requested, start of the first epoch).
     /// (-1, -1) when the epoch is undefined (-1) or no epoch above it is known.
     pub fn end_offset_for(&self, requested: LeaderEpoch, log_end: Offset) -> (LeaderEpoch, Offset) {
-        const UNDEFINED: (LeaderEpoch, Offset) = (LeaderEpoch(-1), Offset(-1));
-        if requested == LeaderEpoch::NONE {
-            return UNDEFINED;
-        }
-        if self.latest_epoch() == Some(requested) {
-            return (requested, log_end);
-        }
-        let Some(higher) = self.entries.iter().find(|e| e.epoch > requested) else {
-            return UNDEFINED;
-        };
-        match self.entries.iter().rev().find(|e| e.epoch <= requested) {
-            Some(floor) => (floor.epoch, higher.start_offset),
-            None => (requested, higher.start_offset),
-        }
+        end_offset_for(&self.entries, requested, log_end)
     }
 
     /// The epoch of the entry covering `offset`, if any.
@@ -207,6 +194,29 @@ impl LeaderEpochCache {
             self.flush()?;
         }
         Ok(())
+    }
+}
+
+/// `LeaderEpochCache::end_offset_for` over any sorted list of entries (the published read
+/// views carry a copy of the entries).
+pub fn end_offset_for(
+    entries: &[EpochEntry],
+    requested: LeaderEpoch,
+    log_end: Offset,
+) -> (LeaderEpoch, Offset) {
+    const UNDEFINED: (LeaderEpoch, Offset) = (LeaderEpoch(-1), Offset(-1));
+    if requested == LeaderEpoch::NONE {
+        return UNDEFINED;
+    }
+    if entries.last().map(|e| e.epoch) == Some(requested) {
+        return (requested, log_end);
+    }
+    let Some(higher) = entries.iter().find(|e| e.epoch > requested) else {
+        return UNDEFINED;
+    };
+    match entries.iter().rev().find(|e| e.epoch <= requested) {
+        Some(floor) => (floor.epoch, higher.start_offset),
+        None => (requested, higher.start_offset),
     }
 }
 

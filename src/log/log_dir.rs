@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use uuid::Uuid;
 
@@ -15,6 +16,7 @@ use crate::log::checkpoint::{sync_dir, OffsetCheckpointFile};
 use crate::log::config::LogConfig;
 use crate::log::io::LogIo;
 use crate::log::partition_log::PartitionLog;
+use crate::log::read_view::ReadCatalog;
 use crate::log::recovery::LoadOptions;
 use crate::log::{clean_shutdown, LogError};
 
@@ -23,6 +25,8 @@ pub struct LogDir {
     root: PathBuf,
     default_config: LogConfig,
     logs: BTreeMap<TopicPartition, PartitionLog>,
+    /// Where partitions are announced to the Kafka endpoint, once attached.
+    catalog: Option<Arc<ReadCatalog>>,
 }
 
 /// `<topic>-<partition>` → the partition, for live partition directories. Kafka's deleted,
@@ -86,11 +90,21 @@ impl LogDir {
             root: root.to_path_buf(),
             default_config,
             logs,
+            catalog: None,
         };
         // From here on the directory is live: a crash must trigger recovery.
         dir.write_checkpoints()?;
         clean_shutdown::remove(root)?;
         Ok(dir)
+    }
+
+    /// Announces every partition (present and created later) to `catalog`: each log
+    /// publishes its read views there until the partition is deleted.
+    pub fn attach_catalog(&mut self, catalog: Arc<ReadCatalog>) {
+        for (tp, log) in &mut self.logs {
+            catalog.insert(tp.clone(), log.attach_read_view());
+        }
+        self.catalog = Some(catalog);
     }
 
     pub fn root(&self) -> &Path {
@@ -119,7 +133,10 @@ impl LogDir {
         if !self.logs.contains_key(tp) {
             let config = config.unwrap_or_else(|| self.default_config.clone());
             let dir = self.root.join(tp.dir_name());
-            let log = PartitionLog::create(&dir, tp.clone(), topic_id, config)?;
+            let mut log = PartitionLog::create(&dir, tp.clone(), topic_id, config)?;
+            if let Some(catalog) = &self.catalog {
+                catalog.insert(tp.clone(), log.attach_read_view());
+            }
             self.logs.insert(tp.clone(), log);
         }
         let log = self.logs.get_mut(tp).expect("present");
@@ -155,6 +172,9 @@ impl LogDir {
         let Some(log) = self.logs.remove(tp) else {
             return Ok(false);
         };
+        if let Some(catalog) = &self.catalog {
+            catalog.remove(tp);
+        }
         log.delete()?;
         sync_dir(&self.root)?;
         self.write_checkpoints()?;

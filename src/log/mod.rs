@@ -13,6 +13,7 @@ pub mod offset_index;
 pub mod partition_log;
 pub mod partition_meta;
 pub mod producer_state;
+pub mod read_view;
 pub mod recovery;
 pub mod retention;
 pub mod scan;

@@ -8,6 +8,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use uuid::Uuid;
 
@@ -19,6 +20,7 @@ use crate::log::io::LogIo;
 use crate::log::producer_state::{
     delete_snapshots_above, delete_snapshots_below, ProducerStateManager,
 };
+use crate::log::read_view::{LogState, PartitionHandle, Publisher};
 use crate::log::recovery::{self, rebuild_producer_state, LoadOptions};
 use crate::log::retention::{deletable_prefix, SegmentFacts};
 use crate::log::segment::{ChunkStats, Segment};
@@ -69,6 +71,8 @@ pub struct PartitionLog {
     last_flush_ms: i64,
     /// Set when an I/O error left the files in a state we could not roll back.
     failed: bool,
+    /// Where this log publishes read views for the Kafka endpoint, once attached.
+    publisher: Option<Publisher>,
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -110,6 +114,7 @@ impl PartitionLog {
             unflushed_messages: 0,
             last_flush_ms: now,
             failed: false,
+            publisher: None,
         })
     }
 
@@ -155,6 +160,7 @@ impl PartitionLog {
             unflushed_messages: 0,
             last_flush_ms: now_ms(),
             failed: false,
+            publisher: None,
         })
     }
 
@@ -216,6 +222,37 @@ impl PartitionLog {
         self.segments.iter().map(Segment::size).sum()
     }
 
+    /// Starts publishing read views of this log (see `read_view`) and returns the handle
+    /// readers load them from. Every later change (append, roll, truncation, retention) is
+    /// published by the thread that makes it, whichever thread owns the log at the time.
+    pub fn attach_read_view(&mut self) -> Arc<PartitionHandle> {
+        if self.publisher.is_none() {
+            self.publisher = Some(Publisher::new(&self.log_state()));
+        }
+        Arc::clone(self.publisher.as_ref().expect("attached").handle())
+    }
+
+    fn log_state(&self) -> LogState<'_> {
+        LogState {
+            tp: &self.tp,
+            topic_id: self.topic_id,
+            dir: &self.dir,
+            config: &self.config,
+            segments: &self.segments,
+            log_start: self.log_start,
+            high_watermark: self.high_watermark(),
+            last_stable_offset: self.last_stable_offset(),
+            epochs: self.epochs.entries(),
+        }
+    }
+
+    fn publish_view(&mut self) {
+        if let Some(mut p) = self.publisher.take() {
+            p.publish(&self.log_state());
+            self.publisher = Some(p);
+        }
+    }
+
     fn active(&self) -> &Segment {
         self.segments
             .last()
@@ -259,6 +296,7 @@ impl PartitionLog {
             return Err(e);
         }
         self.unflushed_messages += (info.last_offset.0 - info.first_offset.0 + 1) as u64;
+        self.publish_view();
         self.maybe_flush(io)?;
         Ok(info)
     }
@@ -575,6 +613,7 @@ impl PartitionLog {
         delete_snapshots_above(&self.dir, end)?;
         rebuild_producer_state(&self.dir, &self.segments, &mut self.producers, end)?;
         self.recovery_point = self.recovery_point.min(end);
+        self.publish_view();
         Ok(())
     }
 
@@ -605,6 +644,7 @@ impl PartitionLog {
         delete_snapshots_above(&self.dir, Offset(-1))?;
         self.producers.reset(offset);
         self.failed = false;
+        self.publish_view();
         Ok(())
     }
 
@@ -618,6 +658,7 @@ impl PartitionLog {
         self.log_start = offset;
         self.epochs.truncate_from_start(offset);
         self.epochs.flush_if_dirty()?;
+        self.publish_view();
         Ok(true)
     }
 
@@ -664,6 +705,7 @@ impl PartitionLog {
         self.epochs.truncate_from_start(new_start);
         self.epochs.flush_if_dirty()?;
         delete_snapshots_below(&self.dir, self.segments[0].base_offset())?;
+        self.publish_view();
         Ok(n)
     }
 
@@ -712,7 +754,7 @@ pub(crate) fn assign_epoch(epochs: &mut LeaderEpochCache, batch: &Batch<'_>) -> 
 /// Within a batch known to reach `target`: the first record with timestamp ≥ `target` and
 /// offset ≥ `min_offset`. Uncompressed v2 records are walked; compressed batches and legacy
 /// entries answer with the batch itself.
-fn first_record_at_or_after(
+pub(crate) fn first_record_at_or_after(
     batch: &Batch<'_>,
     target: TimestampMs,
     min_offset: Offset,

@@ -1,2 +1,84 @@
 //! The Kafka-protocol endpoint that serves mirrored partitions to stock clients.
+//!
+//! Threads: one accept thread and one thread per client connection, none pinned to a shard
+//! core. They never touch a shard: each partition's owner publishes an immutable read view
+//! (`log::read_view`) after every change, and requests are answered from the current view and
+//! the partition's files (Kafka's logs are append-only, so anything below a published end can
+//! be read without coordination). Record bytes go from the page cache to the socket with
+//! `sendfile`; only headers are built in user space. See ARCHITECTURE.md "Kafka endpoint".
+//!
+//! | module | job |
+//! |---|---|
+//! | `listener` | accept loop, connection limit, start/stop |
+//! | `conn` | one connection: frames in, responses (bytes + `sendfile` ranges) out |
+//! | `dispatch` | API registry, ApiVersions, request header decoding; no I/O |
+//! | `catalog_apis` | builds the dispatcher with every API this module implements |
+//! | `metadata`, `fetch`, `list_offsets`, `describe_configs`, `produce`, `offset_for_epoch` | one API each |
+//! | `segment_reader` | offset/time/txn index lookups on a published segment, by `pread` |
+//! | `groups` | the consumer-group coordinator (sans-IO), registered on the dispatcher |
+
+pub mod catalog_apis;
+pub mod conn;
+pub mod describe_configs;
+pub mod dispatch;
+pub mod fetch;
 pub mod groups;
+pub mod list_offsets;
+pub mod listener;
+pub mod metadata;
+pub mod offset_for_epoch;
+pub mod produce;
+pub mod segment_reader;
+
+pub use listener::{KafkaListener, ListenerConfig};
+
+use crate::log::LogError;
+
+/// Starts the Kafka listener when the configuration has a `[kafka]` section.
+pub fn start_configured(
+    config: &crate::config::ServeConfig,
+    catalog: &std::sync::Arc<crate::log::read_view::ReadCatalog>,
+) -> std::io::Result<Option<KafkaListener>> {
+    let Some(k) = &config.kafka else {
+        return Ok(None);
+    };
+    let listener_config = ListenerConfig {
+        listen: k.listen,
+        advertised: k.advertised.clone(),
+    };
+    KafkaListener::start(&listener_config, std::sync::Arc::clone(catalog), |_| {}).map(Some)
+}
+
+/// The node id kmirror announces for itself: it is the only broker clients see.
+pub const NODE_ID: i32 = 0;
+
+/// Why a request could not be served; the connection that sent it is closed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("request frame of {len} bytes is too short for a header")]
+    Truncated { len: usize },
+    #[error("request frame length {len} is invalid (limit {max})")]
+    FrameLength { len: i64, max: usize },
+    #[error("unknown api key {api}")]
+    UnknownApi { api: i16 },
+    #[error("api {api} is not served by kmirror")]
+    UnsupportedApi { api: i16 },
+    #[error("api {api} v{version} is not served by kmirror")]
+    UnsupportedVersion { api: i16, version: i16 },
+    #[error("decoding api {api} v{version}: {reason}")]
+    Decode {
+        api: i16,
+        version: i16,
+        reason: String,
+    },
+    #[error("encoding api {api} v{version}: {reason}")]
+    Encode {
+        api: i16,
+        version: i16,
+        reason: String,
+    },
+    #[error("socket: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("reading a partition: {0}")]
+    Log(#[from] LogError),
+}

@@ -375,6 +375,40 @@ pub fn offsets(bootstrap: &str, topic: &str, partition: i32) -> Offsets {
     )
 }
 
+/// One answer of `offsets_for_times`: the query (a timestamp, or `None` for max timestamp),
+/// the offset and the timestamp the broker returned.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TimeOffset {
+    pub query: serde_json::Value,
+    pub offset: i64,
+    pub timestamp: i64,
+}
+
+/// Admin `listOffsets` for each timestamp, then for the max timestamp.
+pub fn offsets_for_times(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    timestamps: &[i64],
+) -> Vec<TimeOffset> {
+    let list: Vec<String> = timestamps.iter().map(|t| t.to_string()).collect();
+    let args = vec![
+        s("offsets-for-times"),
+        s("--bootstrap"),
+        s(bootstrap),
+        s("--topic"),
+        s(topic),
+        s("--partition"),
+        s(partition),
+        s("--timestamps"),
+        list.join(","),
+    ];
+    stdout_lines(&run_tool(&args))
+        .iter()
+        .map(|l| parse_json(l))
+        .collect()
+}
+
 /// Deletes records before `before`; returns the new low watermark.
 pub fn delete_records(bootstrap: &str, topic: &str, partition: i32, before: i64) -> i64 {
     let mut args = vec![

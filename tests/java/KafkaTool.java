@@ -9,6 +9,8 @@
 //   consume       --bootstrap B --topic T --partition P --from OFFSET --max N
 //                 [--isolation read_committed|read_uncommitted] [--timeout-ms MS]
 //   offsets       --bootstrap B --topic T --partition P
+//   offsets-for-times --bootstrap B --topic T --partition P --timestamps T1,T2,...
+//                 (one line per timestamp, then one for the max timestamp)
 //   delete-records --bootstrap B --topic T --partition P --before OFFSET
 //   alter-config  --bootstrap B --topic T --set k=v...
 //   group-consume --bootstrap B --topic T --group G --max N [--timeout-ms MS]
@@ -65,6 +67,7 @@ public class KafkaTool {
             case "produce" -> produce(a);
             case "consume" -> consume(a);
             case "offsets" -> offsets(a);
+            case "offsets-for-times" -> offsetsForTimes(a);
             case "delete-records" -> deleteRecords(a);
             case "alter-config" -> alterConfig(a);
             case "group-consume" -> groupConsume(a);
@@ -328,6 +331,26 @@ public class KafkaTool {
                     .listOffsets(Map.of(tp, OffsetSpec.latest())).partitionResult(tp).get();
             System.out.println("{\"log_start_offset\":" + start.offset() + ",\"log_end_offset\":"
                     + end.offset() + "}");
+        }
+    }
+
+    static void offsetsForTimes(Args a) throws Exception {
+        TopicPartition tp = new TopicPartition(a.get("topic"), Integer.parseInt(a.get("partition", "0")));
+        try (Admin admin = admin(a)) {
+            List<OffsetSpec> specs = new ArrayList<>();
+            List<String> names = new ArrayList<>();
+            for (String t : a.get("timestamps").split(",")) {
+                specs.add(OffsetSpec.forTimestamp(Long.parseLong(t)));
+                names.add(t);
+            }
+            specs.add(OffsetSpec.maxTimestamp());
+            names.add("\"max\"");
+            for (int i = 0; i < specs.size(); i++) {
+                ListOffsetsResult.ListOffsetsResultInfo r = admin
+                        .listOffsets(Map.of(tp, specs.get(i))).partitionResult(tp).get();
+                System.out.println("{\"query\":" + names.get(i) + ",\"offset\":" + r.offset()
+                        + ",\"timestamp\":" + r.timestamp() + "}");
+            }
         }
     }
 

@@ -1,0 +1,305 @@
+//! Request dispatch: one frame in, one reply (or none, or "close") out, with no I/O.
+//!
+//! Each API is a handler registered with the versions it was tested with; ApiVersions answers
+//! from that registry, so what is advertised is exactly what is implemented. Other modules
+//! (the consumer-group coordinator) plug in with `Dispatcher::register`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use crate::serve::ServeError;
+
+/// Kafka's UNSUPPORTED_VERSION error code.
+const UNSUPPORTED_VERSION: i16 = 35;
+
+/// A decoded request header and the undecoded body that follows it.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub api_key: ApiKey,
+    pub version: i16,
+    pub header: RequestHeader,
+    pub body: Bytes,
+}
+
+impl Request {
+    /// Decodes the body as `M`, refusing trailing bytes (they mean we misread the layout).
+    pub fn decode<M: Decodable>(&self) -> Result<M, ServeError> {
+        let mut body = self.body.clone();
+        let m = M::decode(&mut body, self.version).map_err(|e| ServeError::Decode {
+            api: self.api_key as i16,
+            version: self.version,
+            reason: format!("{e:#}"),
+        })?;
+        if !body.is_empty() {
+            return Err(ServeError::Decode {
+                api: self.api_key as i16,
+                version: self.version,
+                reason: format!("{} bytes left after the body", body.len()),
+            });
+        }
+        Ok(m)
+    }
+}
+
+/// A piece of a response body: bytes we built, or a range of a file the kernel sends itself.
+#[derive(Debug, Clone)]
+pub enum Part {
+    Bytes(Bytes),
+    File {
+        file: Arc<File>,
+        position: u64,
+        length: u64,
+    },
+}
+
+impl Part {
+    pub fn len(&self) -> u64 {
+        match self {
+            Part::Bytes(b) => b.len() as u64,
+            Part::File { length, .. } => *length,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What to do with a request.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Send this response body (the header is added by the dispatcher).
+    Reply(Vec<Part>),
+    /// Send nothing (Produce with acks=0).
+    NoReply,
+    /// Close the connection, logging why (Kafka closes on errors of acks=0 produces).
+    Close(String),
+}
+
+impl Outcome {
+    /// A body encoded by the `kafka-protocol` crate.
+    pub fn encode<M: Encodable>(req: &Request, body: &M) -> Result<Outcome, ServeError> {
+        Ok(Outcome::Reply(vec![Part::Bytes(encode_body(
+            req.api_key,
+            req.version,
+            body,
+        )?)]))
+    }
+}
+
+pub fn encode_body<M: Encodable>(api: ApiKey, version: i16, body: &M) -> Result<Bytes, ServeError> {
+    let mut buf = BytesMut::new();
+    body.encode(&mut buf, version)
+        .map_err(|e| ServeError::Encode {
+            api: api as i16,
+            version,
+            reason: format!("{e:#}"),
+        })?;
+    Ok(buf.freeze())
+}
+
+/// One API's implementation. Handlers run on connection threads, concurrently.
+pub trait ApiHandler: Send + Sync {
+    fn handle(&self, req: &Request) -> Result<Outcome, ServeError>;
+}
+
+/// A complete response: the frame head (length prefix and response header) and the body.
+#[derive(Debug)]
+pub struct Response {
+    pub correlation_id: i32,
+    pub outcome: Outcome,
+}
+
+/// Serialises the length prefix and header for `body` (whose total length is `body_len`).
+pub fn frame_head(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body_len: u64,
+) -> Result<Bytes, ServeError> {
+    let header_version = api.response_header_version(version);
+    let mut header = BytesMut::new();
+    let mut h = ResponseHeader::default();
+    h.correlation_id = correlation_id;
+    h.encode(&mut header, header_version)
+        .map_err(|e| ServeError::Encode {
+            api: api as i16,
+            version,
+            reason: format!("response header: {e:#}"),
+        })?;
+    let total = header.len() as u64 + body_len;
+    let total = i32::try_from(total).map_err(|_| ServeError::Encode {
+        api: api as i16,
+        version,
+        reason: format!("response of {total} bytes does not fit a frame"),
+    })?;
+    let mut out = BytesMut::with_capacity(4 + header.len());
+    out.extend_from_slice(&total.to_be_bytes());
+    out.extend_from_slice(&header);
+    Ok(out.freeze())
+}
+
+/// The registry of handlers and the ApiVersions answer built from it.
+#[derive(Clone, Default)]
+pub struct Dispatcher {
+    handlers: BTreeMap<i16, (ApiVersion, Arc<dyn ApiHandler>)>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("apis", &self.handlers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher that knows only ApiVersions.
+    pub fn new() -> Dispatcher {
+        Dispatcher::default()
+    }
+
+    /// Serves `key` in versions `min..=max` with `handler`, replacing any earlier handler.
+    /// The range must lie inside what the `kafka-protocol` crate can decode and encode.
+    pub fn register(&mut self, key: ApiKey, min: i16, max: i16, handler: Arc<dyn ApiHandler>) {
+        let valid = key.valid_versions();
+        assert!(
+            valid.min <= min && min <= max && max <= valid.max,
+            "{key:?} {min}..={max} is outside the crate's {}..={}",
+            valid.min,
+            valid.max
+        );
+        assert!(
+            key != ApiKey::ApiVersions,
+            "ApiVersions is the dispatcher's own"
+        );
+        let mut v = ApiVersion::default();
+        v.api_key = key as i16;
+        v.min_version = min;
+        v.max_version = max;
+        self.handlers.insert(key as i16, (v, handler));
+    }
+
+    /// The advertised APIs, ApiVersions (0..=4) included.
+    pub fn advertised(&self) -> Vec<ApiVersion> {
+        let mut own = ApiVersion::default();
+        own.api_key = ApiKey::ApiVersions as i16;
+        own.min_version = 0;
+        own.max_version = 4;
+        let mut all: Vec<ApiVersion> = self.handlers.values().map(|(v, _)| v.clone()).collect();
+        all.push(own);
+        all.sort_by_key(|v| v.api_key);
+        all
+    }
+
+    /// Handles one frame body (length prefix removed). An error means the request could not be
+    /// understood: the caller closes the connection.
+    pub fn dispatch(&self, frame: Bytes) -> Result<(ApiKey, i16, Response), ServeError> {
+        if frame.len() < 8 {
+            return Err(ServeError::Truncated { len: frame.len() });
+        }
+        let key = i16::from_be_bytes([frame[0], frame[1]]);
+        let version = i16::from_be_bytes([frame[2], frame[3]]);
+        let api = ApiKey::try_from(key).map_err(|_| ServeError::UnknownApi { api: key })?;
+        if api == ApiKey::ApiVersions {
+            return self.api_versions(frame, version);
+        }
+        let Some((range, handler)) = self.handlers.get(&key) else {
+            return Err(ServeError::UnsupportedApi { api: key });
+        };
+        if version < range.min_version || version > range.max_version {
+            return Err(ServeError::UnsupportedVersion { api: key, version });
+        }
+        let (header, body) = split_header(api, version, frame)?;
+        let correlation_id = header.correlation_id;
+        let req = Request {
+            api_key: api,
+            version,
+            header,
+            body,
+        };
+        let outcome = handler.handle(&req)?;
+        Ok((
+            api,
+            version,
+            Response {
+                correlation_id,
+                outcome,
+            },
+        ))
+    }
+
+    fn api_versions(
+        &self,
+        frame: Bytes,
+        version: i16,
+    ) -> Result<(ApiKey, i16, Response), ServeError> {
+        let api = ApiKey::ApiVersions;
+        let mut resp = ApiVersionsResponse::default();
+        resp.api_keys = self.advertised();
+        if !(0..=4).contains(&version) {
+            // Kafka answers a version it does not know in the v0 layout with
+            // UNSUPPORTED_VERSION, so that the client can retry with one it lists.
+            let header_version = if version >= 3 { 2 } else { 1 };
+            let mut rest = frame;
+            let header = RequestHeader::decode(&mut rest, header_version).map_err(|e| {
+                ServeError::Decode {
+                    api: api as i16,
+                    version,
+                    reason: format!("header: {e:#}"),
+                }
+            })?;
+            resp.error_code = UNSUPPORTED_VERSION;
+            resp.api_keys.retain(|v| v.api_key == api as i16);
+            let body = encode_body(api, 0, &resp)?;
+            return Ok((
+                api,
+                0,
+                Response {
+                    correlation_id: header.correlation_id,
+                    outcome: Outcome::Reply(vec![Part::Bytes(body)]),
+                },
+            ));
+        }
+        let (header, body) = split_header(api, version, frame)?;
+        let req = Request {
+            api_key: api,
+            version,
+            header,
+            body,
+        };
+        // The request carries only the client's name and version (v3+); nothing to check.
+        let _: ApiVersionsRequest = req.decode()?;
+        Ok((
+            api,
+            version,
+            Response {
+                correlation_id: req.header.correlation_id,
+                outcome: Outcome::encode(&req, &resp)?,
+            },
+        ))
+    }
+}
+
+fn split_header(
+    api: ApiKey,
+    version: i16,
+    mut frame: Bytes,
+) -> Result<(RequestHeader, Bytes), ServeError> {
+    let header_version = api.request_header_version(version);
+    let header =
+        RequestHeader::decode(&mut frame, header_version).map_err(|e| ServeError::Decode {
+            api: api as i16,
+            version,
+            reason: format!("header: {e:#}"),
+        })?;
+    Ok((header, frame))
+}

@@ -1,0 +1,340 @@
+//! Goal: stock Kafka clients read a mirrored topic from kmirror's Kafka endpoint and get
+//! exactly what the source broker gives them. Method: a real KRaft broker (Kafka 4.1.1) is
+//! the source; the Java producer writes plain, compressed, idempotent and transactional
+//! (committed and aborted) batches with headers; `kmirror serve` (the binary) mirrors them
+//! and serves `[kafka]`; then the Java consumer (KafkaTool) and kafka-python (PyPI) consume
+//! from kmirror, and every answer is compared with the same client's answer from the source:
+//! records (key, value, headers, offset, timestamp) read_uncommitted and read_committed,
+//! ListOffsets earliest/latest/by timestamp/max timestamp. Produce to the mirrored topic must
+//! fail with INVALID_TOPIC_EXCEPTION and our message in both clients. Malformed requests
+//! (garbage, oversized length, unknown API, truncated frame) close only their connection.
+
+mod harness;
+mod mirror_support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use harness::serve::{wait_mirrored, Serve};
+use harness::{Codec, ConsumedRecord, Isolation, ProduceOpts, TxnEnd};
+use mirror_support::write_config;
+
+/// Starts `kmirror serve` mirroring `topics` with a Kafka listener on a free port; returns it
+/// and the listener's `host:port` (read from its log line).
+fn start_serving(
+    work: &Path,
+    bootstrap: &str,
+    topics: &[&str],
+) -> (Serve, std::path::PathBuf, String) {
+    let (config, data_dir) = write_config(work, bootstrap, topics);
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[kafka]\nlisten = \"127.0.0.1:0\"\n");
+    std::fs::write(&config, text).unwrap();
+    let mut serve = Serve::start(&config, work.join("serve.log"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        serve.assert_running();
+        let log = serve.log_text();
+        if let Some(at) = log.find("Kafka listener serving on ") {
+            let rest = &log[at + "Kafka listener serving on ".len()..];
+            let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+            return (serve, data_dir, addr);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Kafka listener line in:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs the kafka-python helper; the test fails (never skips) when kafka-python is missing.
+fn kafka_python(args: &[&str]) -> Vec<serde_json::Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/kafka_python_client.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(args)
+        .output()
+        .expect("python3 must be installed (see .ci/run)");
+    assert!(
+        out.status.success(),
+        "kafka-python helper {args:?} failed (is kafka-python installed? .ci/run pins it):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+fn python_records(lines: &[serde_json::Value]) -> Vec<ConsumedRecord> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let bytes = |v: &serde_json::Value| v.as_str().map(|s| b64.decode(s).unwrap());
+    lines
+        .iter()
+        .map(|l| ConsumedRecord {
+            offset: l["offset"].as_i64().unwrap(),
+            timestamp: l["timestamp"].as_i64().unwrap(),
+            key: bytes(&l["key"]),
+            value: bytes(&l["value"]),
+            headers: l["headers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| (h[0].as_str().unwrap().to_string(), bytes(&h[1]).unwrap()))
+                .collect(),
+        })
+        .collect()
+}
+
+#[test]
+fn stock_clients_read_the_mirror_as_they_read_the_source() {
+    let k = harness::shared();
+    let topic = harness::unique_topic("serve-clients");
+    k.create_topic(&topic, 2, &[]);
+    // Partition 0: plain then compressed batches, with headers.
+    let plain = ProduceOpts {
+        headers: 2,
+        seed: 1,
+        ..Default::default()
+    };
+    k.produce(&topic, 0, 300, &plain);
+    let gzip = ProduceOpts {
+        codec: Codec::Gzip,
+        headers: 1,
+        seed: 2,
+        ..Default::default()
+    };
+    k.produce(&topic, 0, 400, &gzip);
+    // Partition 1: transactions committed and aborted, then idempotent lz4.
+    let txns = ProduceOpts {
+        transactions: vec![TxnEnd::Commit, TxnEnd::Abort, TxnEnd::Commit, TxnEnd::Abort],
+        headers: 1,
+        seed: 3,
+        ..Default::default()
+    };
+    k.produce(&topic, 1, 400, &txns);
+    let idem = ProduceOpts {
+        codec: Codec::Lz4,
+        idempotent: true,
+        seed: 4,
+        ..Default::default()
+    };
+    let last = k.produce(&topic, 1, 200, &idem);
+    k.wait_for_log_end(&topic, 1, last.last_offset + 1);
+
+    let work = tempfile::tempdir().unwrap();
+    let (mut serve, data_dir, kmirror) = start_serving(work.path(), &k.bootstrap(), &[&topic]);
+    for p in 0..2 {
+        let ours = data_dir.join(format!("{topic}-{p}"));
+        wait_mirrored(&mut serve, &k.partition_dir(&topic, p), &ours);
+    }
+
+    for p in 0..2 {
+        let end = k.offsets(&topic, p).log_end_offset as usize;
+        for iso in [Isolation::ReadUncommitted, Isolation::ReadCommitted] {
+            let theirs = k.consume(&topic, p, 0, end, iso);
+            assert!(!theirs.is_empty(), "source gave nothing for {topic}-{p}");
+            let ours = harness::consume(&kmirror, &topic, p, 0, end, iso);
+            assert_eq!(
+                ours.len(),
+                theirs.len(),
+                "{topic}-{p} {iso:?}: record count"
+            );
+            assert_eq!(
+                ours, theirs,
+                "{topic}-{p} {iso:?}: Java consumer records differ"
+            );
+            let iso_name = match iso {
+                Isolation::ReadCommitted => "read_committed",
+                Isolation::ReadUncommitted => "read_uncommitted",
+            };
+            let py = python_records(&kafka_python(&[
+                "consume",
+                &kmirror,
+                &topic,
+                &p.to_string(),
+                &theirs.len().to_string(),
+                iso_name,
+            ]));
+            assert_eq!(
+                py, theirs,
+                "{topic}-{p} {iso:?}: kafka-python records differ"
+            );
+        }
+    }
+
+    // Aborted records exist on partition 1 and a read_committed consumer of kmirror sees none.
+    let all = harness::consume(&kmirror, &topic, 1, 0, 10_000, Isolation::ReadUncommitted);
+    let committed = harness::consume(&kmirror, &topic, 1, 0, 10_000, Isolation::ReadCommitted);
+    let aborted: Vec<&ConsumedRecord> = all.iter().filter(|r| !committed.contains(r)).collect();
+    assert_eq!(
+        aborted.len(),
+        200,
+        "two aborted transactions of 100 records each"
+    );
+    for r in &aborted {
+        assert!(
+            !committed.iter().any(|c| c.offset == r.offset),
+            "aborted offset {} visible read_committed",
+            r.offset
+        );
+    }
+
+    // ListOffsets: earliest/latest, by timestamp (records' own timestamps, before all, after
+    // all) and max timestamp all equal the source's answers.
+    for p in 0..2 {
+        assert_eq!(
+            harness::offsets(&kmirror, &topic, p).log_end_offset,
+            k.offsets(&topic, p).log_end_offset
+        );
+        assert_eq!(
+            harness::offsets(&kmirror, &topic, p).log_start_offset,
+            k.offsets(&topic, p).log_start_offset
+        );
+        let recs = k.consume(&topic, p, 0, 10_000, Isolation::ReadUncommitted);
+        let mut stamps: Vec<i64> = [0, recs.len() / 3, recs.len() / 2, recs.len() - 1]
+            .iter()
+            .map(|&i| recs[i].timestamp)
+            .collect();
+        stamps.extend([
+            0,
+            recs[0].timestamp + 1,
+            recs[recs.len() - 1].timestamp + 60_000,
+        ]);
+        let theirs = harness::offsets_for_times(&k.bootstrap(), &topic, p, &stamps);
+        let ours = harness::offsets_for_times(&kmirror, &topic, p, &stamps);
+        assert_eq!(ours, theirs, "{topic}-{p}: ListOffsets by timestamp");
+    }
+
+    // Produce to a mirrored topic fails with INVALID_TOPIC_EXCEPTION and our message.
+    let out = harness::run_tool_unchecked(&[
+        "produce".into(),
+        "--bootstrap".into(),
+        kmirror.clone(),
+        "--topic".into(),
+        topic.clone(),
+        "--partition".into(),
+        "0".into(),
+        "--count".into(),
+        "1".into(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "Java produce to the mirror succeeded"
+    );
+    assert!(
+        err.contains("InvalidTopicException"),
+        "Java producer error:\n{err}"
+    );
+    assert!(
+        err.contains("read-only"),
+        "Java producer error lacks our message:\n{err}"
+    );
+    let py = kafka_python(&["produce", &kmirror, &topic, "0"]);
+    assert_eq!(py[0]["error"], "InvalidTopicError", "kafka-python: {py:?}");
+    assert_eq!(py[0]["retriable"], false, "kafka-python: {py:?}");
+    // Nothing was appended to the mirror by the attempts.
+    assert_eq!(
+        harness::offsets(&kmirror, &topic, 0).log_end_offset,
+        k.offsets(&topic, 0).log_end_offset
+    );
+    serve.assert_running();
+    let text = serve.sigterm_and_wait();
+    assert!(text.contains("stopped cleanly"), "{text}");
+}
+
+/// Sends `bytes` on a fresh connection and reports whether the server closed it.
+fn closed_after(addr: &str, bytes: &[u8], then_close_write: bool) -> bool {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(bytes).unwrap();
+    if then_close_write {
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    let mut buf = [0u8; 64];
+    matches!(s.read(&mut buf), Ok(0) | Err(_))
+}
+
+#[test]
+fn malformed_requests_close_only_their_connection() {
+    let k = harness::shared();
+    let topic = harness::unique_topic("serve-garbage");
+    k.create_topic(&topic, 1, &[]);
+    k.produce(&topic, 0, 50, &ProduceOpts::default());
+    let work = tempfile::tempdir().unwrap();
+    let (mut serve, data_dir, kmirror) = start_serving(work.path(), &k.bootstrap(), &[&topic]);
+    wait_mirrored(
+        &mut serve,
+        &k.partition_dir(&topic, 0),
+        &data_dir.join(format!("{topic}-0")),
+    );
+
+    // An idle client that stays connected throughout must keep working.
+    let survivor = harness::consume(&kmirror, &topic, 0, 0, 50, Isolation::ReadUncommitted);
+    assert_eq!(survivor.len(), 50);
+
+    let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+        (
+            "negative length",
+            vec![0xff, 0xff, 0xff, 0xf0, 1, 2, 3],
+            false,
+        ),
+        (
+            "length above the limit",
+            (1_000_000_000i32).to_be_bytes().to_vec(),
+            false,
+        ),
+        (
+            "unknown api key",
+            {
+                let mut f = 12i32.to_be_bytes().to_vec();
+                f.extend([0x7f, 0x00, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0, 0]);
+                f
+            },
+            false,
+        ),
+        (
+            "garbage body for Metadata v12",
+            {
+                let mut f = 16i32.to_be_bytes().to_vec();
+                f.extend([
+                    0, 3, 0, 12, 0, 0, 0, 9, 0x55, 0x55, 0x55, 0x55, 0x55, 0x55, 0x55, 0x55,
+                ]);
+                f
+            },
+            false,
+        ),
+        (
+            "truncated frame",
+            {
+                let mut f = 100i32.to_be_bytes().to_vec();
+                f.extend([0, 18, 0, 3, 0, 0]);
+                f
+            },
+            true,
+        ),
+    ];
+    for (what, bytes, close_write) in &cases {
+        assert!(
+            closed_after(&kmirror, bytes, *close_write),
+            "{what}: connection left open"
+        );
+    }
+    serve.assert_running();
+    let log = serve.log_text();
+    assert!(
+        log.matches("Kafka client connection closed").count() >= cases.len(),
+        "one log line per bad connection (written before the close) expected:\n{log}"
+    );
+    // The endpoint still serves, with the same answer as before.
+    let again = harness::consume(&kmirror, &topic, 0, 0, 50, Isolation::ReadUncommitted);
+    assert_eq!(again, survivor);
+    let text = serve.sigterm_and_wait();
+    assert!(text.contains("stopped cleanly"), "{text}");
+}
