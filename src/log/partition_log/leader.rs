@@ -150,6 +150,8 @@ impl PartitionLog {
         self.producers.take_snapshot(&self.dir, log_end)?;
         self.flush(io)?;
         sync_dir(&self.dir)?;
+        // Readers must see the new epoch (Metadata) and the rolled segment.
+        self.publish_view();
         Ok(Promotion {
             leader_epoch: epoch,
             aborted,
