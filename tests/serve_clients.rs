@@ -5,7 +5,7 @@
 //! and serves `[kafka]`; then the Java consumer (KafkaTool) and kafka-python (PyPI) consume
 //! from kmirror, and every answer is compared with the same client's answer from the source:
 //! records (key, value, headers, offset, timestamp) read_uncommitted and read_committed,
-//! ListOffsets earliest/latest/by timestamp/max timestamp. Produce to the mirrored topic must
+//! ListOffsets earliest/latest/by timestamp/max timestamp, DescribeConfigs. Produce to the mirrored topic must
 //! fail with INVALID_TOPIC_EXCEPTION and our message in both clients. Malformed requests
 //! (garbage, oversized length, unknown API, truncated frame) close only their connection.
 
@@ -211,6 +211,20 @@ fn stock_clients_read_the_mirror_as_they_read_the_source() {
         assert_eq!(ours, theirs, "{topic}-{p}: ListOffsets by timestamp");
     }
 
+    // DescribeConfigs: the settings kmirror applies equal the source broker's (both defaults).
+    let keys = [
+        "segment.bytes",
+        "retention.ms",
+        "retention.bytes",
+        "index.interval.bytes",
+    ];
+    let ours = harness::describe_topic_configs(&kmirror, &topic, &keys);
+    assert_eq!(
+        ours,
+        harness::describe_topic_configs(&k.bootstrap(), &topic, &keys)
+    );
+    assert!(ours.iter().all(|(_, v)| v.is_some()), "{ours:?}");
+
     // Produce to a mirrored topic fails with INVALID_TOPIC_EXCEPTION and our message.
     let out = harness::run_tool_unchecked(&[
         "produce".into(),
@@ -335,6 +349,99 @@ fn malformed_requests_close_only_their_connection() {
     // The endpoint still serves, with the same answer as before.
     let again = harness::consume(&kmirror, &topic, 0, 0, 50, Isolation::ReadUncommitted);
     assert_eq!(again, survivor);
+    let text = serve.sigterm_and_wait();
+    assert!(text.contains("stopped cleanly"), "{text}");
+}
+
+fn mirrors_cli(admin: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .arg("mirrors")
+        .args(args)
+        .args(["--admin", admin])
+        .output()
+        .unwrap()
+}
+
+// Goal: the listener also runs in control-plane mode (`[admin]`), where partitions appear when
+// a mirror is started through the CLI. Method: start a mirror with `kmirror mirrors`, wait
+// until the bytes equal the broker's, and compare the Java consumer's records from kmirror
+// with the source's.
+#[test]
+fn control_plane_mode_serves_clients_too() {
+    let k = harness::shared();
+    let topic = harness::unique_topic("serve-ctl-clients");
+    k.create_topic(&topic, 1, &[]);
+    k.produce(
+        &topic,
+        0,
+        120,
+        &ProduceOpts {
+            headers: 1,
+            ..Default::default()
+        },
+    );
+    let work = tempfile::tempdir().unwrap();
+    let data_dir = work.path().join("data");
+    let admin = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+    let config = work.path().join("kmirror.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[admin]\nlisten = \"{admin}\"\n[kafka]\nlisten = \"127.0.0.1:0\"\n[storage]\n\
+             data_dir = \"{}\"\n[runtime]\nshards = 1\narena_slot_bytes = 4194304\n\
+             arena_slots = 4\n[fetch]\nmax_wait_ms = 100\nmax_bytes = 2097152\n",
+            data_dir.display()
+        ),
+    )
+    .unwrap();
+    let props = work.path().join("source.properties");
+    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !mirrors_cli(&admin, &["list"]).status.success() {
+        serve.assert_running();
+        assert!(
+            Instant::now() < deadline,
+            "admin API never answered:\n{}",
+            serve.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = serve.log_text();
+    let at = log
+        .find("Kafka listener serving on ")
+        .expect("listener line")
+        + 26;
+    let kmirror: String = log[at..]
+        .chars()
+        .take_while(|c| !c.is_whitespace())
+        .collect();
+    let create = [
+        "create",
+        "--mirror",
+        "m",
+        "--mirror-config",
+        props.to_str().unwrap(),
+    ];
+    assert!(mirrors_cli(&admin, &create).status.success());
+    assert!(
+        mirrors_cli(&admin, &["start", "--mirror", "m", "--topics", &topic])
+            .status
+            .success()
+    );
+    wait_mirrored(
+        &mut serve,
+        &k.partition_dir(&topic, 0),
+        &data_dir.join(format!("{topic}-0")),
+    );
+
+    let theirs = k.consume(&topic, 0, 0, 120, Isolation::ReadUncommitted);
+    let ours = harness::consume(&kmirror, &topic, 0, 0, 120, Isolation::ReadUncommitted);
+    assert_eq!(theirs.len(), 120);
+    assert_eq!(ours, theirs);
     let text = serve.sigterm_and_wait();
     assert!(text.contains("stopped cleanly"), "{text}");
 }

@@ -11,6 +11,7 @@
 //   offsets       --bootstrap B --topic T --partition P
 //   offsets-for-times --bootstrap B --topic T --partition P --timestamps T1,T2,...
 //                 (one line per timestamp, then one for the max timestamp)
+//   describe-configs --bootstrap B --topic T --keys k1,k2,...   (one line per key: value or null)
 //   delete-records --bootstrap B --topic T --partition P --before OFFSET
 //   alter-config  --bootstrap B --topic T --set k=v...
 //   group-consume --bootstrap B --topic T --group G --max N [--timeout-ms MS]
@@ -68,6 +69,7 @@ public class KafkaTool {
             case "consume" -> consume(a);
             case "offsets" -> offsets(a);
             case "offsets-for-times" -> offsetsForTimes(a);
+            case "describe-configs" -> describeConfigs(a);
             case "delete-records" -> deleteRecords(a);
             case "alter-config" -> alterConfig(a);
             case "group-consume" -> groupConsume(a);
@@ -350,6 +352,19 @@ public class KafkaTool {
                         .listOffsets(Map.of(tp, specs.get(i))).partitionResult(tp).get();
                 System.out.println("{\"query\":" + names.get(i) + ",\"offset\":" + r.offset()
                         + ",\"timestamp\":" + r.timestamp() + "}");
+            }
+        }
+    }
+
+    static void describeConfigs(Args a) throws Exception {
+        ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, a.get("topic"));
+        try (Admin admin = admin(a)) {
+            org.apache.kafka.clients.admin.Config c = admin.describeConfigs(List.of(res))
+                    .values().get(res).get(60, TimeUnit.SECONDS);
+            for (String key : a.get("keys").split(",")) {
+                ConfigEntry e = c.get(key);
+                String v = e == null || e.value() == null ? "null" : "\"" + e.value() + "\"";
+                System.out.println("{\"key\":\"" + key + "\",\"value\":" + v + "}");
             }
         }
     }
