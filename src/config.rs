@@ -161,6 +161,13 @@ impl Default for FetchSection {
 pub struct AdminSection {
     /// `ip:port` to listen on; loopback only, since the API has no authentication.
     pub listen: std::net::SocketAddr,
+    /// How often each mirror's source is read for new topics, partitions, configs, deletions.
+    #[serde(default = "default_sync_interval_ms")]
+    pub sync_interval_ms: u64,
+}
+
+fn default_sync_interval_ms() -> u64 {
+    crate::limits::MIRROR_SYNC_INTERVAL_MS_DEFAULT
 }
 
 /// The Kafka-protocol listener that serves the mirrored partitions to stock clients.
@@ -226,6 +233,17 @@ impl ServeConfig {
     fn validate(&self) -> Result<(), ConfigError> {
         match (&self.admin, &self.source, &self.topics) {
             (Some(a), None, None) => {
+                use crate::limits::{MIRROR_SYNC_INTERVAL_MS_MAX, MIRROR_SYNC_INTERVAL_MS_MIN};
+                if !(MIRROR_SYNC_INTERVAL_MS_MIN..=MIRROR_SYNC_INTERVAL_MS_MAX)
+                    .contains(&a.sync_interval_ms)
+                {
+                    return Err(invalid(
+                        "admin.sync_interval_ms",
+                        format!(
+                            "must be {MIRROR_SYNC_INTERVAL_MS_MIN}..={MIRROR_SYNC_INTERVAL_MS_MAX}"
+                        ),
+                    ));
+                }
                 if !a.listen.ip().is_loopback() {
                     return Err(invalid(
                         "admin.listen",

@@ -256,6 +256,14 @@ pub const CONTROL_TICK_MS: u64 = 250;
 
 /// Default period of the source sync (new topics, partition growth, deletions, cluster id).
 pub const MIRROR_SYNC_INTERVAL_MS_DEFAULT: u64 = 30_000;
+/// Bounds of `admin.sync_interval_ms`: below a second the source sees a metadata storm; above a
+/// day a deleted topic would go unnoticed for too long.
+pub const MIRROR_SYNC_INTERVAL_MS_MIN: u64 = 1_000;
+pub const MIRROR_SYNC_INTERVAL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+const _: () = assert!(
+    MIRROR_SYNC_INTERVAL_MS_MIN <= MIRROR_SYNC_INTERVAL_MS_DEFAULT
+        && MIRROR_SYNC_INTERVAL_MS_DEFAULT <= MIRROR_SYNC_INTERVAL_MS_MAX
+);
 
 /// How long the control thread waits for a shard to hand a removed partition's log back (a
 /// shard answers between two ring waits, so this only bounds a stuck shard).
@@ -348,3 +356,11 @@ pub const SERVE_READ_POLL_MS: u64 = 500;
 
 const _: () = assert!(SERVE_REQUEST_BYTES_MAX <= FRAME_BYTES_MAX);
 const _: () = assert!(SERVE_FETCH_RESPONSE_BYTES_MAX < i32::MAX as u64);
+/// SCRAM iteration counts a source may ask for: Kafka's own bounds (below 4096 is too weak to
+/// accept, above 16384 Kafka never stores, and a hostile count would burn the control thread).
+pub const SCRAM_ITERATIONS_MIN: u32 = 4096;
+pub const SCRAM_ITERATIONS_MAX: u32 = 16384;
+const _: () = assert!(SCRAM_ITERATIONS_MIN <= SCRAM_ITERATIONS_MAX);
+
+/// Random bytes in a SCRAM client nonce (base64-encoded on the wire).
+pub const SCRAM_NONCE_BYTES: usize = 24;

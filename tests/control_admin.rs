@@ -32,7 +32,7 @@ impl DataPlane for RecordingPlane {
         tp: &TopicPartition,
         _: Uuid,
         _: StartFrom,
-    ) -> Result<(), String> {
+    ) -> Result<(), kmirror::control::controller::Fault> {
         self.0.lock().unwrap().insert(tp.clone());
         Ok(())
     }

@@ -74,7 +74,13 @@ fn open_controller(data: &std::path::Path) -> Ctl {
         partition_max_bytes: 1024 * 1024,
         sessions: true,
     };
-    let plane = ShardDataPlane::start(data, &runtime, fetch).unwrap();
+    let plane = ShardDataPlane::start(
+        data,
+        &runtime,
+        fetch,
+        kmirror::limits::SOURCE_REQUEST_TIMEOUT_MS_DEFAULT,
+    )
+    .unwrap();
     let store = StateLog::open(data).unwrap();
     Controller::open(store, RetryPolicy::default(), BlockingSourceCatalog, plane).unwrap()
 }

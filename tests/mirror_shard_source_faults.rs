@@ -52,6 +52,7 @@ fn start_shard(addr: String, dir: &std::path::Path) -> Runtime<MirrorShard> {
         },
         client_id: "test".to_string(),
         request_timeout_ms: 300,
+        security: Default::default(),
     };
     let start = PartitionStart {
         tp,

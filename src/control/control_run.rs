@@ -37,11 +37,9 @@ pub enum ControlRunError {
 
 /// Runs the control plane until `stop` is set (by SIGTERM/SIGINT in the binary).
 pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunError> {
-    let listen = config
-        .admin
-        .as_ref()
-        .ok_or(ControlRunError::NoAdmin)?
-        .listen;
+    let admin_section = config.admin.as_ref().ok_or(ControlRunError::NoAdmin)?;
+    let listen = admin_section.listen;
+    let sync_interval_ms = admin_section.sync_interval_ms;
     let data_dir = config.storage.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|source| ControlRunError::DataDir {
         path: data_dir.display().to_string(),
@@ -51,9 +49,10 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     let fetch = config.fetch_config();
     let catalog = ReadCatalog::new();
     let kafka = crate::serve::start_configured(config, &catalog)?;
+    let request_timeout_ms = config.fetch.request_timeout_ms;
     let build = move || {
         let mut plane =
-            ShardDataPlane::start(&data_dir, &runtime, fetch).map_err(|e| e.to_string())?;
+            ShardDataPlane::start(&data_dir, &runtime, fetch, request_timeout_ms).map_err(|e| e.to_string())?;
         plane.attach_read_catalog(catalog);
         let store = match StateLog::open(&data_dir) {
             Ok(s) => s,
@@ -63,8 +62,10 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
                 return Err(e.to_string());
             }
         };
-        Controller::open(store, RetryPolicy::default(), BlockingSourceCatalog, plane)
-            .map_err(|e| e.to_string())
+        let mut c = Controller::open(store, RetryPolicy::default(), BlockingSourceCatalog, plane)
+            .map_err(|e| e.to_string())?;
+        c.set_sync_interval_ms(sync_interval_ms);
+        Ok(c)
     };
     let close = |c: Controller<BlockingSourceCatalog, ShardDataPlane>| {
         tracing::info!("stopping: closing __mirror_state and the partition logs");

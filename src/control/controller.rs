@@ -46,9 +46,47 @@ pub struct SourceView {
     pub topics: Vec<SourceTopic>,
 }
 
+/// Why the source or the data plane could not do something, and whether trying again can help
+/// (a wrong password or certificate cannot; an unreachable broker can).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    pub message: String,
+    pub retryable: bool,
+}
+
+impl Fault {
+    pub fn permanent(message: impl Into<String>) -> Fault {
+        Fault {
+            message: message.into(),
+            retryable: false,
+        }
+    }
+}
+
+impl From<String> for Fault {
+    fn from(message: String) -> Fault {
+        Fault {
+            message,
+            retryable: true,
+        }
+    }
+}
+
+impl From<&str> for Fault {
+    fn from(message: &str) -> Fault {
+        Fault::from(message.to_owned())
+    }
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// Asks a mirror's source cluster what it has (with the mirror's own connection settings).
 pub trait SourceCatalog {
-    fn describe(&mut self, mirror: &MirrorDefinition) -> Result<SourceView, String>;
+    fn describe(&mut self, mirror: &MirrorDefinition) -> Result<SourceView, Fault>;
 }
 
 /// What the data plane knows about one partition it fetches (or fetched).
@@ -69,7 +107,7 @@ pub trait DataPlane {
         tp: &TopicPartition,
         topic_id: Uuid,
         start: StartFrom,
-    ) -> Result<(), String>;
+    ) -> Result<(), Fault>;
     /// Stop fetching `tp` and return its local log end.
     fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String>;
     fn progress(&self, tp: &TopicPartition) -> Progress;
@@ -78,7 +116,7 @@ pub trait DataPlane {
     /// before the partition may become STOPPED (and writable). Safe to repeat after a crash.
     fn promote(&mut self, tp: &TopicPartition) -> Result<Promotion, String>;
     /// Partitions whose fetching stopped on its own since the last call, with the reason.
-    fn poll_failures(&mut self) -> Vec<(TopicPartition, String)> {
+    fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         Vec::new()
     }
 }
@@ -93,6 +131,9 @@ pub enum ControlError {
     Definition(#[from] DefinitionError),
     #[error("source of mirror {mirror} is unreachable: {reason}")]
     Source { mirror: String, reason: String },
+    /// The source refused the mirror's credentials or certificates; the reason says which.
+    #[error("source of mirror {mirror} refused the connection: {reason}")]
+    Refused { mirror: String, reason: String },
     #[error("source cluster id changed from {stored} to {seen}; mirror {mirror} is FAILED")]
     ClusterChanged {
         mirror: String,
@@ -127,6 +168,7 @@ impl ControlError {
             | ControlError::State { .. } => 409,
             ControlError::Definition(_) | ControlError::NoTopics => 400,
             ControlError::Source { .. } | ControlError::ClusterChanged { .. } => 502,
+            ControlError::Refused { .. } => 401,
             ControlError::Store(_) => 500,
         }
     }
@@ -181,6 +223,20 @@ pub struct CommandReport {
     pub mirror: String,
     pub changed: Vec<String>,
     pub unchanged: Vec<String>,
+}
+
+fn source_error(name: &MirrorName, fault: Fault) -> ControlError {
+    if fault.retryable {
+        ControlError::Source {
+            mirror: name.to_string(),
+            reason: fault.message,
+        }
+    } else {
+        ControlError::Refused {
+            mirror: name.to_string(),
+            reason: fault.message,
+        }
+    }
 }
 
 fn now_ms() -> i64 {
@@ -404,13 +460,13 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         tp: &TopicPartition,
         topic_id: Uuid,
     ) -> Result<(), ControlError> {
-        if let Err(message) = self.data.add(def, tp, topic_id, def.start_from) {
+        if let Err(fault) = self.data.add(def, tp, topic_id, def.start_from) {
             self.apply_event(
                 name,
                 tp,
                 Event::Failed {
-                    message,
-                    retryable: true,
+                    message: fault.message,
+                    retryable: fault.retryable,
                     now_ms: now_ms(),
                 },
             )?;
@@ -502,10 +558,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         let view = self
             .source
             .describe(&definition)
-            .map_err(|reason| ControlError::Source {
-                mirror: name.to_string(),
-                reason,
-            })?;
+            .map_err(|fault| source_error(&name, fault))?;
         let record = MirrorRecord {
             definition,
             source_cluster_id: view.cluster_id,
@@ -546,13 +599,15 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
     /// Reads the source, failing the whole mirror when its cluster id changed.
     fn source_view(&mut self, name: &MirrorName) -> Result<SourceView, ControlError> {
         let def = self.entry_mut(name)?.record.definition.clone();
-        let view = self
-            .source
-            .describe(&def)
-            .map_err(|reason| ControlError::Source {
-                mirror: name.to_string(),
-                reason,
-            })?;
+        let view = match self.source.describe(&def) {
+            Ok(v) => v,
+            Err(fault) => {
+                if !fault.retryable {
+                    self.fail_mirror(name, &fault.message)?;
+                }
+                return Err(source_error(name, fault));
+            }
+        };
         let stored = self.entry_mut(name)?.record.source_cluster_id.clone();
         if let (Some(stored), Some(seen)) = (stored, view.cluster_id.clone()) {
             if stored != seen {
@@ -579,6 +634,35 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             }
         }
         Ok(view)
+    }
+
+    /// Fails every partition of a mirror that is not STOPPED for good (a refused login, a changed
+    /// cluster id), removing its fetcher.
+    fn fail_mirror(&mut self, name: &MirrorName, message: &str) -> Result<(), ControlError> {
+        let tps: Vec<TopicPartition> = self.entry_mut(name)?.partitions.keys().cloned().collect();
+        for tp in tps {
+            let p = &self.mirrors[name].partitions[&tp];
+            let already = p
+                .machine
+                .failure()
+                .is_some_and(|f| f.message == message && f.retry.as_kip_value() == -1);
+            if already || p.machine.state() == Some(StateName::Stopped) {
+                continue;
+            }
+            if p.machine.wants_fetcher() {
+                let _ = self.data.remove(&tp);
+            }
+            self.apply_event(
+                name,
+                &tp,
+                Event::Failed {
+                    message: message.to_owned(),
+                    retryable: false,
+                    now_ms: now_ms(),
+                },
+            )?;
+        }
+        Ok(())
     }
 
     /// `start`: matches the patterns against the source's topics, saves them for
@@ -864,7 +948,11 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         for name in names {
             match self.sync_mirror(&name) {
                 Ok(()) => {}
-                Err(e @ (ControlError::Source { .. } | ControlError::ClusterChanged { .. })) => {
+                Err(
+                    e @ (ControlError::Source { .. }
+                    | ControlError::Refused { .. }
+                    | ControlError::ClusterChanged { .. }),
+                ) => {
                     tracing::warn!(mirror = %name, "source sync: {e}");
                 }
                 Err(e) => return Err(e),
@@ -956,9 +1044,9 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
     /// Periodic work: failures the data plane reported, retries whose backoff elapsed, and
     /// the source sync when due.
     pub fn tick(&mut self, now_ms: i64) -> Result<(), ControlError> {
-        for (tp, why) in self.data.poll_failures() {
-            tracing::warn!(partition = %tp, %why, "fetching stopped");
-            self.partition_failed(&tp, why, true)?;
+        for (tp, fault) in self.data.poll_failures() {
+            tracing::warn!(partition = %tp, why = %fault, "fetching stopped");
+            self.partition_failed(&tp, fault.message, fault.retryable)?;
         }
         if now_ms >= self.next_sync_ms {
             self.next_sync_ms = now_ms.saturating_add(self.sync_interval_ms);
@@ -1098,10 +1186,10 @@ mod tests {
     use std::rc::Rc;
 
     #[derive(Clone)]
-    struct FakeSource(Rc<RefCell<Result<SourceView, String>>>);
+    struct FakeSource(Rc<RefCell<Result<SourceView, Fault>>>);
 
     impl SourceCatalog for FakeSource {
-        fn describe(&mut self, _: &MirrorDefinition) -> Result<SourceView, String> {
+        fn describe(&mut self, _: &MirrorDefinition) -> Result<SourceView, Fault> {
             self.0.borrow().clone()
         }
     }
@@ -1112,7 +1200,7 @@ mod tests {
         active: Rc<RefCell<BTreeSet<TopicPartition>>>,
         adds: Rc<RefCell<u32>>,
         fail_adds: Rc<RefCell<bool>>,
-        failures: Rc<RefCell<Vec<(TopicPartition, String)>>>,
+        failures: Rc<RefCell<Vec<(TopicPartition, Fault)>>>,
         promoted: Rc<RefCell<Vec<TopicPartition>>>,
         fail_promotes: Rc<RefCell<bool>>,
     }
@@ -1124,7 +1212,7 @@ mod tests {
             tp: &TopicPartition,
             _: Uuid,
             _: StartFrom,
-        ) -> Result<(), String> {
+        ) -> Result<(), Fault> {
             if *self.fail_adds.borrow() {
                 return Err("connection refused".into());
             }
@@ -1147,7 +1235,7 @@ mod tests {
                 log_end: Offset(100),
             })
         }
-        fn poll_failures(&mut self) -> Vec<(TopicPartition, String)> {
+        fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
             std::mem::take(&mut *self.failures.borrow_mut())
         }
         fn progress(&self, _: &TopicPartition) -> Progress {

@@ -46,7 +46,7 @@ pub enum DefinitionError {
     MissingCredentials(SecurityProtocol),
     #[error("sasl.jaas.config: {0}")]
     BadJaas(String),
-    #[error("{key} = {value:?}: only PEM files are supported")]
+    #[error("{key} = {value:?}: only PEM files are supported (convert a JKS or PKCS12 store: `keytool -importkeystore -deststoretype PKCS12` then `openssl pkcs12 -nodes -in store.p12 -out store.pem`)")]
     NotPem { key: &'static str, value: String },
     #[error("{key} is set but security.protocol {protocol} does not use it")]
     UnusedSetting {

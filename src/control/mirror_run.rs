@@ -235,6 +235,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
             fetch: config.fetch_config(),
             client_id: source.client_id.clone(),
             request_timeout_ms: config.fetch.request_timeout_ms,
+            security: Default::default(),
         };
         let shard = shard_for(&start.tp, rt.shard_count());
         let mut msg = MirrorMsg::AddPartition {

@@ -11,12 +11,14 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-use crate::control::controller::{DataPlane, Progress};
+use crate::control::controller::{DataPlane, Fault, Progress};
 use crate::control::mirror_def::{MirrorDefinition, StartFrom};
 use crate::control::mirror_run::shard_for;
+use crate::control::source_security::{fault_of, security_of};
 use crate::control::state_log;
 use crate::fetch::blocking::BlockingClient;
 use crate::fetch::fetcher::{FetchConfig, PartitionStart};
+use crate::fetch::security::AUTHENTICATION_FAILED;
 use crate::ids::{LeaderEpoch, Offset, ShardId, TopicPartition};
 use crate::limits::SHARD_REMOVE_WAIT_MS;
 use crate::log::config::LogConfig;
@@ -44,9 +46,11 @@ pub struct ShardDataPlane {
     logs: Option<LogDir>,
     returned: ReturnedLogs,
     fetch: FetchConfig,
+    /// `fetch.request_timeout_ms`: how long past `max_wait_ms` a source response may take.
+    request_timeout_ms: u32,
     lent: HashMap<TopicPartition, ShardId>,
     /// Failures the shards reported (partition stopped for good), for the controller.
-    failures: Vec<(TopicPartition, String)>,
+    failures: Vec<(TopicPartition, Fault)>,
 }
 
 impl ShardDataPlane {
@@ -56,6 +60,7 @@ impl ShardDataPlane {
         data_dir: &Path,
         runtime: &RuntimeConfig,
         fetch: FetchConfig,
+        request_timeout_ms: u32,
     ) -> Result<ShardDataPlane, ShardPlaneError> {
         let mut logs = LogDir::open(data_dir, LogConfig::default(), &mut StdIo)?;
         // `__mirror_state` belongs to the state log, which reopens it right after.
@@ -70,6 +75,7 @@ impl ShardDataPlane {
             logs: Some(logs),
             returned,
             fetch,
+            request_timeout_ms,
             lent: HashMap::new(),
             failures: Vec::new(),
         })
@@ -112,7 +118,15 @@ impl ShardDataPlane {
                 MirrorEvent::PartitionStopped { tp, why } => {
                     tracing::error!(partition = %tp, %why, "partition stopped");
                     self.lent.remove(&tp);
-                    self.failures.push((tp, why));
+                    // A refused login or certificate stays refused until the operator acts.
+                    let retryable = !why.starts_with(AUTHENTICATION_FAILED);
+                    self.failures.push((
+                        tp,
+                        Fault {
+                            message: why,
+                            retryable,
+                        },
+                    ));
                 }
                 MirrorEvent::PartitionRemoved { tp, log_end } => {
                     tracing::info!(partition = %tp, %log_end, "partition handed back");
@@ -146,14 +160,16 @@ impl ShardDataPlane {
         &self,
         mirror: &MirrorDefinition,
         tp: &TopicPartition,
-    ) -> Result<(SourceSpec, crate::ids::LeaderEpoch), String> {
+    ) -> Result<(SourceSpec, crate::ids::LeaderEpoch), Fault> {
         let client_id = &mirror.source.client_id;
+        let security = std::sync::Arc::new(security_of(&mirror.source)?);
         let mut errors = Vec::new();
         for addr in &mirror.source.bootstrap_servers {
-            let md = match BlockingClient::connect(addr, client_id)
+            let md = match BlockingClient::connect_secure(addr, client_id, &security)
                 .and_then(|mut c| c.metadata(Some(&[tp.topic.as_str()])))
             {
                 Ok(md) => md,
+                Err(e) if e.is_authentication() => return Err(fault_of(addr, &e)),
                 Err(e) => {
                     errors.push(format!("{addr}: {e}"));
                     continue;
@@ -169,8 +185,8 @@ impl ShardDataPlane {
                 .broker(leader)
                 .ok_or_else(|| format!("leader {leader} of {tp} is not in the broker list"))?;
             let leader_addr = format!("{}:{}", b.host, b.port);
-            let versions = BlockingClient::connect(&leader_addr, client_id)
-                .map_err(|e| format!("{leader_addr}: {e}"))?
+            let versions = BlockingClient::connect_secure(&leader_addr, client_id, &security)
+                .map_err(|e| fault_of(&leader_addr, &e))?
                 .versions;
             return Ok((
                 SourceSpec {
@@ -179,12 +195,13 @@ impl ShardDataPlane {
                     versions,
                     fetch: self.fetch,
                     client_id: client_id.clone(),
-                    request_timeout_ms: crate::limits::SOURCE_REQUEST_TIMEOUT_MS_DEFAULT,
+                    request_timeout_ms: self.request_timeout_ms,
+                    security,
                 },
                 p.leader_epoch,
             ));
         }
-        Err(errors.join("; "))
+        Err(Fault::from(errors.join("; ")))
     }
 }
 
@@ -195,7 +212,7 @@ impl DataPlane for ShardDataPlane {
         tp: &TopicPartition,
         topic_id: Uuid,
         start: StartFrom,
-    ) -> Result<(), String> {
+    ) -> Result<(), Fault> {
         if self.lent.contains_key(tp) {
             return Ok(());
         }
@@ -207,7 +224,7 @@ impl DataPlane for ShardDataPlane {
         let id = (!topic_id.is_nil()).then_some(topic_id);
         self.logs()
             .get_or_create(tp, id, None)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Fault::from(e.to_string()))?;
         let log = self.logs().take(tp).expect("just created or found");
         let (log_end, last_epoch) = resume_point(&log);
         let shard = shard_for(tp, self.rt().shard_count());
@@ -226,7 +243,7 @@ impl DataPlane for ShardDataPlane {
             if let MirrorMsg::AddPartition { log, .. } = full.0 {
                 self.logs().restore(*log);
             }
-            return Err(format!("shard {} mailbox is full", shard.0));
+            return Err(format!("shard {} mailbox is full", shard.0).into());
         }
         self.lent.insert(tp.clone(), shard);
         Ok(())
@@ -272,7 +289,7 @@ impl DataPlane for ShardDataPlane {
     }
 
     /// Drains pending shard events without waiting; returns the failures they reported.
-    fn poll_failures(&mut self) -> Vec<(TopicPartition, String)> {
+    fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         self.pump(Duration::ZERO, |_| false);
         std::mem::take(&mut self.failures)
     }

@@ -2,8 +2,9 @@
 //! mirror's own bootstrap servers and `client.id` (never shared between mirrors), asks for all
 //! topics' metadata, and closes it.
 
-use crate::control::controller::{SourceCatalog, SourceTopic, SourceView};
-use crate::control::mirror_def::{MirrorDefinition, SecurityProtocol};
+use crate::control::controller::{Fault, SourceCatalog, SourceTopic, SourceView};
+use crate::control::mirror_def::MirrorDefinition;
+use crate::control::source_security::{fault_of, security_of};
 use crate::fetch::blocking::BlockingClient;
 
 /// Reads source metadata with a fresh blocking connection per call.
@@ -11,17 +12,11 @@ use crate::fetch::blocking::BlockingClient;
 pub struct BlockingSourceCatalog;
 
 impl SourceCatalog for BlockingSourceCatalog {
-    fn describe(&mut self, mirror: &MirrorDefinition) -> Result<SourceView, String> {
-        let protocol = mirror.source.security_protocol;
-        if protocol != SecurityProtocol::Plaintext {
-            // Named plainly so the operator knows it is kmirror's gap, not their config.
-            return Err(format!(
-                "security.protocol {protocol} is not supported by kmirror's source client yet (only PLAINTEXT)"
-            ));
-        }
+    fn describe(&mut self, mirror: &MirrorDefinition) -> Result<SourceView, Fault> {
+        let security = security_of(&mirror.source)?;
         let mut errors = Vec::new();
         for addr in &mirror.source.bootstrap_servers {
-            let result = BlockingClient::connect(addr, &mirror.source.client_id)
+            let result = BlockingClient::connect_secure(addr, &mirror.source.client_id, &security)
                 .and_then(|mut c| c.metadata(None));
             match result {
                 Ok(md) => {
@@ -41,9 +36,11 @@ impl SourceCatalog for BlockingSourceCatalog {
                         topics,
                     });
                 }
+                // Another bootstrap server would refuse the same credentials.
+                Err(e) if e.is_authentication() => return Err(fault_of(addr, &e)),
                 Err(e) => errors.push(format!("{addr}: {e}")),
             }
         }
-        Err(errors.join("; "))
+        Err(Fault::from(errors.join("; ")))
     }
 }

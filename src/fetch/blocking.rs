@@ -15,6 +15,7 @@ use kafka_protocol::protocol::Request;
 use crate::fetch::conn::{ConnError, Connection};
 use crate::fetch::fetcher::{FetchConfig, FetchEvent, Fetcher, FetcherError, Poll};
 use crate::fetch::metadata::{self, ClusterMetadata, MetadataError};
+use crate::fetch::security::{LinkStatus, SecureLink, SecurityError, SourceSecurity};
 use crate::fetch::versions::{self, Negotiation, Versions, VersionsError};
 use crate::limits::{BLOCKING_CONNECT_TIMEOUT_MS, BLOCKING_IO_TIMEOUT_MS};
 use crate::wire::api;
@@ -43,17 +44,76 @@ pub enum BlockingError {
     Fetcher(#[from] FetcherError),
     #[error("ApiVersions negotiation did not settle")]
     NegotiationLoop,
+    #[error("{addr}: {source}")]
+    Security {
+        addr: SocketAddr,
+        source: SecurityError,
+    },
 }
 
-/// A TCP stream with an input buffer that yields whole frames.
+impl BlockingError {
+    /// The source refused our credentials or certificates (retrying cannot help).
+    pub fn is_authentication(&self) -> bool {
+        matches!(self, BlockingError::Security { source, .. } if source.is_authentication())
+    }
+}
+
+/// The host part of `host:port` (IPv6 brackets removed), as the TLS server name.
+pub fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// A TCP stream with an input buffer that yields whole frames; on TLS connections the bytes
+/// pass through the link.
 #[derive(Debug)]
 struct Socket {
     addr: SocketAddr,
     stream: TcpStream,
     inbuf: BytesMut,
+    tls: Option<SecureLink>,
 }
 
 impl Socket {
+    fn connect_secure(
+        addr: &str,
+        security: &SourceSecurity,
+        client_id: &str,
+    ) -> Result<Socket, BlockingError> {
+        let mut socket = Socket::connect(addr)?;
+        if security.is_plaintext() {
+            return Ok(socket);
+        }
+        let sock = socket.addr;
+        let sec = |source| BlockingError::Security { addr: sock, source };
+        let mut link = SecureLink::new(security, host_of(addr), client_id).map_err(sec)?;
+        let mut status = link.start().map_err(sec)?;
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            if let Some(out) = link.take_outgoing() {
+                socket
+                    .stream
+                    .write_all(&out)
+                    .map_err(|source| BlockingError::Io { addr: sock, source })?;
+            }
+            if status == LinkStatus::Ready {
+                break;
+            }
+            let n = socket
+                .stream
+                .read(&mut buf)
+                .map_err(|source| BlockingError::Io { addr: sock, source })?;
+            if n == 0 {
+                return Err(BlockingError::Closed { addr: sock });
+            }
+            status = link.receive(&buf[..n]).map_err(sec)?;
+        }
+        if link.uses_tls() {
+            socket.tls = Some(link);
+        }
+        Ok(socket)
+    }
+
     fn connect(addr: &str) -> Result<Socket, BlockingError> {
         Socket::connect_within(
             addr,
@@ -82,20 +142,58 @@ impl Socket {
             addr: sock,
             stream,
             inbuf: BytesMut::with_capacity(64 * 1024),
+            tls: None,
         })
     }
 
     fn write_all(&mut self, out: &mut BytesMut) -> Result<(), BlockingError> {
         let addr = self.addr;
-        self.stream
-            .write_all(out)
-            .map_err(|source| BlockingError::Io { addr, source })?;
+        let io = |source| BlockingError::Io { addr, source };
+        match &mut self.tls {
+            Some(link) => {
+                link.seal(out)
+                    .map_err(|source| BlockingError::Security { addr, source })?;
+                if let Some(sealed) = link.take_outgoing() {
+                    self.stream.write_all(&sealed).map_err(io)?;
+                }
+            }
+            None => self.stream.write_all(out).map_err(io)?,
+        }
         out.clear();
         Ok(())
     }
 
+    /// TLS: decrypt until one whole frame is there.
+    fn read_tls_frame(&mut self) -> Result<Bytes, BlockingError> {
+        let addr = self.addr;
+        let sec = |source| BlockingError::Security { addr, source };
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let link = self.tls.as_mut().expect("called on TLS sockets");
+            if let Some(frame) = link.next_frame()? {
+                return Ok(frame);
+            }
+            let n = self
+                .stream
+                .read(&mut buf)
+                .map_err(|source| BlockingError::Io { addr, source })?;
+            if n == 0 {
+                return Err(BlockingError::Closed { addr });
+            }
+            link.receive(&buf[..n]).map_err(sec)?;
+            if let Some(out) = link.take_outgoing() {
+                self.stream
+                    .write_all(&out)
+                    .map_err(|source| BlockingError::Io { addr, source })?;
+            }
+        }
+    }
+
     /// Read until one whole response frame is buffered and return its body.
     fn read_frame(&mut self) -> Result<Bytes, BlockingError> {
+        if self.tls.is_some() {
+            return self.read_tls_frame();
+        }
         let addr = self.addr;
         loop {
             if let Some(frame) = frame::split_frame(&mut self.inbuf)? {
@@ -133,9 +231,19 @@ pub struct BlockingClient {
 }
 
 impl BlockingClient {
-    /// Connect and negotiate API versions.
+    /// Connect over PLAINTEXT and negotiate API versions.
     pub fn connect(addr: &str, client_id: &str) -> Result<BlockingClient, BlockingError> {
-        BlockingClient::with_socket(Socket::connect(addr)?, client_id)
+        Self::connect_secure(addr, client_id, &SourceSecurity::default())
+    }
+
+    /// Connect, secure the connection (TLS handshake, SASL authentication) as `security`
+    /// says, and negotiate API versions.
+    pub fn connect_secure(
+        addr: &str,
+        client_id: &str,
+        security: &SourceSecurity,
+    ) -> Result<BlockingClient, BlockingError> {
+        BlockingClient::with_socket(Socket::connect_secure(addr, security, client_id)?, client_id)
     }
 
     /// `connect` with the connect and per-read/write timeouts bounded by `timeout` (for calls

@@ -15,6 +15,9 @@
 //! | `divergence` | Kafka's truncation rule, to report where logs diverge              |
 //! | `backoff`  | retry timing after source errors                                      |
 //! | `blocking` | a std-socket driver for the control thread and tests                  |
+//! | `tls`      | rustls client config and a sans-IO TLS session                        |
+//! | `sasl`     | SaslHandshake/SaslAuthenticate with PLAIN and SCRAM-SHA-256/512       |
+//! | `security` | the TLS + SASL layer between TCP connect and the first request        |
 
 pub mod backoff;
 pub mod blocking;
@@ -23,6 +26,9 @@ pub mod divergence;
 pub mod fetcher;
 pub mod metadata;
 pub mod response;
+pub mod sasl;
+pub mod security;
+pub mod tls;
 pub mod versions;
 
 #[cfg(test)]

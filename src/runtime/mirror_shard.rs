@@ -28,11 +28,16 @@ use super::ring::{Completion, OpBuf};
 use super::shard::{ShardCx, ShardHandler};
 use super::uring_io::RingIo;
 use crate::fetch::fetcher::{FetchConfig, FetchEvent, Fetcher, PartitionStart, Poll, Slot};
+use crate::fetch::security::SourceSecurity;
 use crate::fetch::versions::Versions;
 use crate::ids::{Offset, TopicPartition};
 use crate::limits::{ARENA_RETRY_MS, SHARD_SOURCES_MAX, SOURCE_RECONNECT_MS};
 use crate::log::partition_log::PartitionLog;
 use crate::wire::frame::{self, LENGTH_PREFIX_BYTES};
+
+// TLS and SASL on the ring: kept apart so the plaintext path above stays as it was.
+#[path = "mirror_shard_secure.rs"]
+mod secure;
 
 /// Control → shard.
 #[derive(Debug)]
@@ -60,6 +65,8 @@ pub struct SourceSpec {
     pub client_id: String,
     /// Added to the fetch's `max_wait_ms` to bound how long a response may take.
     pub request_timeout_ms: u32,
+    /// TLS and SASL; each mirror's own, so connections are shared only within one mirror.
+    pub security: std::sync::Arc<SourceSecurity>,
 }
 
 /// Shard → control.
@@ -108,6 +115,8 @@ fn untag(tag: u64) -> (usize, u32, u64) {
 enum Link {
     Down,
     Connecting,
+    /// TCP is up; TLS handshake and/or SASL authentication are in progress.
+    Securing,
     Up,
 }
 
@@ -116,6 +125,8 @@ struct Source {
     spec: SourceSpec,
     fetcher: Fetcher,
     socket: Option<socket2::Socket>,
+    /// The TLS/SASL layer of the current connection (none on PLAINTEXT).
+    secure: Option<crate::fetch::security::SecureLink>,
     link: Link,
     generation: u32,
     out: BytesMut,
@@ -172,8 +183,9 @@ impl MirrorShard {
         if let Some(i) = self
             .sources
             .iter()
-            .position(|s| s.spec.broker_id == spec.broker_id)
+            .position(|s| secure::same_connection(&s.spec, &spec))
         {
+            secure::reconnect_if_refused(self, cx, i);
             return Some(i);
         }
         if self.sources.len() >= SHARD_SOURCES_MAX {
@@ -194,6 +206,7 @@ impl MirrorShard {
             spec,
             fetcher,
             socket: None,
+            secure: None,
             link: Link::Down,
             generation: 0,
             out: BytesMut::with_capacity(64 * 1024),
@@ -352,6 +365,7 @@ impl MirrorShard {
             let _ = s.shutdown(Shutdown::Both);
         }
         src.link = Link::Down;
+        src.secure = None;
         src.request_sent_at = None;
         src.generation = src.generation.wrapping_add(1);
         src.sending = false;
@@ -380,6 +394,9 @@ impl MirrorShard {
                 let limit = Self::request_limit(src);
                 let request = src.out.split().freeze();
                 self.arm_deadline(cx, i, limit);
+                let Some(request) = self.wire_bytes(cx, i, request) else {
+                    return;
+                };
                 self.send(cx, i, request);
                 self.ensure_recv(cx, i);
             }
@@ -410,7 +427,7 @@ impl MirrorShard {
 
     fn ensure_recv(&mut self, cx: &mut Cx<'_>, i: usize) {
         let src = &mut self.sources[i];
-        if src.receiving || src.link != Link::Up {
+        if src.receiving || !matches!(src.link, Link::Up | Link::Securing) {
             return;
         }
         let Some(fd) = src.socket.as_ref().map(|s| s.as_raw_fd()) else {
@@ -450,6 +467,9 @@ impl MirrorShard {
             };
             self.disconnect(cx, i, why);
             return;
+        }
+        if self.sources[i].secure_reads() {
+            return self.on_secure_recv(cx, i, slot);
         }
         let total = match frame::body_len(slot.filled()) {
             Ok(Some(len)) => LENGTH_PREFIX_BYTES + len,
@@ -559,7 +579,7 @@ impl MirrorShard {
         self.sources[i].sending = false;
         if sent < data.len() {
             self.send(cx, i, data.slice(sent..));
-        } else {
+        } else if !self.flush_secure(cx, i) {
             self.drive(cx, i);
         }
     }
@@ -592,7 +612,7 @@ impl ShardHandler for MirrorShard {
             src.timer_armed = false;
             match src.link {
                 Link::Down => self.connect(cx, i),
-                Link::Connecting => {}
+                Link::Connecting | Link::Securing => {}
                 Link::Up => {
                     self.drive(cx, i);
                     self.ensure_recv(cx, i);
@@ -606,6 +626,7 @@ impl ShardHandler for MirrorShard {
         }
         match kind {
             KIND_CONNECT => match c.io_result() {
+                Ok(_) if !src.spec.security.is_plaintext() => self.start_secure(cx, i),
                 Ok(_) => {
                     src.link = Link::Up;
                     self.drive(cx, i);

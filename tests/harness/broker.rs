@@ -112,6 +112,23 @@ pub struct Kafka {
     port: u16,
     controller_port: u16,
     zookeeper_port: u16,
+    /// The SASL_SSL listener of a broker from [`Kafka::start_sasl_ssl`].
+    secure_port: u16,
+    /// Extra `kafka-storage format` arguments (SCRAM users).
+    format_args: Vec<String>,
+}
+
+/// What a SASL_SSL broker needs: its key store, and the users to create at format time.
+pub struct SaslSslSetup<'a> {
+    /// PKCS12 key store with the broker's certificate and key.
+    pub keystore: &'a Path,
+    pub keystore_password: &'a str,
+    /// (mechanism, user, password) created with `kafka-storage format --add-scram`.
+    pub scram_users: &'a [(&'a str, &'a str, &'a str)],
+    /// (user, password) accepted by the PLAIN mechanism.
+    pub plain_users: &'a [(&'a str, &'a str)],
+    /// Extra `server.properties` lines (later ones win).
+    pub extra: &'a [(&'a str, &'a str)],
 }
 
 impl Kafka {
@@ -127,16 +144,33 @@ impl Kafka {
 
     /// A caller-owned broker with extra `server.properties` lines (later ones win).
     pub fn start_with(version: KafkaVersion, extra: &[(&str, &str)]) -> Kafka {
-        Kafka::start_in(version, false, extra)
+        Kafka::start_in(version, false, extra, None)
+    }
+
+    /// A caller-owned 4.1.1 KRaft broker with a SASL_SSL listener (SCRAM-SHA-256/512 and PLAIN)
+    /// next to its PLAINTEXT one (which the test tools keep using). No authorizer: any
+    /// authenticated user may do anything.
+    pub fn start_sasl_ssl(setup: &SaslSslSetup<'_>) -> Kafka {
+        Kafka::start_in(KafkaVersion::DEFAULT, false, setup.extra, Some(setup))
+    }
+
+    /// `host:port` of the SASL_SSL listener.
+    pub fn secure_bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.secure_port)
     }
 
     /// The broker behind [`super::shared`]: its directory is removed by the JVM watchdog once the
     /// test process is gone, because statics are never dropped.
     pub(super) fn start_shared(version: KafkaVersion) -> Kafka {
-        Kafka::start_in(version, true, &[])
+        Kafka::start_in(version, true, &[], None)
     }
 
-    fn start_in(version: KafkaVersion, shared: bool, extra: &[(&str, &str)]) -> Kafka {
+    fn start_in(
+        version: KafkaVersion,
+        shared: bool,
+        extra: &[(&str, &str)],
+        secure: Option<&SaslSslSetup<'_>>,
+    ) -> Kafka {
         // Owned until the broker runs, so a failed start still removes the directory.
         let tmp = tempfile::Builder::new()
             .prefix("kmirror-kafka-")
@@ -154,8 +188,16 @@ impl Kafka {
                 port: free_port(),
                 controller_port: free_port(),
                 zookeeper_port: free_port(),
+                secure_port: free_port(),
+                format_args: Vec::new(),
             };
-            k.write_config(extra);
+            let secure_props = secure.map(|s| k.sasl_ssl_props(s)).unwrap_or_default();
+            let mut all: Vec<(&str, &str)> = secure_props
+                .iter()
+                .map(|(a, b)| (a.as_str(), b.as_str()))
+                .collect();
+            all.extend_from_slice(extra);
+            k.write_config(&all);
             if version.metadata == Metadata::Kraft {
                 k.format_storage();
             }
@@ -259,6 +301,70 @@ impl Kafka {
         }
     }
 
+    /// Listener, TLS and SASL settings of a SASL_SSL broker; records its SCRAM users for the
+    /// format step.
+    fn sasl_ssl_props(&mut self, s: &SaslSslSetup<'_>) -> Vec<(String, String)> {
+        self.format_args = s
+            .scram_users
+            .iter()
+            .flat_map(|(mech, user, pw)| {
+                [
+                    "--add-scram".to_string(),
+                    format!("{mech}=[name={user},password={pw}]"),
+                ]
+            })
+            .collect();
+        let plain_users: String = s
+            .plain_users
+            .iter()
+            .map(|(u, p)| format!(" user_{u}=\"{p}\""))
+            .collect();
+        let scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;";
+        let v = |x: &str| x.to_string();
+        vec![
+            (
+                v("listeners"),
+                format!(
+                    "PLAINTEXT://127.0.0.1:{},SASL_SSL://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
+                    self.port, self.secure_port, self.controller_port
+                ),
+            ),
+            (
+                v("advertised.listeners"),
+                format!(
+                    "PLAINTEXT://127.0.0.1:{},SASL_SSL://127.0.0.1:{}",
+                    self.port, self.secure_port
+                ),
+            ),
+            (
+                v("listener.security.protocol.map"),
+                v("PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT"),
+            ),
+            (
+                v("sasl.enabled.mechanisms"),
+                v("SCRAM-SHA-256,SCRAM-SHA-512,PLAIN"),
+            ),
+            (
+                v("listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config"),
+                v(scram),
+            ),
+            (
+                v("listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"),
+                v(scram),
+            ),
+            (
+                v("listener.name.sasl_ssl.plain.sasl.jaas.config"),
+                format!(
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required{plain_users};"
+                ),
+            ),
+            (v("ssl.keystore.location"), s.keystore.display().to_string()),
+            (v("ssl.keystore.type"), v("PKCS12")),
+            (v("ssl.keystore.password"), v(s.keystore_password)),
+            (v("ssl.key.password"), v(s.keystore_password)),
+        ]
+    }
+
     fn config_path(&self) -> PathBuf {
         self.dir.join("server.properties")
     }
@@ -266,7 +372,11 @@ impl Kafka {
     fn write_config(&self, extra: &[(&str, &str)]) {
         let data = self.data_dir();
         let mut props: Vec<(String, String)> = Vec::new();
-        let mut set = |k: &str, v: String| props.push((k.to_string(), v));
+        let mut set = |k: &str, v: String| {
+            // Later lines win, as in a properties file, without leaving the earlier one.
+            props.retain(|(key, _)| key != k);
+            props.push((k.to_string(), v))
+        };
         match self.version.metadata {
             Metadata::Kraft => {
                 set("process.roles", "broker,controller".into());
@@ -345,7 +455,8 @@ impl Kafka {
             .arg(jars::classpath(self.version.name))
             .arg("kafka.tools.StorageTool")
             .args(["format", "-t", &cluster_id, "-c"])
-            .arg(self.config_path());
+            .arg(self.config_path())
+            .args(&self.format_args);
         let out = run_bounded(&mut cmd, Duration::from_secs(120));
         assert!(
             out.status.success(),

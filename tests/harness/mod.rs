@@ -12,18 +12,21 @@
 #![allow(dead_code, unused_imports)] // each test binary uses a different part of the harness
 
 mod broker;
+pub mod certs;
 pub mod dump;
 pub mod files;
 pub mod groups;
 mod jars;
+pub mod mirrors_cli;
 mod process;
 pub mod serve;
 mod tool;
 
-pub use broker::{Kafka, KafkaVersion};
+pub use broker::{Kafka, KafkaVersion, SaslSslSetup};
 pub use dump::{dump_log_segments, DumpBatch, DumpFlags, DumpOutput};
 pub use jars::kafka_libs;
 pub use tool::{
+    kafka_configs,
     consume, describe_topic_configs, offsets, offsets_for_times, run_tool_unchecked, Codec,
     ConsumedRecord, Isolation, ProduceOpts, Produced, TimeOffset, TxnEnd,
 };

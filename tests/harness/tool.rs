@@ -470,6 +470,29 @@ pub fn alter_config(bootstrap: &str, topic: &str, configs: &[(&str, &str)]) {
     run_tool(&args);
 }
 
+/// Kafka's own `kafka-configs` (ConfigCommand) against `bootstrap`, e.g. to change a SCRAM
+/// user's password or set a client quota.
+pub fn kafka_configs(bootstrap: &str, args: &[&str]) -> String {
+    let mut cmd = std::process::Command::new(super::jars::java());
+    cmd.args(super::jars::tool_jvm_flags())
+        .arg("-cp")
+        .arg(super::jars::classpath(super::KafkaVersion::DEFAULT.name()))
+        .arg("kafka.admin.ConfigCommand")
+        .args(["--bootstrap-server", bootstrap])
+        .args(args);
+    let out = super::process::run_bounded(&mut cmd, std::time::Duration::from_secs(120));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "kafka-configs {args:?} failed:\n{text}"
+    );
+    text
+}
+
 /// The same operations as methods on a broker.
 impl Kafka {
     /// Creates the topic and waits until the broker has made every partition's directory

@@ -1,0 +1,91 @@
+//! The `kmirror mirrors` CLI against a running `kmirror serve` with an `[admin]` section.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::serve::Serve;
+
+/// Failure guard for the admin API to come up, not a performance claim.
+const ADMIN_UP_LIMIT: Duration = Duration::from_secs(60);
+
+pub struct CliOut {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn cli(admin: &str, args: &[&str]) -> CliOut {
+    let out = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .arg("mirrors")
+        .args(args)
+        .args(["--admin", admin])
+        .output()
+        .unwrap();
+    CliOut {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs the CLI and fails the test if it fails; returns its stdout.
+pub fn cli_ok(admin: &str, args: &[&str]) -> String {
+    let o = cli(admin, args);
+    assert!(o.ok, "{args:?} failed: {}", o.stderr);
+    o.stdout
+}
+
+pub fn wait_admin(serve: &mut Serve, admin: &str) {
+    let start = Instant::now();
+    loop {
+        serve.assert_running();
+        if cli(admin, &["list"]).ok {
+            return;
+        }
+        assert!(
+            start.elapsed() < ADMIN_UP_LIMIT,
+            "admin API never answered:\n{}",
+            serve.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `describe --json` rows of one mirror.
+pub fn describe_rows(admin: &str, mirror: &str) -> Vec<serde_json::Value> {
+    let json = cli_ok(admin, &["describe", "--mirror", mirror, "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
+    rows.as_array().unwrap().clone()
+}
+
+pub fn free_loopback_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A `kmirror serve` config with an `[admin]` section (`admin_extra` lines go into it).
+pub fn write_admin_config(path: &Path, admin: &str, data_dir: &Path, admin_extra: &str) {
+    std::fs::write(
+        path,
+        format!(
+            r#"
+[admin]
+listen = "{admin}"
+{admin_extra}
+[storage]
+data_dir = "{data}"
+[runtime]
+shards = 1
+arena_slot_bytes = 4194304
+arena_slots = 4
+[fetch]
+max_wait_ms = 100
+max_bytes = 2097152
+partition_max_bytes = 262144
+"#,
+            data = data_dir.display()
+        ),
+    )
+    .unwrap();
+}
