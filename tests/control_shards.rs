@@ -24,7 +24,7 @@ use kmirror::runtime::RuntimeConfig;
 
 type Ctl = Controller<BlockingSourceCatalog, ShardDataPlane>;
 
-fn local_end(c: &Ctl, topic: &str) -> Option<i64> {
+fn local_end(c: &mut Ctl, topic: &str) -> Option<i64> {
     c.describe(Some("m"))
         .unwrap()
         .into_iter()

@@ -24,6 +24,7 @@ use crate::control::state::{
     Command, Event, Outcome, PartitionMachine, RetryPolicy, StateError, StateName,
 };
 use crate::control::state_log::{StateLog, StateLogError};
+use crate::fetch::list_offsets::{Listed, OffsetQuery};
 use crate::ids::{MirrorEpoch, Offset, TopicPartition};
 use crate::limits::{
     GROUP_SYNC_FINAL_TIMEOUT_MS, GROUP_SYNC_ROUND_TIMEOUT_MS, MIRROR_SYNC_INTERVAL_MS_DEFAULT,
@@ -87,6 +88,13 @@ impl std::fmt::Display for Fault {
 /// Asks a mirror's source cluster what it has (with the mirror's own connection settings).
 pub trait SourceCatalog {
     fn describe(&mut self, mirror: &MirrorDefinition) -> Result<SourceView, Fault>;
+    /// ListOffsets on each partition's leader.
+    fn list_offsets(
+        &mut self,
+        mirror: &MirrorDefinition,
+        tps: &[TopicPartition],
+        query: OffsetQuery,
+    ) -> Result<Vec<(TopicPartition, Listed)>, Fault>;
 }
 
 /// What the data plane knows about one partition it fetches (or fetched).
@@ -94,8 +102,8 @@ pub trait SourceCatalog {
 pub struct Progress {
     pub local_log_end: Option<i64>,
     pub source_high_watermark: Option<i64>,
-    /// Age of the newest record stored, from batch timestamps (lag in seconds is this / 1000).
-    pub lag_ms: Option<i64>,
+    /// Max timestamp (ms) of the newest batch stored, when the data plane saw one stored.
+    pub newest_timestamp_ms: Option<i64>,
 }
 
 /// The shards, as the control plane drives them.
@@ -869,22 +877,70 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         Ok(())
     }
 
-    /// `describe`: one row per partition of one mirror, or of all.
-    pub fn describe(&self, mirror: Option<&str>) -> Result<Vec<PartitionRow>, ControlError> {
-        let selected: Vec<(&MirrorName, &MirrorEntry)> = match mirror {
-            Some(m) => vec![self.entry(m)?],
-            None => self.mirrors.iter().collect(),
+    /// The source's high watermarks of a mirror's partitions that have no fetcher (paused,
+    /// failed): the shards only know them while fetching. A source that does not answer
+    /// leaves them as last seen.
+    fn idle_watermarks(&mut self, name: &MirrorName) -> BTreeMap<TopicPartition, i64> {
+        let e = &self.mirrors[name];
+        let idle: Vec<TopicPartition> = e
+            .partitions
+            .iter()
+            .filter(|(_, p)| {
+                !p.machine.wants_fetcher()
+                    && !matches!(p.machine.state(), None | Some(StateName::Stopped))
+            })
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        if idle.is_empty() {
+            return BTreeMap::new();
+        }
+        let def = e.record.definition.clone();
+        match self.source.list_offsets(&def, &idle, OffsetQuery::Latest) {
+            Ok(listed) => listed
+                .into_iter()
+                .filter_map(|(tp, l)| match l {
+                    Listed::At(o) => Some((tp, o.0)),
+                    _ => None,
+                })
+                .collect(),
+            Err(fault) => {
+                tracing::warn!(mirror = %name, %fault, "describe: source offsets unavailable");
+                BTreeMap::new()
+            }
+        }
+    }
+
+    /// `describe`: one row per partition of one mirror, or of all. Lag is the source's high
+    /// watermark minus the local log end; lag in seconds is 0 when caught up, else the age
+    /// (now minus its batch's max timestamp) of the newest record stored.
+    pub fn describe(&mut self, mirror: Option<&str>) -> Result<Vec<PartitionRow>, ControlError> {
+        let names: Vec<MirrorName> = match mirror {
+            Some(m) => vec![self.entry(m)?.0.clone()],
+            None => self.mirrors.keys().cloned().collect(),
         };
+        let now = now_ms();
         let mut rows = Vec::new();
-        for (name, e) in selected {
+        for name in names {
+            let fresh = self.idle_watermarks(&name);
+            let e = &self.mirrors[&name];
             for (tp, p) in &e.partitions {
                 let Some(state) = p.machine.state() else {
                     continue;
                 };
-                let progress = self.data.progress(tp);
+                let mut progress = self.data.progress(tp);
+                if let Some(hw) = fresh.get(tp) {
+                    progress.source_high_watermark = Some(*hw);
+                }
                 let lag = match (progress.source_high_watermark, progress.local_log_end) {
                     (Some(hw), Some(end)) => Some((hw - end).max(0)),
                     _ => None,
+                };
+                let lag_seconds = match lag {
+                    Some(0) => Some(0.0),
+                    Some(_) => progress
+                        .newest_timestamp_ms
+                        .map(|ts| (now - ts).max(0) as f64 / 1000.0),
+                    None => None,
                 };
                 rows.push(PartitionRow {
                     mirror: name.to_string(),
@@ -894,7 +950,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     source_offset: progress.source_high_watermark,
                     destination_offset: progress.local_log_end,
                     lag,
-                    lag_seconds: progress.lag_ms.map(|ms| ms as f64 / 1000.0),
+                    lag_seconds,
                     retry_attempt: p.machine.failure().map_or(0, |f| f.retry.as_kip_value()),
                     error_message: p.machine.failure().map(|f| f.message.clone()),
                     last_mirror_epoch: p.last.map(|l| l.mirror_epoch),
@@ -1192,6 +1248,18 @@ mod tests {
         fn describe(&mut self, _: &MirrorDefinition) -> Result<SourceView, Fault> {
             self.0.borrow().clone()
         }
+        fn list_offsets(
+            &mut self,
+            _: &MirrorDefinition,
+            tps: &[TopicPartition],
+            _: OffsetQuery,
+        ) -> Result<Vec<(TopicPartition, Listed)>, Fault> {
+            self.0.borrow().clone()?;
+            Ok(tps
+                .iter()
+                .map(|tp| (tp.clone(), Listed::At(Offset(120))))
+                .collect())
+        }
     }
 
     /// Records which partitions have a fetcher; each removal reports log end 100.
@@ -1242,7 +1310,7 @@ mod tests {
             Progress {
                 local_log_end: Some(90),
                 source_high_watermark: Some(100),
-                lag_ms: Some(1500),
+                newest_timestamp_ms: Some(now_ms() - 1500),
             }
         }
     }
@@ -1554,7 +1622,16 @@ mod tests {
         c.start("m1", "payments", None).unwrap();
         let rows = c.describe(None).unwrap();
         assert_eq!(rows.len(), 1);
-        assert_eq!((rows[0].lag, rows[0].lag_seconds), (Some(10), Some(1.5)));
+        assert_eq!(rows[0].lag, Some(10));
+        let secs = rows[0].lag_seconds.unwrap();
+        assert!(
+            (1.5..60.0).contains(&secs),
+            "lag of a record stored 1.5 s ago: {secs}"
+        );
+        // Paused: no fetcher, so the high watermark comes from the source (ListOffsets).
+        c.command("m1", "payments", Command::Pause).unwrap();
+        let rows = c.describe(None).unwrap();
+        assert_eq!((rows[0].source_offset, rows[0].lag), (Some(120), Some(30)));
         let list = c.list();
         assert_eq!(list[0].topics, 1);
         assert_eq!(list[0].source_cluster_id.as_deref(), Some("c1"));

@@ -18,6 +18,7 @@ use crate::control::source_security::{fault_of, security_of};
 use crate::control::state_log;
 use crate::fetch::blocking::BlockingClient;
 use crate::fetch::fetcher::{FetchConfig, PartitionStart};
+use crate::fetch::list_offsets::{Listed, OffsetQuery};
 use crate::fetch::security::AUTHENTICATION_FAILED;
 use crate::ids::{LeaderEpoch, Offset, ShardId, TopicPartition};
 use crate::limits::SHARD_REMOVE_WAIT_MS;
@@ -30,6 +31,7 @@ use crate::log::LogError;
 use crate::runtime::mirror_shard::{
     resume_point, MirrorEvent, MirrorMsg, MirrorShard, ReturnedLogs, SourceSpec,
 };
+use crate::runtime::progress::ProgressBoard;
 use crate::runtime::{Runtime, RuntimeConfig, RuntimeError};
 
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +51,8 @@ pub struct ShardDataPlane {
     /// `fetch.request_timeout_ms`: how long past `max_wait_ms` a source response may take.
     request_timeout_ms: u32,
     lent: HashMap<TopicPartition, ShardId>,
+    /// What the shards publish about each partition (log end, source HW, newest timestamp).
+    progress: ProgressBoard,
     /// Failures the shards reported (partition stopped for good), for the controller.
     failures: Vec<(TopicPartition, Fault)>,
 }
@@ -67,8 +71,10 @@ impl ShardDataPlane {
         drop(logs.take(&TopicPartition::new(state_log::TOPIC, 0)));
         let returned: ReturnedLogs = Arc::new(Mutex::new(Vec::new()));
         let shard_returned = Arc::clone(&returned);
+        let progress = ProgressBoard::default();
+        let board = progress.clone();
         let rt = Runtime::start(runtime, move |_| {
-            MirrorShard::new(Arc::clone(&shard_returned))
+            MirrorShard::new(Arc::clone(&shard_returned)).with_progress(board.clone())
         })?;
         Ok(ShardDataPlane {
             rt: Some(rt),
@@ -77,6 +83,7 @@ impl ShardDataPlane {
             fetch,
             request_timeout_ms,
             lent: HashMap::new(),
+            progress,
             failures: Vec::new(),
         })
     }
@@ -160,7 +167,8 @@ impl ShardDataPlane {
         &self,
         mirror: &MirrorDefinition,
         tp: &TopicPartition,
-    ) -> Result<(SourceSpec, crate::ids::LeaderEpoch), Fault> {
+        start: StartFrom,
+    ) -> Result<(SourceSpec, crate::ids::LeaderEpoch, Option<Offset>), Fault> {
         let client_id = &mirror.source.client_id;
         let security = std::sync::Arc::new(security_of(&mirror.source)?);
         let mut errors = Vec::new();
@@ -185,9 +193,12 @@ impl ShardDataPlane {
                 .broker(leader)
                 .ok_or_else(|| format!("leader {leader} of {tp} is not in the broker list"))?;
             let leader_addr = format!("{}:{}", b.host, b.port);
-            let versions = BlockingClient::connect_secure(&leader_addr, client_id, &security)
-                .map_err(|e| fault_of(&leader_addr, &e))?
-                .versions;
+            let mut leader_client =
+                BlockingClient::connect_secure(&leader_addr, client_id, &security)
+                    .map_err(|e| fault_of(&leader_addr, &e))?;
+            let versions = leader_client.versions;
+            let start_offset = start_offset(&mut leader_client, tp, start)
+                .map_err(|e| format!("{leader_addr}: ListOffsets for {tp}: {e}"))?;
             return Ok((
                 SourceSpec {
                     broker_id: leader,
@@ -199,9 +210,43 @@ impl ShardDataPlane {
                     security,
                 },
                 p.leader_epoch,
+                start_offset,
             ));
         }
         Err(Fault::from(errors.join("; ")))
+    }
+}
+
+/// Where a new partition starts on the source: `None` for earliest (the fetcher starts at the
+/// log start), the high watermark for latest, the ListOffsets answer for a timestamp (the high
+/// watermark when no record is that new).
+fn start_offset(
+    client: &mut BlockingClient,
+    tp: &TopicPartition,
+    start: StartFrom,
+) -> Result<Option<Offset>, String> {
+    let query = match start {
+        StartFrom::Earliest => return Ok(None),
+        StartFrom::Latest => OffsetQuery::Latest,
+        StartFrom::Timestamp(t) => OffsetQuery::Timestamp(t),
+    };
+    let mut ask = |q| -> Result<Listed, String> {
+        let answers = client
+            .list_offsets(std::slice::from_ref(tp), q)
+            .map_err(|e| e.to_string())?;
+        Ok(answers
+            .into_iter()
+            .next()
+            .map_or(Listed::Error(3), |(_, l)| l))
+    };
+    let listed = match ask(query)? {
+        Listed::NoneAfter => ask(OffsetQuery::Latest)?,
+        other => other,
+    };
+    match listed {
+        Listed::At(o) => Ok(Some(o)),
+        Listed::NoneAfter => Err("no offset".into()),
+        Listed::Error(code) => Err(format!("error code {code}")),
     }
 }
 
@@ -216,16 +261,23 @@ impl DataPlane for ShardDataPlane {
         if self.lent.contains_key(tp) {
             return Ok(());
         }
-        if start != StartFrom::Earliest {
-            // Not done yet: a new partition always starts from the source's log start.
-            tracing::warn!(partition = %tp, %start, "start position not supported yet; starting from earliest");
-        }
-        let (spec, leader_epoch) = self.source_for(mirror, tp)?;
+        let (spec, leader_epoch, start_offset) = self.source_for(mirror, tp, start)?;
         let id = (!topic_id.is_nil()).then_some(topic_id);
         self.logs()
             .get_or_create(tp, id, None)
             .map_err(|e| Fault::from(e.to_string()))?;
-        let log = self.logs().take(tp).expect("just created or found");
+        let mut log = self.logs().take(tp).expect("just created or found");
+        // Only a partition with nothing mirrored yet starts at the start position; one with
+        // data resumes from its log end.
+        if let Some(at) = start_offset.filter(|o| *o > Offset::ZERO) {
+            if log.log_end_offset() == Offset::ZERO {
+                tracing::info!(partition = %tp, %start, offset = %at, "starting at the source offset");
+                if let Err(e) = log.truncate_fully_and_start_at(&mut StdIo, at) {
+                    self.logs().restore(log);
+                    return Err(format!("{tp}: cannot start at {at}: {e}").into());
+                }
+            }
+        }
         let (log_end, last_epoch) = resume_point(&log);
         let shard = shard_for(tp, self.rt().shard_count());
         let msg = MirrorMsg::AddPartition {
@@ -295,17 +347,20 @@ impl DataPlane for ShardDataPlane {
     }
 
     fn progress(&self, tp: &TopicPartition) -> Progress {
-        // While a shard owns the log only the shard knows its end; the shards do not report
-        // watermarks to the control thread yet.
-        let local = self
-            .logs
-            .as_ref()
-            .and_then(|d| d.get(tp))
-            .map(|l| l.log_end_offset().0);
+        // While a shard owns the log, its end is what the shard last published.
+        let seen = self.progress.snapshot(tp);
+        let local = if self.lent.contains_key(tp) {
+            seen.log_end
+        } else {
+            self.logs
+                .as_ref()
+                .and_then(|d| d.get(tp))
+                .map(|l| l.log_end_offset().0)
+        };
         Progress {
             local_log_end: local,
-            source_high_watermark: None,
-            lag_ms: None,
+            source_high_watermark: seen.high_watermark,
+            newest_timestamp_ms: seen.newest_timestamp,
         }
     }
 }

@@ -6,12 +6,65 @@ use crate::control::controller::{Fault, SourceCatalog, SourceTopic, SourceView};
 use crate::control::mirror_def::MirrorDefinition;
 use crate::control::source_security::{fault_of, security_of};
 use crate::fetch::blocking::BlockingClient;
+use crate::fetch::list_offsets::{Listed, OffsetQuery};
+use crate::ids::TopicPartition;
 
 /// Reads source metadata with a fresh blocking connection per call.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct BlockingSourceCatalog;
 
 impl SourceCatalog for BlockingSourceCatalog {
+    /// Finds each partition's leader with a metadata request, then asks each leader once.
+    fn list_offsets(
+        &mut self,
+        mirror: &MirrorDefinition,
+        tps: &[TopicPartition],
+        query: OffsetQuery,
+    ) -> Result<Vec<(TopicPartition, Listed)>, Fault> {
+        let security = security_of(&mirror.source)?;
+        let client_id = &mirror.source.client_id;
+        let mut topics: Vec<&str> = tps.iter().map(|tp| tp.topic.as_str()).collect();
+        topics.sort_unstable();
+        topics.dedup();
+        let mut errors = Vec::new();
+        let mut md = None;
+        for addr in &mirror.source.bootstrap_servers {
+            match BlockingClient::connect_secure(addr, client_id, &security)
+                .and_then(|mut c| c.metadata(Some(&topics)))
+            {
+                Ok(m) => {
+                    md = Some(m);
+                    break;
+                }
+                Err(e) if e.is_authentication() => return Err(fault_of(addr, &e)),
+                Err(e) => errors.push(format!("{addr}: {e}")),
+            }
+        }
+        let md = md.ok_or_else(|| Fault::from(errors.join("; ")))?;
+        let mut by_leader: std::collections::BTreeMap<i32, Vec<TopicPartition>> =
+            Default::default();
+        let mut out = Vec::new();
+        for tp in tps {
+            match md.partition(&tp.topic, tp.partition).and_then(|p| p.leader) {
+                Some(leader) => by_leader.entry(leader).or_default().push(tp.clone()),
+                // LEADER_NOT_AVAILABLE
+                None => out.push((tp.clone(), Listed::Error(5))),
+            }
+        }
+        for (leader, tps) in by_leader {
+            let Some(b) = md.broker(leader) else {
+                out.extend(tps.into_iter().map(|tp| (tp, Listed::Error(5))));
+                continue;
+            };
+            let addr = format!("{}:{}", b.host, b.port);
+            let listed = BlockingClient::connect_secure(&addr, client_id, &security)
+                .and_then(|mut c| c.list_offsets(&tps, query))
+                .map_err(|e| fault_of(&addr, &e))?;
+            out.extend(listed);
+        }
+        Ok(out)
+    }
+
     fn describe(&mut self, mirror: &MirrorDefinition) -> Result<SourceView, Fault> {
         let security = security_of(&mirror.source)?;
         let mut errors = Vec::new();

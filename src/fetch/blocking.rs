@@ -337,6 +337,27 @@ impl BlockingClient {
         Ok(self.conn.decode::<R>(frame)?)
     }
 
+    /// ListOffsets for partitions this broker leads.
+    pub fn list_offsets(
+        &mut self,
+        tps: &[crate::ids::TopicPartition],
+        query: crate::fetch::list_offsets::OffsetQuery,
+    ) -> Result<
+        Vec<(
+            crate::ids::TopicPartition,
+            crate::fetch::list_offsets::Listed,
+        )>,
+        BlockingError,
+    > {
+        use crate::fetch::list_offsets;
+        let req = list_offsets::request(tps, query);
+        let resp = self.request::<kafka_protocol::messages::ListOffsetsRequest>(
+            self.versions.list_offsets,
+            &req,
+        )?;
+        Ok(list_offsets::answers(tps, &resp))
+    }
+
     /// Metadata for the named topics, or all topics.
     pub fn metadata(&mut self, topics: Option<&[&str]>) -> Result<ClusterMetadata, BlockingError> {
         let req = metadata::metadata_request(topics);

@@ -9,6 +9,7 @@
 //! |------------|-----------------------------------------------------------------------|
 //! | `conn`     | one connection's correlation ids, in-flight requests, poison, throttle |
 //! | `versions` | ApiVersions negotiation                                               |
+//! | `list_offsets` | ListOffsets requests and answers (log start, HW, by timestamp)  |
 //! | `metadata` | topics, partitions, leaders, leader epochs, topic ids                 |
 //! | `fetcher`  | per source broker: partitions, fetch sessions, requests, events      |
 //! | `response` | validation of one partition's records, in place                      |
@@ -24,6 +25,7 @@ pub mod blocking;
 pub mod conn;
 pub mod divergence;
 pub mod fetcher;
+pub mod list_offsets;
 pub mod metadata;
 pub mod response;
 pub mod sasl;

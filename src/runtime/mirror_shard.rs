@@ -38,6 +38,9 @@ use crate::wire::frame::{self, LENGTH_PREFIX_BYTES};
 // TLS and SASL on the ring: kept apart so the plaintext path above stays as it was.
 #[path = "mirror_shard_secure.rs"]
 mod secure;
+// Progress reports for describe.
+#[path = "mirror_shard_progress.rs"]
+mod progress_report;
 
 /// Control → shard.
 #[derive(Debug)]
@@ -153,6 +156,9 @@ pub struct MirrorShard {
     sources: Vec<Source>,
     events: Vec<FetchEvent>,
     returned: ReturnedLogs,
+    progress: super::progress::ProgressBoard,
+    /// Progress cells by (source, slot), looked up once when a partition arrives.
+    cells: std::collections::HashMap<(usize, u32), Arc<super::progress::PartitionProgress>>,
 }
 
 impl MirrorShard {
@@ -161,7 +167,15 @@ impl MirrorShard {
             sources: Vec::new(),
             events: Vec::new(),
             returned,
+            progress: Default::default(),
+            cells: Default::default(),
         }
+    }
+
+    /// Publishes the partitions' progress on `board` (for the control thread's describe).
+    pub fn with_progress(mut self, board: super::progress::ProgressBoard) -> MirrorShard {
+        self.progress = board;
+        self
     }
 
     fn give_back(&self, log: PartitionLog) {
@@ -244,6 +258,7 @@ impl MirrorShard {
                     src.logs.resize_with(n + 1, || None);
                 }
                 src.logs[n] = Some(log);
+                self.track_progress(i, Slot(n as u32), &tp);
                 let _ = cx.emit(MirrorEvent::PartitionAdded { tp });
                 self.drive(cx, i);
             }
@@ -520,6 +535,8 @@ impl MirrorShard {
                     };
                     if let Err(e) = result {
                         self.stop_partition(cx, i, r.slot, format!("append failed: {e}"));
+                    } else {
+                        self.report_append(i, &r);
                     }
                 }
                 FetchEvent::LogStartMoved { slot, to, .. } => {
@@ -537,7 +554,11 @@ impl MirrorShard {
                     let why = format!("source log diverged from ours: {d:?}");
                     self.stop_partition(cx, i, d.slot, why);
                 }
-                FetchEvent::Watermarks { .. } => {}
+                FetchEvent::Watermarks {
+                    slot,
+                    high_watermark,
+                    ..
+                } => self.report_high_watermark(i, slot, high_watermark),
                 other => notice(
                     cx,
                     format!("source broker {}: {other:?}", self.sources[i].spec.addr),

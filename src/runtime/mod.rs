@@ -15,6 +15,7 @@ pub mod arena;
 pub mod mailbox;
 pub mod memlock;
 pub mod mirror_shard;
+pub mod progress;
 pub mod ring;
 pub mod shard;
 pub mod start;

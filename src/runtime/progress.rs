@@ -1,0 +1,105 @@
+//! Per-partition progress the shards publish for the control thread (describe): the local log
+//! end, the source's high watermark and the newest record timestamp stored. Plain atomics
+//! written by the owning shard after each append and read whenever the control thread likes:
+//! no queue to fill and no lock on the data path (the board's lock is taken only when a
+//! partition is handed to a shard).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::ids::TopicPartition;
+
+const UNKNOWN: i64 = i64::MIN;
+
+/// One partition's progress.
+#[derive(Debug)]
+pub struct PartitionProgress {
+    log_end: AtomicI64,
+    high_watermark: AtomicI64,
+    newest_timestamp: AtomicI64,
+}
+
+impl Default for PartitionProgress {
+    fn default() -> Self {
+        PartitionProgress {
+            log_end: AtomicI64::new(UNKNOWN),
+            high_watermark: AtomicI64::new(UNKNOWN),
+            newest_timestamp: AtomicI64::new(UNKNOWN),
+        }
+    }
+}
+
+fn known(v: i64) -> Option<i64> {
+    (v != UNKNOWN).then_some(v)
+}
+
+/// What one read of a partition's progress saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProgressSnapshot {
+    pub log_end: Option<i64>,
+    pub high_watermark: Option<i64>,
+    /// Max timestamp of the newest batch stored (ms), when one was stored by this process.
+    pub newest_timestamp: Option<i64>,
+}
+
+impl PartitionProgress {
+    // Relaxed: each value is a report on its own; describe never needs them consistent with
+    // one another to the offset.
+    pub fn set_log_end(&self, end: i64) {
+        self.log_end.store(end, Ordering::Relaxed);
+    }
+
+    pub fn set_high_watermark(&self, hw: i64) {
+        self.high_watermark.store(hw, Ordering::Relaxed);
+    }
+
+    pub fn set_newest_timestamp(&self, ts: i64) {
+        self.newest_timestamp.store(ts, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> ProgressSnapshot {
+        ProgressSnapshot {
+            log_end: known(self.log_end.load(Ordering::Relaxed)),
+            high_watermark: known(self.high_watermark.load(Ordering::Relaxed)),
+            newest_timestamp: known(self.newest_timestamp.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// Every partition's progress cell, shared by the control thread and the shards.
+#[derive(Debug, Clone, Default)]
+pub struct ProgressBoard(Arc<Mutex<HashMap<TopicPartition, Arc<PartitionProgress>>>>);
+
+impl ProgressBoard {
+    /// The partition's cell, created on first use.
+    pub fn cell(&self, tp: &TopicPartition) -> Arc<PartitionProgress> {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(map.entry(tp.clone()).or_default())
+    }
+
+    pub fn snapshot(&self, tp: &TopicPartition) -> ProgressSnapshot {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(tp).map(|c| c.snapshot()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_until_set_and_shared_between_holders() {
+        let board = ProgressBoard::default();
+        let tp = TopicPartition::new("t", 0);
+        assert_eq!(board.snapshot(&tp), ProgressSnapshot::default());
+        let cell = board.clone().cell(&tp);
+        cell.set_log_end(10);
+        cell.set_high_watermark(12);
+        let s = board.snapshot(&tp);
+        assert_eq!(
+            (s.log_end, s.high_watermark, s.newest_timestamp),
+            (Some(10), Some(12), None)
+        );
+    }
+}
