@@ -104,6 +104,8 @@ pub struct Progress {
     pub source_high_watermark: Option<i64>,
     /// Max timestamp (ms) of the newest batch stored, when the data plane saw one stored.
     pub newest_timestamp_ms: Option<i64>,
+    /// Throttle time the source's quotas imposed on the partition's connection, summed (ms).
+    pub throttled_ms: Option<i64>,
 }
 
 /// The shards, as the control plane drives them.
@@ -218,6 +220,9 @@ pub struct PartitionRow {
     pub destination_offset: Option<i64>,
     pub lag: Option<i64>,
     pub lag_seconds: Option<f64>,
+    /// Throttle time (ms) the source's quotas imposed on this partition's fetch connection.
+    #[serde(default)]
+    pub throttle_time_ms: Option<i64>,
     /// -1 non-retryable, n the attempt, 0 when not FAILED.
     pub retry_attempt: i32,
     pub error_message: Option<String>,
@@ -951,6 +956,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     destination_offset: progress.local_log_end,
                     lag,
                     lag_seconds,
+                    throttle_time_ms: progress.throttled_ms,
                     retry_attempt: p.machine.failure().map_or(0, |f| f.retry.as_kip_value()),
                     error_message: p.machine.failure().map(|f| f.message.clone()),
                     last_mirror_epoch: p.last.map(|l| l.mirror_epoch),
@@ -1311,6 +1317,7 @@ mod tests {
                 local_log_end: Some(90),
                 source_high_watermark: Some(100),
                 newest_timestamp_ms: Some(now_ms() - 1500),
+                throttled_ms: None,
             }
         }
     }

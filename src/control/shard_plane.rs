@@ -361,6 +361,7 @@ impl DataPlane for ShardDataPlane {
             local_log_end: local,
             source_high_watermark: seen.high_watermark,
             newest_timestamp_ms: seen.newest_timestamp,
+            throttled_ms: seen.throttled_ms,
         }
     }
 }

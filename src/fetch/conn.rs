@@ -46,6 +46,9 @@ pub struct Connection {
     in_flight: VecDeque<InFlight>,
     poison: Option<String>,
     throttled_until: Option<Instant>,
+    /// Every throttle_time_ms the broker sent on this client's connections, summed (for
+    /// operators: how much a source quota holds this mirror back).
+    throttled_ms_total: u64,
 }
 
 impl Connection {
@@ -56,6 +59,7 @@ impl Connection {
             in_flight: VecDeque::with_capacity(SOURCE_IN_FLIGHT_MAX),
             poison: None,
             throttled_until: None,
+            throttled_ms_total: 0,
         }
     }
 
@@ -78,6 +82,15 @@ impl Connection {
     /// after answering (Fetch v8+, Metadata v6+, ...) the client must not send before it ends.
     pub fn throttle(&mut self, until: Instant) {
         self.throttled_until = Some(self.throttled_until.map_or(until, |t| t.max(until)));
+    }
+
+    /// Counts a throttle the broker asked for, in ms.
+    pub fn record_throttle(&mut self, ms: u64) {
+        self.throttled_ms_total = self.throttled_ms_total.saturating_add(ms);
+    }
+
+    pub fn throttled_ms_total(&self) -> u64 {
+        self.throttled_ms_total
     }
 
     /// When the next request may be sent, if the broker asked us to wait.

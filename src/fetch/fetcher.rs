@@ -930,7 +930,13 @@ impl Fetcher {
         if throttle_ms > 0 {
             let ms = (throttle_ms as u64).min(SOURCE_THROTTLE_MS_MAX);
             self.conn.throttle(now + Duration::from_millis(ms));
+            self.conn.record_throttle(ms);
         }
+    }
+
+    /// Every throttle the source asked for on this fetcher's connection, summed, in ms.
+    pub fn throttled_ms_total(&self) -> u64 {
+        self.conn.throttled_ms_total()
     }
 
     fn lookup(&self, by_id: bool, name: &TopicName, id: Uuid, partition: i32) -> Option<Slot> {

@@ -26,16 +26,20 @@ impl MirrorShard {
     /// After a successful append of `r`.
     pub(super) fn report_append(&mut self, i: usize, r: &FetchedRecords) {
         let end = self.log_mut(i, r.slot).map(|l| l.log_end_offset());
+        let throttled = self.sources[i].fetcher.throttled_ms_total();
         if let (Some(cell), Some(end)) = (self.cell(i, r.slot), end) {
             cell.set_log_end(end.0);
             cell.set_high_watermark(r.high_watermark.0);
             cell.set_newest_timestamp(r.max_timestamp.0);
+            cell.set_throttled_ms(throttled);
         }
     }
 
     pub(super) fn report_high_watermark(&mut self, i: usize, slot: Slot, hw: Offset) {
+        let throttled = self.sources[i].fetcher.throttled_ms_total();
         if let Some(cell) = self.cell(i, slot) {
             cell.set_high_watermark(hw.0);
+            cell.set_throttled_ms(throttled);
         }
     }
 }

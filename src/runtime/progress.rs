@@ -18,6 +18,7 @@ pub struct PartitionProgress {
     log_end: AtomicI64,
     high_watermark: AtomicI64,
     newest_timestamp: AtomicI64,
+    throttled_ms: AtomicI64,
 }
 
 impl Default for PartitionProgress {
@@ -26,6 +27,7 @@ impl Default for PartitionProgress {
             log_end: AtomicI64::new(UNKNOWN),
             high_watermark: AtomicI64::new(UNKNOWN),
             newest_timestamp: AtomicI64::new(UNKNOWN),
+            throttled_ms: AtomicI64::new(UNKNOWN),
         }
     }
 }
@@ -41,6 +43,9 @@ pub struct ProgressSnapshot {
     pub high_watermark: Option<i64>,
     /// Max timestamp of the newest batch stored (ms), when one was stored by this process.
     pub newest_timestamp: Option<i64>,
+    /// Throttle time (ms) the source asked for on the connection that fetches this partition,
+    /// summed since that connection's fetcher was set up.
+    pub throttled_ms: Option<i64>,
 }
 
 impl PartitionProgress {
@@ -58,11 +63,17 @@ impl PartitionProgress {
         self.newest_timestamp.store(ts, Ordering::Relaxed);
     }
 
+    pub fn set_throttled_ms(&self, ms: u64) {
+        self.throttled_ms
+            .store(i64::try_from(ms).unwrap_or(i64::MAX), Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> ProgressSnapshot {
         ProgressSnapshot {
             log_end: known(self.log_end.load(Ordering::Relaxed)),
             high_watermark: known(self.high_watermark.load(Ordering::Relaxed)),
             newest_timestamp: known(self.newest_timestamp.load(Ordering::Relaxed)),
+            throttled_ms: known(self.throttled_ms.load(Ordering::Relaxed)),
         }
     }
 }
