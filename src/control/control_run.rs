@@ -51,8 +51,8 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     let kafka = crate::serve::start_configured(config, &catalog)?;
     let request_timeout_ms = config.fetch.request_timeout_ms;
     let build = move || {
-        let mut plane =
-            ShardDataPlane::start(&data_dir, &runtime, fetch, request_timeout_ms).map_err(|e| e.to_string())?;
+        let mut plane = ShardDataPlane::start(&data_dir, &runtime, fetch, request_timeout_ms)
+            .map_err(|e| e.to_string())?;
         plane.attach_read_catalog(catalog);
         let store = match StateLog::open(&data_dir) {
             Ok(s) => s,

@@ -243,7 +243,10 @@ impl BlockingClient {
         client_id: &str,
         security: &SourceSecurity,
     ) -> Result<BlockingClient, BlockingError> {
-        BlockingClient::with_socket(Socket::connect_secure(addr, security, client_id)?, client_id)
+        BlockingClient::with_socket(
+            Socket::connect_secure(addr, security, client_id)?,
+            client_id,
+        )
     }
 
     /// `connect` with the connect and per-read/write timeouts bounded by `timeout` (for calls
