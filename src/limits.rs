@@ -88,6 +88,10 @@ pub const CHECKPOINT_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`; a producer keeps at most five requests in flight).
 pub const PRODUCER_RECENT_BATCHES: usize = 5;
 
+/// Kafka's default `max.message.bytes` (1 MiB + record batch overhead): the largest batch a
+/// producer may write to a failed-over partition.
+pub const MAX_MESSAGE_BYTES_DEFAULT: usize = 1_048_588;
+
 /// Producer ids kmirror hands out after failover start at least here: Kafka clusters allocate
 /// producer ids in blocks of 1,000 upwards from 0, so mirrored data would need 2^40 (10^12)
 /// producers to reach it.

@@ -48,6 +48,9 @@ impl DataPlane for RecordingPlane {
             log_end: Offset(0),
         })
     }
+    fn writable(&mut self, _: &TopicPartition) -> Result<(), String> {
+        Ok(())
+    }
     fn progress(&self, _: &TopicPartition) -> Progress {
         Progress::default()
     }

@@ -442,6 +442,54 @@ fn control_plane_mode_serves_clients_too() {
     let ours = harness::consume(&kmirror, &topic, 0, 0, 120, Isolation::ReadUncommitted);
     assert_eq!(theirs.len(), 120);
     assert_eq!(ours, theirs);
+
+    // Failover: after `stop` the partition is writable; an idempotent Java producer writes to
+    // kmirror and its records continue at the mirrored end.
+    let stop = mirrors_cli(&admin, &["stop", "--mirror", "m", "--topics", &topic]);
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    let opts = ProduceOpts {
+        idempotent: true,
+        seed: 7,
+        ..Default::default()
+    };
+    let written = harness::produce(&kmirror, &topic, 0, 30, &opts);
+    assert_eq!(written.offsets, (120..150).collect::<Vec<i64>>());
+    let all = harness::consume(&kmirror, &topic, 0, 0, 150, Isolation::ReadCommitted);
+    assert_eq!(all.len(), 150);
+    assert_eq!(&all[..120], &theirs[..]);
+    let text = serve.sigterm_and_wait();
+    assert!(text.contains("stopped cleanly"), "{text}");
+
+    // After a restart the written records are still there and the partition is still writable.
+    let mut serve = Serve::start(&config, work.path().join("serve2.log"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let kmirror = loop {
+        serve.assert_running();
+        let log = serve.log_text();
+        if let Some(at) = log.find("Kafka listener serving on ") {
+            let addr: String = log[at + 26..]
+                .chars()
+                .take_while(|c| !c.is_whitespace())
+                .collect();
+            if mirrors_cli(&admin, &["list"]).status.success() {
+                break addr;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no restart:\n{}",
+            serve.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let again = harness::consume(&kmirror, &topic, 0, 0, 150, Isolation::ReadCommitted);
+    assert_eq!(again, all, "the failed-over partition survived the restart");
+    let more = harness::produce(&kmirror, &topic, 0, 5, &ProduceOpts { seed: 8, ..opts });
+    assert_eq!(more.offsets, (150..155).collect::<Vec<i64>>());
     let text = serve.sigterm_and_wait();
     assert!(text.contains("stopped cleanly"), "{text}");
 }

@@ -48,12 +48,16 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     let runtime = config.runtime_config();
     let fetch = config.fetch_config();
     let catalog = ReadCatalog::new();
-    let kafka = crate::serve::start_configured(config, &catalog)?;
+    let writer = crate::serve::writes::writer_slot();
+    let kafka = crate::serve::start_configured(config, &catalog, &writer)?;
     let request_timeout_ms = config.fetch.request_timeout_ms;
     let build = move || {
         let mut plane = ShardDataPlane::start(&data_dir, &runtime, fetch, request_timeout_ms)
             .map_err(|e| e.to_string())?;
         plane.attach_read_catalog(catalog);
+        // Failed-over partitions take client writes through the endpoint from now on.
+        let leaders: std::sync::Arc<dyn crate::serve::writes::PartitionWriter> = plane.leaders();
+        let _ = writer.set(leaders);
         let store = match StateLog::open(&data_dir) {
             Ok(s) => s,
             Err(e) => {

@@ -125,6 +125,9 @@ pub trait DataPlane {
     /// aborted, the leader epoch raised above the source's, producer state reset, all durable
     /// before the partition may become STOPPED (and writable). Safe to repeat after a crash.
     fn promote(&mut self, tp: &TopicPartition) -> Result<Promotion, String>;
+    /// Makes a STOPPED (promoted) partition writable for clients; repeatable (a restart calls
+    /// it for every STOPPED partition).
+    fn writable(&mut self, tp: &TopicPartition) -> Result<(), String>;
     /// Partitions whose fetching stopped on its own since the last call, with the reason.
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         Vec::new()
@@ -460,6 +463,11 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     self.stop_fetcher(name, &tp)?;
                 }
                 Some(StateName::Stopping) => self.fail_over(name, &tp, epoch)?,
+                Some(StateName::Stopped) => {
+                    if let Err(why) = self.data.writable(&tp) {
+                        tracing::error!(mirror = %name, partition = %tp, %why, "stopped partition not writable");
+                    }
+                }
                 _ => {}
             }
         }
@@ -528,6 +536,9 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             }
         }
         self.apply_event(name, tp, Event::FetcherRemoved)?;
+        if let Err(why) = self.data.writable(tp) {
+            tracing::error!(mirror = %name, partition = %tp, %why, "stopped partition not writable");
+        }
         Ok(())
     }
 
@@ -1277,6 +1288,7 @@ mod tests {
         failures: Rc<RefCell<Vec<(TopicPartition, Fault)>>>,
         promoted: Rc<RefCell<Vec<TopicPartition>>>,
         fail_promotes: Rc<RefCell<bool>>,
+        writable: Rc<RefCell<BTreeSet<TopicPartition>>>,
     }
 
     impl DataPlane for FakeData {
@@ -1308,6 +1320,10 @@ mod tests {
                 aborted: Vec::new(),
                 log_end: Offset(100),
             })
+        }
+        fn writable(&mut self, tp: &TopicPartition) -> Result<(), String> {
+            self.writable.borrow_mut().insert(tp.clone());
+            Ok(())
         }
         fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
             std::mem::take(&mut *self.failures.borrow_mut())

@@ -253,7 +253,11 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
             }
         }
     }
-    let kafka = match crate::serve::start_configured(config, &catalog) {
+    let kafka = match crate::serve::start_configured(
+        config,
+        &catalog,
+        &crate::serve::writes::writer_slot(),
+    ) {
         Ok(k) => k,
         Err(e) => {
             rt.stop();

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::control::controller::{DataPlane, Fault, Progress};
+use crate::control::leader_store::LeaderStore;
 use crate::control::mirror_def::{MirrorDefinition, StartFrom};
 use crate::control::mirror_run::shard_for;
 use crate::control::source_security::{fault_of, security_of};
@@ -55,6 +56,8 @@ pub struct ShardDataPlane {
     progress: ProgressBoard,
     /// Failures the shards reported (partition stopped for good), for the controller.
     failures: Vec<(TopicPartition, Fault)>,
+    /// Failed-over partitions, written by clients through the Kafka endpoint.
+    leaders: Arc<LeaderStore>,
 }
 
 impl ShardDataPlane {
@@ -73,6 +76,12 @@ impl ShardDataPlane {
         let shard_returned = Arc::clone(&returned);
         let progress = ProgressBoard::default();
         let board = progress.clone();
+        let leaders = Arc::new(LeaderStore::new());
+        let max_seen = logs
+            .partitions()
+            .filter_map(|(_, l)| l.max_producer_id())
+            .max();
+        leaders.open_producer_ids(data_dir, max_seen)?;
         let rt = Runtime::start(runtime, move |_| {
             MirrorShard::new(Arc::clone(&shard_returned)).with_progress(board.clone())
         })?;
@@ -85,7 +94,13 @@ impl ShardDataPlane {
             lent: HashMap::new(),
             progress,
             failures: Vec::new(),
+            leaders,
         })
+    }
+
+    /// The failed-over partitions, for the Kafka endpoint's writes.
+    pub fn leaders(&self) -> Arc<LeaderStore> {
+        Arc::clone(&self.leaders)
     }
 
     /// Announces every partition log (now and later) to the Kafka endpoint's catalog.
@@ -157,6 +172,9 @@ impl ShardDataPlane {
             rt.stop();
         }
         self.take_returned();
+        for log in self.leaders.take_all() {
+            self.logs().restore(log);
+        }
         if let Some(logs) = self.logs.take() {
             logs.close(&mut StdIo)?;
         }
@@ -261,6 +279,10 @@ impl DataPlane for ShardDataPlane {
         if self.lent.contains_key(tp) {
             return Ok(());
         }
+        // Mirroring a failed-over partition again: it stops being writable first.
+        if let Some(log) = self.leaders.release(tp) {
+            self.logs().restore(log);
+        }
         let (spec, leader_epoch, start_offset) = self.source_for(mirror, tp, start)?;
         let id = (!topic_id.is_nil()).then_some(topic_id);
         self.logs()
@@ -338,6 +360,27 @@ impl DataPlane for ShardDataPlane {
         let promotion = log.promote(&mut StdIo, epoch).map_err(|e| e.to_string())?;
         self.logs().write_checkpoints().map_err(|e| e.to_string())?;
         Ok(promotion)
+    }
+
+    fn writable(&mut self, tp: &TopicPartition) -> Result<(), String> {
+        if self.leaders.contains(tp) {
+            return Ok(());
+        }
+        if self.lent.contains_key(tp) {
+            return Err(format!("{tp} is still being fetched"));
+        }
+        self.take_returned();
+        let log = self
+            .logs()
+            .take(tp)
+            .ok_or_else(|| format!("{tp} has no local log"))?;
+        if log.epoch_cache().latest_epoch().is_none() {
+            // Never promoted (e.g. a state written by an older kmirror): not writable.
+            self.logs().restore(log);
+            return Err(format!("{tp} was never promoted"));
+        }
+        self.leaders.lead(log);
+        Ok(())
     }
 
     /// Drains pending shard events without waiting; returns the failures they reported.

@@ -16,8 +16,14 @@ use crate::serve::list_offsets::ListOffsetsApi;
 use crate::serve::metadata::MetadataApi;
 use crate::serve::offset_for_epoch::OffsetForEpochApi;
 use crate::serve::produce::ProduceApi;
+use crate::serve::writes::{InitProducerIdApi, WriterSlot};
 
-pub fn dispatcher(catalog: Arc<ReadCatalog>, host: String, port: i32) -> Dispatcher {
+pub fn dispatcher(
+    catalog: Arc<ReadCatalog>,
+    host: String,
+    port: i32,
+    writer: WriterSlot,
+) -> Dispatcher {
     let mut d = Dispatcher::new();
     d.register(
         ApiKey::Metadata,
@@ -61,6 +67,19 @@ pub fn dispatcher(catalog: Arc<ReadCatalog>, host: String, port: i32) -> Dispatc
             catalog: Arc::clone(&catalog),
         }),
     );
-    d.register(ApiKey::Produce, 3, 12, Arc::new(ProduceApi { catalog }));
+    d.register(
+        ApiKey::InitProducerId,
+        0,
+        4,
+        Arc::new(InitProducerIdApi {
+            writer: Arc::clone(&writer),
+        }),
+    );
+    d.register(
+        ApiKey::Produce,
+        3,
+        12,
+        Arc::new(ProduceApi { catalog, writer }),
+    );
     d
 }

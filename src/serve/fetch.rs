@@ -410,7 +410,12 @@ mod tests {
         }
         let seg = log.segments()[0].log_path().to_path_buf();
         let all = std::fs::read(seg).unwrap();
-        let d = catalog_apis::dispatcher(catalog, "127.0.0.1".into(), 9092);
+        let d = catalog_apis::dispatcher(
+            catalog,
+            "127.0.0.1".into(),
+            9092,
+            crate::serve::writes::writer_slot(),
+        );
         // Readers need only the published view and the files, not the log itself.
         drop(log);
         (dir, d, id, all)

@@ -13,6 +13,7 @@ use crate::log::read_view::ReadCatalog;
 use crate::serve::catalog_apis;
 use crate::serve::conn;
 use crate::serve::dispatch::Dispatcher;
+use crate::serve::writes::WriterSlot;
 
 /// Where to listen and what to tell clients.
 #[derive(Debug, Clone)]
@@ -37,6 +38,7 @@ impl KafkaListener {
     pub fn start(
         config: &ListenerConfig,
         catalog: Arc<ReadCatalog>,
+        writer: WriterSlot,
         extend: impl FnOnce(&mut Dispatcher),
     ) -> std::io::Result<KafkaListener> {
         let listener = TcpListener::bind(config.listen)?;
@@ -48,7 +50,7 @@ impl KafkaListener {
             }
             None => (addr.ip().to_string(), addr.port()),
         };
-        let mut dispatcher = catalog_apis::dispatcher(catalog, host, port as i32);
+        let mut dispatcher = catalog_apis::dispatcher(catalog, host, port as i32, writer);
         extend(&mut dispatcher);
         let dispatcher = Arc::new(dispatcher);
         // Non-blocking accept polled with the stop flag: a blocked accept cannot be woken.

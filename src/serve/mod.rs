@@ -14,6 +14,7 @@
 //! | `dispatch` | API registry, ApiVersions, request header decoding; no I/O |
 //! | `catalog_apis` | builds the dispatcher with every API this module implements |
 //! | `metadata`, `fetch`, `list_offsets`, `describe_configs`, `produce`, `offset_for_epoch` | one API each |
+//! | `writes` | Produce and InitProducerId for failed-over partitions, through the control plane's leader store |
 //! | `segment_reader` | offset/time/txn index lookups on a published segment, by `pread` |
 //! | `groups` | the consumer-group coordinator (sans-IO), registered on the dispatcher |
 
@@ -29,6 +30,7 @@ pub mod metadata;
 pub mod offset_for_epoch;
 pub mod produce;
 pub mod segment_reader;
+pub mod writes;
 
 pub use listener::{KafkaListener, ListenerConfig};
 
@@ -38,6 +40,7 @@ use crate::log::LogError;
 pub fn start_configured(
     config: &crate::config::ServeConfig,
     catalog: &std::sync::Arc<crate::log::read_view::ReadCatalog>,
+    writer: &writes::WriterSlot,
 ) -> std::io::Result<Option<KafkaListener>> {
     let Some(k) = &config.kafka else {
         return Ok(None);
@@ -46,7 +49,13 @@ pub fn start_configured(
         listen: k.listen,
         advertised: k.advertised.clone(),
     };
-    KafkaListener::start(&listener_config, std::sync::Arc::clone(catalog), |_| {}).map(Some)
+    KafkaListener::start(
+        &listener_config,
+        std::sync::Arc::clone(catalog),
+        std::sync::Arc::clone(writer),
+        |_| {},
+    )
+    .map(Some)
 }
 
 /// The node id kmirror announces for itself: it is the only broker clients see.

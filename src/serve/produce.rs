@@ -10,18 +10,21 @@
 //! would send operators looking for ACLs that do not exist.
 //!
 //! With acks=0 there is no response to carry the error, so the connection is closed, as Kafka
-//! does. Writes after failover plug in by replacing this handler.
+//! does. A failed-over (writable) partition takes the write through `serve::writes`.
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::produce_request::PartitionProduceData;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use crate::ids::TopicPartition;
+use crate::log::partition_log::ProduceOutcome;
 use crate::log::read_view::ReadCatalog;
 use crate::serve::dispatch::{ApiHandler, Outcome, Request};
 use crate::serve::metadata::{topic_by_id, topics, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION};
+use crate::serve::writes::{error_code, WriteError, WriterSlot};
 use crate::serve::ServeError;
 
 /// The error code a produce to a mirrored partition gets.
@@ -32,6 +35,37 @@ const FIRST_TOPIC_ID: i16 = 13;
 
 pub struct ProduceApi {
     pub catalog: Arc<ReadCatalog>,
+    /// The owner of writable (failed-over) partitions, once the control plane is up.
+    pub writer: WriterSlot,
+}
+
+impl ProduceApi {
+    /// Appends one partition's records as the leader and fills in its answer.
+    fn write(
+        &self,
+        tp: &TopicPartition,
+        p: &PartitionProduceData,
+        pr: &mut PartitionProduceResponse,
+    ) {
+        let Some(writer) = self.writer.get() else {
+            pr.error_code = error_code(&WriteError::NotWritable(tp.clone()));
+            return;
+        };
+        // The leader stamps offsets and its epoch into the batch, so it needs its own copy.
+        let mut batch = p.records.as_ref().map_or_else(Vec::new, |r| r.to_vec());
+        match writer.produce(tp, &mut batch) {
+            Ok(ProduceOutcome::Appended { base_offset, .. })
+            | Ok(ProduceOutcome::Duplicate { base_offset, .. }) => {
+                pr.error_code = 0;
+                pr.base_offset = base_offset.0;
+            }
+            Err(e) => {
+                tracing::debug!(partition = %tp, error = %e, "produce refused");
+                pr.error_code = error_code(&e);
+                pr.error_message = Some(StrBytes::from_string(e.to_string()));
+            }
+        }
+    }
 }
 
 pub fn read_only_message(tp: &TopicPartition) -> String {
@@ -60,7 +94,6 @@ impl ApiHandler for ProduceApi {
                 tr.name = t.name.clone();
             }
             for p in &t.partition_data {
-                any_error = true;
                 let mut pr = PartitionProduceResponse::default();
                 pr.index = p.index;
                 pr.base_offset = -1;
@@ -72,16 +105,13 @@ impl ApiHandler for ProduceApi {
                 });
                 match known {
                     Some((tp, handle)) => {
-                        pr.error_code = INVALID_TOPIC_EXCEPTION;
                         pr.log_start_offset = handle.view().log_start.0;
-                        let why = if handle.is_writable() {
-                            format!(
-                                "{tp}: writes after failover are not served by this kmirror build"
-                            )
+                        if handle.is_writable() {
+                            self.write(&tp, p, &mut pr);
                         } else {
-                            read_only_message(&tp)
-                        };
-                        pr.error_message = Some(StrBytes::from_string(why));
+                            pr.error_code = INVALID_TOPIC_EXCEPTION;
+                            pr.error_message = Some(StrBytes::from_string(read_only_message(&tp)));
+                        }
                     }
                     None => {
                         pr.error_code = if name.is_none() {
@@ -91,6 +121,7 @@ impl ApiHandler for ProduceApi {
                         };
                     }
                 }
+                any_error |= pr.error_code != 0;
                 tr.partition_responses.push(pr);
             }
             resp.responses.push(tr);

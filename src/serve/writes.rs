@@ -1,0 +1,110 @@
+//! Writes after failover: Produce to a partition that is STOPPED (and so writable), and
+//! InitProducerId for idempotent producers.
+//!
+//! The endpoint does not own any log. Writable partitions belong to the control plane's
+//! leader store (`control::leader_store`), which the endpoint reaches through the
+//! `PartitionWriter` set into a `WriterSlot` once the control plane is built. A mirrored
+//! partition never gets here: its read handle is not writable, and Produce answers with the
+//! read-only error (see `produce`).
+//!
+//! Transactions after failover are not served yet: InitProducerId with a transactional id is
+//! refused with a message, so a transactional producer fails at `initTransactions()` instead
+//! of writing data nobody can commit.
+
+use std::sync::{Arc, OnceLock};
+
+use kafka_protocol::messages::{
+    InitProducerIdRequest, InitProducerIdResponse, ProducerId as WireProducerId,
+};
+
+use crate::ids::{ProducerId, TopicPartition};
+use crate::log::partition_log::{ProduceError, ProduceOutcome};
+use crate::serve::dispatch::{ApiHandler, Outcome, Request};
+use crate::serve::ServeError;
+
+/// The owner of writable partitions, as the endpoint sees it.
+pub trait PartitionWriter: Send + Sync {
+    /// Appends one producer's batch to `tp` (which must be writable) as its leader.
+    fn produce(&self, tp: &TopicPartition, batch: &mut [u8]) -> Result<ProduceOutcome, WriteError>;
+    /// A producer id never used before and above every mirrored one.
+    fn new_producer_id(&self) -> Result<ProducerId, String>;
+}
+
+/// Set once, when the control plane that owns writable partitions is up.
+pub type WriterSlot = Arc<OnceLock<Arc<dyn PartitionWriter>>>;
+
+pub fn writer_slot() -> WriterSlot {
+    Arc::new(OnceLock::new())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("{0} is not writable here (not failed over, or not on this kmirror)")]
+    NotWritable(TopicPartition),
+    #[error(transparent)]
+    Produce(#[from] ProduceError),
+}
+
+// Kafka error codes (org.apache.kafka.common.protocol.Errors).
+const CORRUPT_MESSAGE: i16 = 2;
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+const MESSAGE_TOO_LARGE: i16 = 10;
+const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
+const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+const KAFKA_STORAGE_ERROR: i16 = 56;
+const INVALID_RECORD: i16 = 87;
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+
+/// The Kafka error code a refused write answers with (what a Kafka leader answers for the
+/// same condition, so clients react as they would to Kafka).
+pub fn error_code(e: &WriteError) -> i16 {
+    match e {
+        WriteError::NotWritable(_) => NOT_LEADER_OR_FOLLOWER,
+        WriteError::Produce(p) => match p {
+            ProduceError::BatchCount(_)
+            | ProduceError::Truncated { .. }
+            | ProduceError::RecordCount { .. }
+            | ProduceError::ControlBatch => INVALID_RECORD,
+            ProduceError::UnsupportedMagic(_) => UNSUPPORTED_FOR_MESSAGE_FORMAT,
+            ProduceError::Corrupt(_) => CORRUPT_MESSAGE,
+            ProduceError::TooLarge { .. } => MESSAGE_TOO_LARGE,
+            ProduceError::OutOfOrderSequence { .. } => OUT_OF_ORDER_SEQUENCE_NUMBER,
+            ProduceError::InvalidProducerEpoch { .. } => INVALID_PRODUCER_EPOCH,
+            ProduceError::StaleLeaderEpoch { .. } => NOT_LEADER_OR_FOLLOWER,
+            ProduceError::Log(_) => KAFKA_STORAGE_ERROR,
+        },
+    }
+}
+
+/// InitProducerId: a fresh producer id (epoch 0) for idempotent producers.
+pub struct InitProducerIdApi {
+    pub writer: WriterSlot,
+}
+
+impl ApiHandler for InitProducerIdApi {
+    fn handle(&self, req: &Request) -> Result<Outcome, ServeError> {
+        let request: InitProducerIdRequest = req.decode()?;
+        let mut resp = InitProducerIdResponse::default();
+        resp.producer_id = WireProducerId(-1);
+        resp.producer_epoch = -1;
+        if request.transactional_id.is_some() {
+            tracing::warn!("InitProducerId with a transactional id refused: transactions after failover are not served");
+            resp.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+            return Outcome::encode(req, &resp);
+        }
+        match self.writer.get().map(|w| w.new_producer_id()) {
+            Some(Ok(id)) => {
+                resp.producer_id = WireProducerId(id.0);
+                resp.producer_epoch = 0;
+            }
+            Some(Err(why)) => {
+                tracing::error!(%why, "InitProducerId: no producer id");
+                resp.error_code = KAFKA_STORAGE_ERROR;
+            }
+            None => resp.error_code = COORDINATOR_NOT_AVAILABLE,
+        }
+        Outcome::encode(req, &resp)
+    }
+}
