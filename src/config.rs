@@ -182,6 +182,15 @@ pub struct KafkaSection {
     pub advertised: Option<String>,
 }
 
+/// `/metrics` for the static `[source]` mode, which has no admin port. With `[admin]` the
+/// metrics are served on the admin port instead.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    /// `ip:port` to serve `GET /metrics` on.
+    pub listen: std::net::SocketAddr,
+}
+
 /// The whole `kmirror serve` configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -194,6 +203,7 @@ pub struct ServeConfig {
     pub admin: Option<AdminSection>,
     #[serde(default)]
     pub kafka: Option<KafkaSection>,
+    pub metrics: Option<MetricsSection>,
     pub storage: StorageSection,
     #[serde(default)]
     pub runtime: RuntimeSection,
@@ -267,6 +277,12 @@ impl ServeConfig {
         }
         if let Some(k) = &self.kafka {
             Self::validate_kafka(k)?;
+        }
+        if self.admin.is_some() && self.metrics.is_some() {
+            return Err(invalid(
+                "metrics",
+                "with [admin], /metrics is served on the admin port; remove [metrics]",
+            ));
         }
         if self.storage.data_dir.as_os_str().is_empty() {
             return Err(invalid("storage.data_dir", "must not be empty"));

@@ -368,3 +368,29 @@ const _: () = assert!(SCRAM_ITERATIONS_MIN <= SCRAM_ITERATIONS_MAX);
 
 /// Random bytes in a SCRAM client nonce (base64-encoded on the wire).
 pub const SCRAM_NONCE_BYTES: usize = 24;
+
+/// Length of one latency interval: shards hand their histograms over this often, and each
+/// interval becomes one entry per latency in the HdrHistogram interval log.
+pub const LATENCY_INTERVAL_MS: u64 = 1_000;
+
+/// Latency sets in circulation per shard beyond the one being recorded (blank + handed over);
+/// if the control side falls this many intervals behind, shards keep recording into longer
+/// intervals instead of allocating.
+pub const LATENCY_EXCHANGE_DEPTH: usize = 4;
+
+/// Largest latency a histogram records (1 hour, in ns); larger samples are clamped. End-to-end
+/// latency of history mirrored long after it was produced is clamped here.
+pub const LATENCY_MAX_NS: u64 = 3_600 * 1_000_000_000;
+
+/// HdrHistogram precision: 3 significant digits (0.1% value error), the usual setting.
+pub const LATENCY_SIGNIFICANT_DIGITS: u8 = 3;
+
+/// A latency interval log is rotated once it holds this many bytes...
+pub const LATENCY_LOG_BYTES_MAX: u64 = 64 * 1024 * 1024;
+
+/// ...or has been written for this long.
+pub const LATENCY_LOG_SECS_MAX: u64 = 6 * 3_600;
+
+/// Interval logs kept under `<data_dir>/latency` (oldest deleted first): about a week at the
+/// age limit.
+pub const LATENCY_LOG_FILES_MAX: usize = 28;

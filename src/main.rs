@@ -33,6 +33,12 @@ enum Command {
     /// Manage mirrors through a running kmirror's admin API (create, start, pause, resume,
     /// stop, delete, list, describe).
     Mirrors(kmirror::ops::mirrors_cli::MirrorsArgs),
+    /// Print the percentile table of an HdrHistogram interval log (e.g. one that `serve` wrote
+    /// under <data_dir>/latency/).
+    Latency {
+        /// The interval log (`.hlog`).
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -78,6 +84,10 @@ fn main() -> ExitCode {
                 .map_err(anyhow::Error::from)
         }
         Command::Serve { config } => serve(&config),
+        Command::Latency { file } => {
+            kmirror::ops::latency::run(&file, &mut std::io::stdout().lock())
+                .map_err(anyhow::Error::from)
+        }
         Command::Log(LogCommand::Verify { dir }) => kmirror::ops::log_tools::verify(&dir)
             .map(|summary| println!("{summary}"))
             .map_err(anyhow::Error::from),

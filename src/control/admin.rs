@@ -14,6 +14,7 @@
 //! | POST   | /mirrors/{name}/start         | `{"topics", "exclude"?}`               |
 //! | POST   | /mirrors/{name}/pause, resume, stop | `{"topics"}`                     |
 //! | GET    | /describe?mirror=NAME         | -                                      |
+//! | GET    | /metrics                      | - (Prometheus text format)             |
 //!
 //! Errors answer `{"error": "..."}` with 400 (bad input), 404 (unknown mirror or no match),
 //! 409 (not allowed in the current state), 502 (source unreachable or changed).
@@ -94,6 +95,7 @@ where
         .route("/mirrors/{name}", axum::routing::delete(delete::<S, D>))
         .route("/mirrors/{name}/{action}", post(action::<S, D>))
         .route("/describe", get(describe::<S, D>))
+        .route("/metrics", get(metrics::<S, D>))
         .with_state(controller)
 }
 
@@ -152,6 +154,40 @@ async fn describe<S: SourceCatalog, D: DataPlane>(
 ) -> ApiResult {
     let rows = lock(&c).describe(q.mirror.as_deref()).map_err(ApiError)?;
     Ok(Json(rows).into_response())
+}
+
+async fn metrics<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+) -> Response {
+    let text = {
+        let c = lock(&c);
+        let states = c
+            .partition_states()
+            .into_iter()
+            .map(|(mirror, tp, state)| crate::ops::metrics::PartitionState {
+                tp,
+                mirror: mirror.to_string(),
+                state,
+            })
+            .collect();
+        let none;
+        let telemetry = match c.data_plane().telemetry() {
+            Some(t) => t.as_ref(),
+            None => {
+                none = crate::ops::telemetry::Telemetry::new(Vec::new());
+                &none
+            }
+        };
+        crate::ops::metrics::render(telemetry, states, "")
+    };
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            crate::ops::metrics::CONTENT_TYPE,
+        )],
+        text,
+    )
+        .into_response()
 }
 
 /// Why the admin API could not start.
@@ -269,6 +305,7 @@ async fn serve_loop<S, D>(
         }
     };
     let ticker = Arc::clone(&controller);
+    let mut watchdog = crate::ops::sd_notify::Watchdog::from_env();
     let tick = async move {
         let mut interval = tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
         loop {
@@ -279,6 +316,8 @@ async fn serve_loop<S, D>(
             if let Err(e) = lock(&ticker).tick(now) {
                 tracing::error!("control tick: {e}");
             }
+            // The tick got the controller and ran: the control thread is alive.
+            watchdog.ping();
         }
     };
     let serve = axum::serve(listener, router(controller)).with_graceful_shutdown(async {

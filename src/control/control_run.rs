@@ -78,10 +78,14 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     };
     let control = admin::spawn_built(listen, build, close)?;
     tracing::info!(admin = %control.addr, "control plane serving");
+    // Recovery ran and the shards started inside `spawn_built`; the control thread's tick
+    // pings the watchdog from now on.
+    crate::ops::sd_notify::ready("control plane serving");
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(CONTROL_TICK_MS.min(200)));
     }
     // No client reads a log once the control plane starts closing them.
     drop(kafka);
+    crate::ops::sd_notify::stopping();
     control.finish().map_err(ControlRunError::Close)
 }

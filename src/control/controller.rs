@@ -132,6 +132,10 @@ pub trait DataPlane {
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         Vec::new()
     }
+    /// The shards' counters and latency histograms for `/metrics`, when there are shards.
+    fn telemetry(&self) -> Option<&std::sync::Arc<crate::ops::telemetry::Telemetry>> {
+        None
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -976,6 +980,20 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             }
         }
         Ok(rows)
+    }
+
+    /// Every partition's state, without asking any source (for `/metrics`, which is scraped
+    /// often and must not send ListOffsets to the sources the way `describe` does).
+    pub fn partition_states(&self) -> Vec<(MirrorName, TopicPartition, StateName)> {
+        let mut out = Vec::new();
+        for (name, e) in &self.mirrors {
+            for (tp, p) in &e.partitions {
+                if let Some(state) = p.machine.state() {
+                    out.push((name.clone(), tp.clone(), state));
+                }
+            }
+        }
+        out
     }
 
     /// A data-plane failure for one partition (retryable unless `retryable` is false).

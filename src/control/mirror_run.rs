@@ -63,6 +63,10 @@ pub enum RunError {
     Log(#[from] LogError),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Telemetry(#[from] crate::ops::telemetry::TelemetryError),
+    #[error(transparent)]
+    Metrics(#[from] crate::ops::metrics_server::MetricsServerError),
 }
 
 fn bootstrap(source: &SourceSection) -> Result<BlockingClient, RunError> {
@@ -264,18 +268,73 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
             return Err(RunError::Kafka(e));
         }
     };
+    let telemetry = crate::ops::telemetry::TelemetryThread::start(rt.stats().to_vec(), data_dir)?;
+    let failed: Arc<Mutex<Vec<TopicPartition>>> = Arc::default();
+    let _metrics = match &config.metrics {
+        Some(m) => Some(crate::ops::metrics_server::MetricsServer::start(
+            m.listen,
+            static_metrics(Arc::clone(&telemetry.telemetry), Arc::clone(&failed)),
+        )?),
+        None => None,
+    };
     tracing::info!(partitions, shards = rt.shard_count(), "mirroring");
+    crate::ops::sd_notify::ready("mirroring");
+    let mut watchdog = crate::ops::sd_notify::Watchdog::from_env();
     while !stop.load(Ordering::Relaxed) {
+        let before = stopped.len();
         drain_events(&mut rt, &mut stopped, Duration::from_millis(200));
+        if stopped.len() > before {
+            let mut f = failed.lock().unwrap_or_else(|p| p.into_inner());
+            f.extend(stopped[before..].iter().map(|(tp, _)| tp.clone()));
+        }
+        watchdog.ping();
     }
+    crate::ops::sd_notify::stopping();
     tracing::info!("stopping: closing partition logs");
     drop(kafka);
     rt.stop();
+    drop(telemetry);
+    // The shards handed every log back: close the dir with checkpoints and the clean-shutdown
+    // marker, so the next start skips recovery.
+    let back = std::mem::take(&mut *returned.lock().unwrap_or_else(|p| p.into_inner()));
+    for log in back {
+        log_dir.restore(log);
+    }
+    log_dir.close(&mut StdIo)?;
     Ok(RunSummary {
         partitions,
         stopped,
     })
 }
+
+/// The static mode's `/metrics`: every partition is in mirror `static`, MIRRORING while a
+/// shard holds it and FAILED once it stopped.
+fn static_metrics(
+    telemetry: Arc<crate::ops::telemetry::Telemetry>,
+    failed: Arc<Mutex<Vec<TopicPartition>>>,
+) -> Arc<dyn Fn() -> String + Send + Sync> {
+    use crate::control::state::StateName;
+    use crate::ops::metrics::{render, PartitionState};
+    Arc::new(move || {
+        let state = |tp: TopicPartition, state| PartitionState {
+            mirror: STATIC_MIRROR.to_owned(),
+            tp,
+            state,
+        };
+        let mut states: Vec<PartitionState> = telemetry
+            .shards
+            .iter()
+            .flat_map(|s| s.partitions())
+            .map(|p| state(p.tp, StateName::Mirroring))
+            .collect();
+        let f = failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        states.extend(f.into_iter().map(|tp| state(tp, StateName::Failed)));
+        render(&telemetry, states, STATIC_MIRROR)
+    })
+}
+
+/// The mirror label of the static `[source]` mode's partitions.
+pub const STATIC_MIRROR: &str = "static";
 
 fn drain_events(
     rt: &mut Runtime<MirrorShard>,

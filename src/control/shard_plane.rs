@@ -29,6 +29,7 @@ use crate::log::log_dir::LogDir;
 use crate::log::partition_log::Promotion;
 use crate::log::read_view::ReadCatalog;
 use crate::log::LogError;
+use crate::ops::telemetry::{Telemetry, TelemetryError, TelemetryThread};
 use crate::runtime::mirror_shard::{
     resume_point, MirrorEvent, MirrorMsg, MirrorShard, ReturnedLogs, SourceSpec,
 };
@@ -41,6 +42,8 @@ pub enum ShardPlaneError {
     Log(#[from] LogError),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Telemetry(#[from] TelemetryError),
 }
 
 /// The shards and the log dir they write into.
@@ -58,6 +61,8 @@ pub struct ShardDataPlane {
     failures: Vec<(TopicPartition, Fault)>,
     /// Failed-over partitions, written by clients through the Kafka endpoint.
     leaders: Arc<LeaderStore>,
+    /// Latency collection and interval logs; stopped after the shards.
+    telemetry: Option<TelemetryThread>,
 }
 
 impl ShardDataPlane {
@@ -85,7 +90,9 @@ impl ShardDataPlane {
         let rt = Runtime::start(runtime, move |_| {
             MirrorShard::new(Arc::clone(&shard_returned)).with_progress(board.clone())
         })?;
+        let telemetry = TelemetryThread::start(rt.stats().to_vec(), data_dir)?;
         Ok(ShardDataPlane {
+            telemetry: Some(telemetry),
             rt: Some(rt),
             logs: Some(logs),
             returned,
@@ -171,6 +178,8 @@ impl ShardDataPlane {
         if let Some(rt) = self.rt.take() {
             rt.stop();
         }
+        // After the shards: their last intervals are in the queues and get logged now.
+        drop(self.telemetry.take());
         self.take_returned();
         for log in self.leaders.take_all() {
             self.logs().restore(log);
@@ -406,5 +415,9 @@ impl DataPlane for ShardDataPlane {
             newest_timestamp_ms: seen.newest_timestamp,
             throttled_ms: seen.throttled_ms,
         }
+    }
+
+    fn telemetry(&self) -> Option<&Arc<Telemetry>> {
+        self.telemetry.as_ref().map(|t| &t.telemetry)
     }
 }

@@ -1,5 +1,11 @@
 //! Operator-facing edges: CLI tools, metrics, latency export, systemd notification.
 
 pub mod bench;
+pub mod latency;
 pub mod log_tools;
+pub mod metrics;
+pub mod metrics_server;
 pub mod mirrors_cli;
+pub mod process_stats;
+pub mod sd_notify;
+pub mod telemetry;

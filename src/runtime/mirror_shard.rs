@@ -26,6 +26,7 @@ use bytes::{Bytes, BytesMut};
 use super::arena::SlotBuf;
 use super::ring::{Completion, OpBuf};
 use super::shard::{ShardCx, ShardHandler};
+use super::stats::{Latency, PartitionStats};
 use super::uring_io::RingIo;
 use crate::fetch::fetcher::{FetchConfig, FetchEvent, Fetcher, PartitionStart, Poll, Slot};
 use crate::fetch::security::SourceSecurity;
@@ -145,6 +146,10 @@ struct Source {
     deadline_armed: bool,
     /// Indexed by the fetcher's `Slot`.
     logs: Vec<Option<PartitionLog>>,
+    /// Each log's metrics, indexed like `logs`.
+    meters: Vec<Option<Arc<PartitionStats>>>,
+    /// The fetcher's throttle total already added to the shard's counter.
+    throttle_seen_ms: u64,
 }
 
 /// Logs handed back to the control thread when a shard stops or drops a partition, so the
@@ -231,6 +236,8 @@ impl MirrorShard {
             request_sent_at: None,
             deadline_armed: false,
             logs: Vec::new(),
+            meters: Vec::new(),
+            throttle_seen_ms: 0,
         });
         let i = self.sources.len() - 1;
         self.connect(cx, i);
@@ -256,7 +263,9 @@ impl MirrorShard {
                 let n = n as usize;
                 if src.logs.len() <= n {
                     src.logs.resize_with(n + 1, || None);
+                    src.meters.resize_with(n + 1, || None);
                 }
+                src.meters[n] = Some(cx.stats.register(tp.clone(), log.log_end_offset()));
                 src.logs[n] = Some(log);
                 self.track_progress(i, Slot(n as u32), &tp);
                 let _ = cx.emit(MirrorEvent::PartitionAdded { tp });
@@ -283,6 +292,9 @@ impl MirrorShard {
         };
         let src = &mut self.sources[i];
         let log = src.logs[slot].take();
+        if let Some(m) = src.meters[slot].take() {
+            cx.stats.deregister(&m);
+        }
         // The fetcher forgets the slot; a response already in flight for it is dropped by the
         // fetcher, so nothing is appended to the log after it is handed back.
         let _ = src.fetcher.remove_partition(Slot(slot as _));
@@ -388,6 +400,7 @@ impl MirrorShard {
         src.partial = None;
         src.out.clear();
         src.fetcher.connection_lost(Instant::now());
+        src.meters.iter().flatten().for_each(|m| m.fetch_error());
         notice(
             cx,
             format!("source broker {}: {why}; reconnecting", src.spec.addr),
@@ -511,7 +524,11 @@ impl MirrorShard {
             self.ensure_recv(cx, i);
             return;
         }
-        self.sources[i].request_sent_at = None;
+        if let Some(sent) = self.sources[i].request_sent_at.take() {
+            let took = sent.elapsed();
+            cx.stats.fetched(took);
+            cx.latency.record(Latency::FetchRoundTrip, took);
+        }
         let body = slot.freeze().slice(LENGTH_PREFIX_BYTES..);
         let mut events = std::mem::take(&mut self.events);
         let handled = self.sources[i]
@@ -519,6 +536,16 @@ impl MirrorShard {
             .handle_response(body, Instant::now(), &mut events);
         self.apply_events(cx, i, &mut events);
         self.events = events;
+        let src = &mut self.sources[i];
+        let throttled = src.fetcher.throttled_ms_total() - src.throttle_seen_ms;
+        if throttled > 0 {
+            src.throttle_seen_ms += throttled;
+            cx.stats.throttled(throttled);
+            src.meters
+                .iter()
+                .flatten()
+                .for_each(|m| m.throttled(throttled));
+        }
         match handled {
             Ok(()) => self.drive(cx, i),
             Err(e) => self.disconnect(cx, i, e.to_string()),
@@ -529,14 +556,19 @@ impl MirrorShard {
         for ev in events.drain(..) {
             match ev {
                 FetchEvent::Records(r) => {
+                    let began = Instant::now();
                     let result = match self.log_mut(i, r.slot) {
-                        Some(log) => log.append(&mut RingIo::new(cx.ring), &r.records),
+                        Some(log) => log
+                            .append(&mut RingIo::new(cx.ring), &r.records)
+                            .map(|_| log.log_end_offset()),
                         None => continue,
                     };
-                    if let Err(e) = result {
-                        self.stop_partition(cx, i, r.slot, format!("append failed: {e}"));
-                    } else {
-                        self.report_append(i, &r);
+                    match result {
+                        Ok(end) => {
+                            self.meter_append(cx, i, &r, began, end);
+                            self.report_append(i, &r);
+                        }
+                        Err(e) => self.stop_partition(cx, i, r.slot, format!("append failed: {e}")),
                     }
                 }
                 FetchEvent::LogStartMoved { slot, to, .. } => {
@@ -558,12 +590,61 @@ impl MirrorShard {
                     slot,
                     high_watermark,
                     ..
-                } => self.report_high_watermark(i, slot, high_watermark),
+                } => {
+                    if let Some(m) = self.meter(i, slot) {
+                        m.high_watermark(high_watermark);
+                    }
+                    self.report_high_watermark(i, slot, high_watermark);
+                }
+                FetchEvent::BadRecords { slot, .. } | FetchEvent::PartitionError { slot, .. } => {
+                    if let Some(m) = self.meter(i, slot) {
+                        m.fetch_error();
+                    }
+                    let addr = &self.sources[i].spec.addr;
+                    notice(cx, format!("source broker {addr}: {ev:?}"));
+                }
+                FetchEvent::RequestFailed { .. } => {
+                    let src = &self.sources[i];
+                    src.meters.iter().flatten().for_each(|m| m.fetch_error());
+                    notice(cx, format!("source broker {}: {ev:?}", src.spec.addr));
+                }
                 other => notice(
                     cx,
                     format!("source broker {}: {other:?}", self.sources[i].spec.addr),
                 ),
             }
+        }
+    }
+
+    fn meter(&self, i: usize, slot: Slot) -> Option<&Arc<PartitionStats>> {
+        self.sources[i].meters.get(slot.0 as usize)?.as_ref()
+    }
+
+    /// Counters and latencies of one successful append.
+    fn meter_append(
+        &self,
+        cx: &mut Cx<'_>,
+        i: usize,
+        r: &crate::fetch::fetcher::FetchedRecords,
+        began: Instant,
+        log_end: Offset,
+    ) {
+        let took = began.elapsed();
+        let bytes = r.records.len() as u64;
+        cx.stats.appended(bytes, took);
+        cx.latency.record(Latency::Append, took);
+        if let Some(m) = self.meter(i, r.slot) {
+            m.appended(bytes, u64::from(r.batches), log_end, r.max_timestamp);
+            m.high_watermark(r.high_watermark);
+        }
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        // Clocks of two hosts: a batch stamped in our future counts as no latency.
+        if r.max_timestamp.0 > 0 {
+            let ms = (now_ms - r.max_timestamp.0).max(0) as u64;
+            cx.latency
+                .record(Latency::EndToEnd, Duration::from_millis(ms));
         }
     }
 
@@ -574,6 +655,9 @@ impl MirrorShard {
     fn stop_partition(&mut self, cx: &mut Cx<'_>, i: usize, slot: Slot, why: String) {
         let src = &mut self.sources[i];
         let log = src.logs.get_mut(slot.0 as usize).and_then(Option::take);
+        if let Some(m) = src.meters.get_mut(slot.0 as usize).and_then(Option::take) {
+            cx.stats.deregister(&m);
+        }
         let tp = match src.fetcher.remove_partition(slot) {
             Ok(tp) => tp,
             Err(_) => match &log {
@@ -662,9 +746,12 @@ impl ShardHandler for MirrorShard {
 
     /// Hands every log back to the control thread, which closes the log dir as a whole
     /// (final index entries, fsync, checkpoints, clean-shutdown marker).
-    fn stop(&mut self, _cx: &mut ShardCx<'_, MirrorEvent>) {
+    fn stop(&mut self, cx: &mut ShardCx<'_, MirrorEvent>) {
         let mut logs = Vec::new();
         for src in &mut self.sources {
+            for m in src.meters.iter_mut().filter_map(Option::take) {
+                cx.stats.deregister(&m);
+            }
             if let Some(s) = src.socket.take() {
                 let _ = s.shutdown(Shutdown::Both);
             }

@@ -10,6 +10,7 @@
 //! | `shard`       | the pinned shard loop and the `ShardHandler` trait                     |
 //! | `start`       | `Runtime`: core selection, spawning, stopping                          |
 //! | `mirror_shard`| the data path: source sockets, fetchers, appends to partition logs    |
+//! | `stats`       | per-shard counters and latency intervals, read by metrics lock-free    |
 
 pub mod arena;
 pub mod mailbox;
@@ -19,10 +20,14 @@ pub mod progress;
 pub mod ring;
 pub mod shard;
 pub mod start;
+pub mod stats;
 pub mod uring_io;
 
 pub use arena::{Arena, SlotBuf};
 pub use ring::{Completion, OpBuf, Ring, RingMode, RingStats, Waker};
 pub use shard::{ShardCx, ShardHandler, ShardInfo};
 pub use start::{Runtime, RuntimeConfig, RuntimeError};
+pub use stats::{
+    Latency, LatencySet, PartitionSnapshot, PartitionStats, ShardSnapshot, ShardStats,
+};
 pub use uring_io::RingIo;

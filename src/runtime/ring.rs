@@ -116,6 +116,10 @@ pub struct RingStats {
     pub writes_fixed: u64,
     pub writes_plain: u64,
     pub syncs: u64,
+    /// SQEs queued for the kernel (every op, including blocking file ops and cancels).
+    pub submitted: u64,
+    /// CQEs reaped.
+    pub completed: u64,
 }
 
 /// One io_uring with its op slab. Owned by one shard thread; never shared.
@@ -258,6 +262,7 @@ impl Ring {
         // SAFETY: every pointer in `sqe` targets memory that outlives the op: slab entries (stable,
         // the slab never reallocates) and their owned buffers for async ops, or a borrow held by
         // `run_sync` until the CQE arrives.
+        self.stats.submitted += 1;
         if unsafe { self.uring.submission().push(&sqe) }.is_ok() {
             return;
         }
@@ -370,6 +375,7 @@ impl Ring {
     }
 
     fn complete(&mut self, cqe: cqueue::Entry) {
+        self.stats.completed += 1;
         let key = cqe.user_data();
         let result = cqe.result();
         match key {

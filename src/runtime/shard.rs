@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::arena::Arena;
 use super::mailbox::{ControlSender, MailboxFull};
 use super::ring::{Completion, Ring, RingMode, Waker};
+use super::stats::{LatencyRecorder, ShardStats};
 use crate::ids::ShardId;
 
 /// Tag of the shard's own eventfd READ; handler tags must be below it.
@@ -33,6 +34,10 @@ pub struct ShardCx<'a, E> {
     pub shard: ShardId,
     pub ring: &'a mut Ring,
     pub arena: &'a Arena,
+    /// Counters the control side reads; the shard is their only writer.
+    pub stats: &'a ShardStats,
+    /// This shard's latency histograms (handed to the control side once per interval).
+    pub latency: &'a mut LatencyRecorder,
     events: &'a mut ControlSender<E>,
 }
 
@@ -65,6 +70,7 @@ pub(crate) struct ShardSeed<H: ShardHandler> {
     pub events: ControlSender<H::Event>,
     pub waker: Waker,
     pub stop: Arc<AtomicBool>,
+    pub stats: Arc<ShardStats>,
 }
 
 /// Why a shard could not start.
@@ -134,6 +140,17 @@ fn prepare<H: ShardHandler>(
     Ok((ring, arena, info))
 }
 
+/// Ring and arena gauges and the latency interval, once per loop iteration (a few relaxed
+/// stores and one clock read).
+fn publish<E>(cx: &mut ShardCx<'_, E>) {
+    let ring = cx.ring.stats();
+    let slots = cx.arena.slots() as u64;
+    let in_use = slots - cx.arena.free_slots() as u64;
+    cx.stats
+        .publish_runtime(ring.submitted, ring.completed, in_use, slots);
+    cx.latency.maybe_rotate(cx.stats, std::time::Instant::now());
+}
+
 /// The shard thread body. `ready` receives the start result exactly once.
 pub(crate) fn run<H: ShardHandler>(
     mut seed: ShardSeed<H>,
@@ -151,10 +168,14 @@ pub(crate) fn run<H: ShardHandler>(
         }
     };
     let mut handler = make(seed.shard);
+    let stats = Arc::clone(&seed.stats);
+    let mut latency = LatencyRecorder::new();
     let mut cx = ShardCx {
         shard: seed.shard,
         ring: &mut ring,
         arena: &arena,
+        stats: &stats,
+        latency: &mut latency,
         events: &mut seed.events,
     };
     cx.ring
@@ -180,6 +201,7 @@ pub(crate) fn run<H: ShardHandler>(
                 handler.on_completion(&mut cx, c);
             }
         }
+        publish(&mut cx);
     }
     handler.stop(&mut cx);
     drop(handler);

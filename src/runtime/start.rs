@@ -9,6 +9,7 @@ use super::mailbox::{ControlSender, MailboxFull, ShardSender};
 use super::memlock::{self, MemlockError};
 use super::ring::Waker;
 use super::shard::{self, ShardHandler, ShardInfo, ShardSeed, ShardStartError};
+use super::stats::ShardStats;
 use crate::ids::ShardId;
 use crate::limits::{MAILBOX_TO_CONTROL_CAPACITY, MAILBOX_TO_SHARD_CAPACITY, SHARDS_MAX};
 
@@ -61,6 +62,7 @@ struct ShardHandle<H: ShardHandler> {
 pub struct Runtime<H: ShardHandler> {
     shards: Vec<ShardHandle<H>>,
     infos: Vec<ShardInfo>,
+    stats: Vec<Arc<ShardStats>>,
     stop: Arc<AtomicBool>,
     next_event_shard: usize,
 }
@@ -123,6 +125,7 @@ impl<H: ShardHandler + 'static> Runtime<H> {
         let mut rt = Runtime {
             shards: Vec::new(),
             infos: Vec::new(),
+            stats: Vec::new(),
             stop,
             next_event_shard: 0,
         };
@@ -131,6 +134,8 @@ impl<H: ShardHandler + 'static> Runtime<H> {
             let waker = Waker::new().map_err(RuntimeError::Waker)?;
             let (to_shard, inbox) = rtrb::RingBuffer::new(MAILBOX_TO_SHARD_CAPACITY);
             let (to_control, events) = rtrb::RingBuffer::new(MAILBOX_TO_CONTROL_CAPACITY);
+            let stats = Arc::new(ShardStats::new(shard));
+            rt.stats.push(Arc::clone(&stats));
             let seed = ShardSeed::<H> {
                 shard,
                 core,
@@ -140,6 +145,7 @@ impl<H: ShardHandler + 'static> Runtime<H> {
                 events: ControlSender::new(to_control, control.clone()),
                 waker: waker.clone(),
                 stop: Arc::clone(&rt.stop),
+                stats,
             };
             let (ready_tx, ready_rx) = std::sync::mpsc::channel();
             let make = Arc::clone(&make);
@@ -167,6 +173,11 @@ impl<H: ShardHandler + 'static> Runtime<H> {
     /// Per-shard facts (core, tid, ring flags, arena size).
     pub fn infos(&self) -> &[ShardInfo] {
         &self.infos
+    }
+
+    /// Each shard's published counters and latency intervals (shared read-only).
+    pub fn stats(&self) -> &[Arc<ShardStats>] {
+        &self.stats
     }
 
     /// Queues a message to a shard and wakes it.

@@ -1,0 +1,406 @@
+//! `/metrics`: renders the shards' published counters, the telemetry thread's cumulative
+//! latency histograms, the mirrors' partition states and the process basics in Prometheus text
+//! format with `prometheus-client`. Runs on the thread that serves HTTP; reads only atomics and
+//! snapshots, never a shard's own state.
+//!
+//! Names follow Prometheus conventions: `kmirror_` prefix, base units (seconds, bytes),
+//! `_total` on counters, labels `mirror`/`topic`/`partition` per partition and `shard` per shard.
+
+use std::collections::HashMap;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use crate::control::state::StateName;
+use crate::ids::TopicPartition;
+use crate::ops::process_stats::{self, ProcessStats};
+use crate::ops::telemetry::Telemetry;
+use crate::runtime::{Latency, LatencySet, PartitionSnapshot, ShardSnapshot};
+
+/// Content type of the rendered text.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Histogram bucket bounds in seconds. Fetch and append latencies live between 100 µs and
+/// seconds; end-to-end latency can be minutes while catching up.
+const BUCKETS_SECONDS: [f64; 20] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0, 300.0, 3600.0,
+];
+
+/// A partition the control plane knows, with its state (the state gauge's source).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionState {
+    pub mirror: String,
+    pub tp: TopicPartition,
+    pub state: StateName,
+}
+
+/// Everything one scrape shows, gathered before encoding.
+struct Scrape {
+    now_ms: i64,
+    shards: Vec<ShardSnapshot>,
+    latency: Vec<LatencySet>,
+    partitions: Vec<(String, PartitionSnapshot)>,
+    states: Vec<PartitionState>,
+    process: ProcessStats,
+}
+
+/// Renders one scrape. `states` are the control plane's partitions; partitions the shards
+/// report that no mirror claims are labelled `default_mirror`.
+pub fn render(telemetry: &Telemetry, states: Vec<PartitionState>, default_mirror: &str) -> String {
+    let owner: HashMap<&TopicPartition, &str> =
+        states.iter().map(|s| (&s.tp, s.mirror.as_str())).collect();
+    let mut partitions = Vec::new();
+    for shard in &telemetry.shards {
+        for p in shard.partitions() {
+            let mirror = owner
+                .get(&p.tp)
+                .copied()
+                .unwrap_or(default_mirror)
+                .to_owned();
+            partitions.push((mirror, p));
+        }
+    }
+    partitions.sort_by(|a, b| (&a.0, &a.1.tp).cmp(&(&b.0, &b.1.tp)));
+    let scrape = Scrape {
+        now_ms: (process_stats::now_seconds() * 1000.0) as i64,
+        shards: telemetry.shards.iter().map(|s| s.snapshot()).collect(),
+        latency: telemetry.cumulative(),
+        partitions,
+        states,
+        process: process_stats::read(),
+    };
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(scrape));
+    let mut out = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+        .expect("writing to a String cannot fail");
+    out
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+fn part_labels(mirror: &str, tp: &TopicPartition) -> Labels {
+    vec![
+        ("mirror", mirror.to_owned()),
+        ("topic", tp.topic.clone()),
+        ("partition", tp.partition.to_string()),
+    ]
+}
+
+fn shard_labels(i: usize) -> Labels {
+    vec![("shard", i.to_string())]
+}
+
+/// One family of const metrics.
+struct Family<'e, 'a> {
+    enc: &'e mut DescriptorEncoder<'a>,
+}
+
+impl<'a> Family<'_, 'a> {
+    fn gauge<V>(&mut self, name: &str, help: &str, rows: &[(Labels, V)]) -> std::fmt::Result
+    where
+        V: prometheus_client::encoding::EncodeGaugeValue + Copy + std::fmt::Debug,
+    {
+        let mut m = self
+            .enc
+            .encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for (labels, v) in rows {
+            ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn counter<V>(&mut self, name: &str, help: &str, rows: &[(Labels, V)]) -> std::fmt::Result
+    where
+        V: prometheus_client::encoding::EncodeCounterValue + Copy + std::fmt::Debug,
+    {
+        let mut m = self
+            .enc
+            .encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (labels, v) in rows {
+            ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn histogram(
+        &mut self,
+        name: &str,
+        help: &str,
+        rows: &[(Labels, &hdrhistogram::Histogram<u64>)],
+    ) -> std::fmt::Result {
+        let mut m = self
+            .enc
+            .encode_descriptor(name, help, None, MetricType::Histogram)?;
+        for (labels, h) in rows {
+            let mut buckets = Vec::with_capacity(BUCKETS_SECONDS.len());
+            let mut below = 0;
+            for le in BUCKETS_SECONDS {
+                let upto = h.count_between(0, (le * 1e9) as u64);
+                buckets.push((le, upto - below));
+                below = upto;
+            }
+            // HdrHistogram keeps no exact sum; mean × count is within its 0.1% precision.
+            let sum = h.mean() * h.len() as f64 / 1e9;
+            m.encode_family(labels)?
+                .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                    sum,
+                    h.len(),
+                    &buckets,
+                    None,
+                )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Family<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Family")
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let mut f = Family { enc: &mut enc };
+        self.encode_partitions(&mut f)?;
+        self.encode_shards(&mut f)?;
+        self.encode_process(&mut f)
+    }
+}
+
+impl Scrape {
+    fn encode_partitions(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
+        let rows = |v: &dyn Fn(&PartitionSnapshot) -> Option<i64>| -> Vec<(Labels, i64)> {
+            self.partitions
+                .iter()
+                .filter_map(|(m, p)| v(p).map(|x| (part_labels(m, &p.tp), x)))
+                .collect()
+        };
+        let lag = |p: &PartitionSnapshot| p.high_watermark.map(|hw| (hw.0 - p.log_end.0).max(0));
+        f.gauge(
+            "kmirror_partition_lag_offsets",
+            "Source high watermark minus the local log end offset.",
+            &rows(&lag),
+        )?;
+        let lag_seconds: Vec<(Labels, f64)> = self
+            .partitions
+            .iter()
+            .filter_map(|(m, p)| {
+                let behind = lag(p)?;
+                // Caught up: no lag. Behind: how old the newest record we hold is.
+                let secs = match (behind, p.max_timestamp) {
+                    (0, _) => 0.0,
+                    (_, Some(ts)) => ((self.now_ms - ts.0).max(0)) as f64 / 1000.0,
+                    (_, None) => return None,
+                };
+                Some((part_labels(m, &p.tp), secs))
+            })
+            .collect();
+        f.gauge(
+            "kmirror_partition_lag_seconds",
+            "While behind the source: age of the newest mirrored record's timestamp; 0 when caught up.",
+            &lag_seconds,
+        )?;
+        f.gauge(
+            "kmirror_partition_log_end_offset",
+            "Local log end offset (next offset to be mirrored).",
+            &rows(&|p| Some(p.log_end.0)),
+        )?;
+        f.gauge(
+            "kmirror_partition_source_high_watermark",
+            "The source's high watermark as of the last fetch response.",
+            &rows(&|p| p.high_watermark.map(|o| o.0)),
+        )?;
+        let counter = |v: fn(&PartitionSnapshot) -> u64| -> Vec<(Labels, u64)> {
+            self.partitions
+                .iter()
+                .map(|(m, p)| (part_labels(m, &p.tp), v(p)))
+                .collect()
+        };
+        f.counter(
+            "kmirror_partition_mirrored_bytes",
+            "Record batch bytes appended to the local log since this process started.",
+            &counter(|p| p.bytes),
+        )?;
+        f.counter(
+            "kmirror_partition_mirrored_batches",
+            "Record batches appended to the local log since this process started.",
+            &counter(|p| p.batches),
+        )?;
+        f.counter(
+            "kmirror_partition_fetch_errors",
+            "Fetch failures affecting the partition (partition errors, bad records, failed requests, lost connections).",
+            &counter(|p| p.fetch_errors),
+        )?;
+        let throttle: Vec<(Labels, f64)> = self
+            .partitions
+            .iter()
+            .map(|(m, p)| (part_labels(m, &p.tp), p.throttle_ms as f64 / 1000.0))
+            .collect();
+        f.counter(
+            "kmirror_partition_throttle_seconds",
+            "Throttle time the source imposed on the connection fetching the partition.",
+            &throttle,
+        )?;
+        let mut states = Vec::new();
+        for s in &self.states {
+            for name in StateName::ALL {
+                let mut l = part_labels(&s.mirror, &s.tp);
+                l.push(("state", name.to_string()));
+                states.push((l, i64::from(s.state == name)));
+            }
+        }
+        f.gauge(
+            "kmirror_partition_state",
+            "1 for the partition's current mirror state (KIP-1279 names), 0 for the others.",
+            &states,
+        )
+    }
+
+    fn encode_shards(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
+        let rows = |v: fn(&ShardSnapshot) -> u64| -> Vec<(Labels, u64)> {
+            self.shards
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (shard_labels(i), v(s)))
+                .collect()
+        };
+        f.counter(
+            "kmirror_shard_written_bytes",
+            "Bytes appended to partition logs by the shard.",
+            &rows(|s| s.bytes_written),
+        )?;
+        f.counter(
+            "kmirror_shard_appends",
+            "Partition log appends (one per fetched partition with records).",
+            &rows(|s| s.appends),
+        )?;
+        f.counter(
+            "kmirror_shard_fetches",
+            "Fetch responses received.",
+            &rows(|s| s.fetches),
+        )?;
+        f.counter(
+            "kmirror_shard_uring_submissions",
+            "SQEs queued on the shard's io_uring.",
+            &rows(|s| s.ring_submitted),
+        )?;
+        f.counter(
+            "kmirror_shard_uring_completions",
+            "CQEs reaped from the shard's io_uring.",
+            &rows(|s| s.ring_completed),
+        )?;
+        f.gauge(
+            "kmirror_shard_arena_slots_in_use",
+            "Registered arena slots holding a receive or records not yet written.",
+            &rows(|s| s.arena_slots_in_use),
+        )?;
+        f.gauge(
+            "kmirror_shard_arena_slots",
+            "Registered arena slots of the shard.",
+            &rows(|s| s.arena_slots),
+        )?;
+        let throttle: Vec<(Labels, f64)> = self
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (shard_labels(i), s.throttle_ms as f64 / 1000.0))
+            .collect();
+        f.counter(
+            "kmirror_shard_throttle_seconds",
+            "Throttle time sources asked the shard's connections to wait.",
+            &throttle,
+        )?;
+        for (which, name, help) in [
+            (
+                Latency::FetchRoundTrip,
+                "kmirror_shard_fetch_round_trip_seconds",
+                "Fetch request sent to whole response received.",
+            ),
+            (
+                Latency::Append,
+                "kmirror_shard_append_seconds",
+                "Appending one fetched partition's records to its log (page cache).",
+            ),
+            (
+                Latency::EndToEnd,
+                "kmirror_shard_end_to_end_latency_seconds",
+                "Newest batch timestamp at the source to local append done (two hosts' clocks).",
+            ),
+        ] {
+            let rows: Vec<(Labels, &hdrhistogram::Histogram<u64>)> = self
+                .latency
+                .iter()
+                .enumerate()
+                .map(|(i, set)| (shard_labels(i), set.get(which)))
+                .collect();
+            f.histogram(name, help, &rows)?;
+        }
+        Ok(())
+    }
+
+    fn encode_process(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
+        let p = &self.process;
+        let none: Labels = Vec::new();
+        if let Some(v) = p.cpu_seconds {
+            f.counter(
+                "process_cpu_seconds",
+                "Total user and system CPU time spent in seconds.",
+                &[(none.clone(), v)],
+            )?;
+        }
+        let gauges: [(&str, &str, Option<f64>); 6] = [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                p.resident_bytes.map(|v| v as f64),
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes.",
+                p.virtual_bytes.map(|v| v as f64),
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors.",
+                p.open_fds.map(|v| v as f64),
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors.",
+                p.max_fds.map(|v| v as f64),
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+                p.start_time_seconds,
+            ),
+            (
+                "process_threads",
+                "Number of OS threads in the process.",
+                p.threads.map(|v| v as f64),
+            ),
+        ];
+        for (name, help, v) in gauges {
+            if let Some(v) = v {
+                f.gauge(name, help, &[(none.clone(), v)])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scrape")
+            .field("shards", &self.shards.len())
+            .field("partitions", &self.partitions.len())
+            .finish()
+    }
+}
