@@ -394,3 +394,10 @@ pub const LATENCY_LOG_SECS_MAX: u64 = 6 * 3_600;
 /// Interval logs kept under `<data_dir>/latency` (oldest deleted first): about a week at the
 /// age limit.
 pub const LATENCY_LOG_FILES_MAX: usize = 28;
+
+/// `kmirror doctor` fails below this much free space in the data dir's filesystem: segments
+/// roll at up to 1 GiB each, so less cannot hold even one more segment per partition.
+pub const DOCTOR_FREE_BYTES_FAIL: u64 = 1 << 30;
+
+/// ...and warns below this.
+pub const DOCTOR_FREE_BYTES_WARN: u64 = 10 << 30;

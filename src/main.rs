@@ -33,11 +33,20 @@ enum Command {
     /// Manage mirrors through a running kmirror's admin API (create, start, pause, resume,
     /// stop, delete, list, describe).
     Mirrors(kmirror::ops::mirrors_cli::MirrorsArgs),
+    /// Check this host against a serve config: io_uring, memlock, cores, data dir, sources.
+    /// Prints pass/warn/fail lines (failures with their fix); exits non-zero on any failure.
+    Doctor {
+        /// The `kmirror serve` TOML configuration.
+        config: PathBuf,
+    },
     /// Print the percentile table of an HdrHistogram interval log (e.g. one that `serve` wrote
     /// under <data_dir>/latency/).
     Latency {
         /// The interval log (`.hlog`).
         file: PathBuf,
+        /// Also draw the percentile distribution to this file (.svg or .png).
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
 }
 
@@ -69,6 +78,15 @@ fn serve(config: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn doctor(config: &std::path::Path) -> anyhow::Result<bool> {
+    let config = kmirror::config::ServeConfig::load(config)?;
+    let findings = kmirror::ops::doctor::diagnose(&config);
+    Ok(kmirror::ops::doctor::print(
+        &findings,
+        &mut std::io::stdout().lock(),
+    )?)
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -84,8 +102,18 @@ fn main() -> ExitCode {
                 .map_err(anyhow::Error::from)
         }
         Command::Serve { config } => serve(&config),
-        Command::Latency { file } => {
-            kmirror::ops::latency::run(&file, &mut std::io::stdout().lock())
+        Command::Doctor { config } => {
+            return match doctor(&config) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => {
+                    eprintln!("kmirror: {e:#}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+        Command::Latency { file, plot } => {
+            kmirror::ops::latency::run(&file, plot.as_deref(), &mut std::io::stdout().lock())
                 .map_err(anyhow::Error::from)
         }
         Command::Log(LogCommand::Verify { dir }) => kmirror::ops::log_tools::verify(&dir)

@@ -263,13 +263,92 @@ fn admin_port_serves_true_metrics() {
 
     let log = serve.sigterm_and_wait();
     assert!(log.contains("stopped cleanly"), "{log}");
-    // Every append the shard timed is in the interval log it wrote under the data dir.
-    let logged = kmirror::ops::latency::read_dir_totals(&data_dir.join("latency")).unwrap();
+    // Every append the shard timed is in the interval log it wrote under the data dir, as our
+    // reader and HdrHistogram's own Java HistogramLogProcessor both read it.
+    let latency_dir = data_dir.join("latency");
+    let logged = kmirror::ops::latency::read_dir_totals(&latency_dir).unwrap();
     assert_eq!(
         logged.get("append").copied(),
         Some(appends as u64),
         "{logged:?}"
     );
+    let mut java_total = 0;
+    for file in std::fs::read_dir(&latency_dir).unwrap() {
+        let file = file.unwrap().path();
+        for latency in ["append", "fetch_round_trip"] {
+            let java = java_log_processor_count(&file, &format!("{latency}.shard0"), work.path());
+            let ours = kmirror::ops::latency::read_file(&file)
+                .ok()
+                .and_then(|m| m.get(latency).map(|h| h.len()))
+                .unwrap_or(0);
+            assert_eq!(java, ours, "{latency} in {}", file.display());
+            if latency == "append" {
+                java_total += java;
+            }
+        }
+    }
+    assert_eq!(java_total, appends as u64);
+    // The CLI prints the table and draws the plot from the same file.
+    let newest = std::fs::read_dir(&latency_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max()
+        .unwrap();
+    let svg = work.path().join("latency.svg");
+    let out = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .arg("latency")
+        .arg(&newest)
+        .arg("--plot")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(table.lines().any(|l| l.starts_with("append ")), "{table}");
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<polyline"));
+}
+
+/// Total count of `tag`'s histograms in `file` as HdrHistogram's Java HistogramLogProcessor
+/// (org.hdrhistogram:HdrHistogram 2.2.2, in tests/kafka/pom.xml) reports it.
+fn java_log_processor_count(file: &Path, tag: &str, work: &Path) -> u64 {
+    let jar = harness::kafka_libs("4.1.1").join("HdrHistogram-2.2.2.jar");
+    assert!(
+        jar.exists(),
+        "{} missing: run tests/kafka/fetch-jars.sh",
+        jar.display()
+    );
+    let out_base = work.join(format!("hlp-{tag}"));
+    let out = Command::new("java")
+        .arg("-cp")
+        .arg(&jar)
+        .arg("org.HdrHistogram.HistogramLogProcessor")
+        .arg("-i")
+        .arg(file)
+        .args(["-tag", tag, "-o"])
+        .arg(&out_base)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hgrm = std::fs::read_to_string(format!("{}.hgrm", out_base.display())).unwrap();
+    // "#[Max     =        3.578, Total count    =            3]"
+    hgrm.lines()
+        .find_map(|l| {
+            let r = l.split("Total count").nth(1)?;
+            r.trim_start_matches([' ', '='])
+                .trim_end_matches(']')
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no total count in\n{hgrm}"))
 }
 
 #[test]

@@ -59,6 +59,7 @@ impl LogDir {
         config_for: impl Fn(&TopicPartition) -> LogConfig,
         io: &mut impl LogIo,
     ) -> Result<LogDir, LogError> {
+        let opened_at = std::time::Instant::now();
         default_config.validate()?;
         std::fs::create_dir_all(root).map_err(|e| LogError::io(root, e))?;
         let clean = clean_shutdown::exists(root)?;
@@ -86,6 +87,17 @@ impl LogDir {
                 PartitionLog::open(&entry.path(), tp.clone(), None, config_for(&tp), load, io)?;
             logs.insert(tp, log);
         }
+        let recovered = logs.values().filter(|l| l.recovered_at_open()).count();
+        // Operators (and tests/ops_shutdown.rs) read this line to see whether the last stop was
+        // clean and recovery was skipped.
+        tracing::info!(
+            dir = %root.display(),
+            partitions = logs.len(),
+            clean_shutdown = clean,
+            recovered,
+            elapsed_ms = opened_at.elapsed().as_millis() as u64,
+            "log dir opened"
+        );
         let dir = LogDir {
             root: root.to_path_buf(),
             default_config,

@@ -73,6 +73,8 @@ pub struct PartitionLog {
     failed: bool,
     /// Where this log publishes read views for the Kafka endpoint, once attached.
     publisher: Option<Publisher>,
+    /// Opening revalidated segments batch by batch (see `recovered_at_open`).
+    recovered_at_open: bool,
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -115,6 +117,7 @@ impl PartitionLog {
             last_flush_ms: now,
             failed: false,
             publisher: None,
+            recovered_at_open: false,
         })
     }
 
@@ -161,7 +164,14 @@ impl PartitionLog {
             last_flush_ms: now_ms(),
             failed: false,
             publisher: None,
+            recovered_at_open: loaded.recovered,
         })
+    }
+
+    /// Whether opening had to revalidate batches (no clean shutdown, or a bad index): after a
+    /// clean shutdown this is false and the open only read indexes and snapshots.
+    pub fn recovered_at_open(&self) -> bool {
+        self.recovered_at_open
     }
 
     pub fn dir(&self) -> &Path {

@@ -52,6 +52,8 @@ pub(crate) struct Loaded {
     pub segments: Vec<Segment>,
     pub log_start: Offset,
     pub recovery_point: Offset,
+    /// Some segment was revalidated batch by batch (unclean stop, or a bad index).
+    pub recovered: bool,
 }
 
 /// Suffixes of files left by interrupted Kafka operations that are safe to drop.
@@ -155,6 +157,7 @@ pub(crate) fn load(
         segments,
         log_start,
         recovery_point,
+        recovered,
     })
 }
 

@@ -1,6 +1,7 @@
 //! `kmirror latency FILE`: reads an HdrHistogram interval log written by the telemetry thread
 //! (or any standard interval log), merges the intervals per latency (tags `<latency>.shard<N>`
-//! are merged over shards; untagged entries count as `untagged`), and prints a percentile table.
+//! are merged over shards; untagged entries count as `untagged`), and prints a percentile table;
+//! `--plot` draws the percentile distribution (`latency_plot`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -31,6 +32,8 @@ pub enum LatencyError {
     },
     #[error("{path}: no interval histograms")]
     Empty { path: PathBuf },
+    #[error("plot {path}: {why}")]
+    Plot { path: PathBuf, why: String },
     #[error("writing the table: {0}")]
     Output(#[from] std::io::Error),
 }
@@ -150,10 +153,15 @@ pub fn print_table(merged: &Merged, out: &mut impl Write) -> Result<(), LatencyE
     Ok(())
 }
 
-/// `kmirror latency FILE`.
-pub fn run(file: &Path, out: &mut impl Write) -> Result<(), LatencyError> {
+/// `kmirror latency FILE [--plot OUT]`.
+pub fn run(file: &Path, plot: Option<&Path>, out: &mut impl Write) -> Result<(), LatencyError> {
     let merged = read_file(file)?;
-    print_table(&merged, out)
+    print_table(&merged, out)?;
+    if let Some(p) = plot {
+        crate::ops::latency_plot::plot(&merged, p)?;
+        writeln!(out, "plot written to {}", p.display())?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

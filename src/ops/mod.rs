@@ -1,7 +1,9 @@
 //! Operator-facing edges: CLI tools, metrics, latency export, systemd notification.
 
 pub mod bench;
+pub mod doctor;
 pub mod latency;
+pub mod latency_plot;
 pub mod log_tools;
 pub mod metrics;
 pub mod metrics_server;

@@ -145,20 +145,36 @@ impl std::fmt::Debug for Ring {
     }
 }
 
+/// Ring setup flag sets, best first; `Ring::new` takes the first the kernel accepts.
+const SETUP_ATTEMPTS: [(RingMode, SetFlags); 3] = [
+    (RingMode::SingleIssuerDeferTaskrun, |b| {
+        b.setup_single_issuer().setup_defer_taskrun();
+    }),
+    (RingMode::CoopTaskrun, |b| {
+        b.setup_coop_taskrun().setup_taskrun_flag();
+    }),
+    (RingMode::Plain, |_| {}),
+];
+
+/// Tries every setup flag set on its own (for `kmirror doctor`): which ones this kernel and
+/// seccomp policy accept, and the error of those it refuses.
+pub fn probe_setup() -> Vec<(RingMode, io::Result<()>)> {
+    SETUP_ATTEMPTS
+        .iter()
+        .map(|(mode, flags)| {
+            let mut builder = IoUring::builder();
+            builder.setup_cqsize(RING_CQ_ENTRIES);
+            flags(&mut builder);
+            (*mode, builder.build(RING_SQ_ENTRIES).map(drop))
+        })
+        .collect()
+}
+
 impl Ring {
     /// Builds the ring with the best flags the kernel accepts. Call on the owning thread.
     pub fn new() -> io::Result<Ring> {
-        let attempts: [(RingMode, SetFlags); 3] = [
-            (RingMode::SingleIssuerDeferTaskrun, |b| {
-                b.setup_single_issuer().setup_defer_taskrun();
-            }),
-            (RingMode::CoopTaskrun, |b| {
-                b.setup_coop_taskrun().setup_taskrun_flag();
-            }),
-            (RingMode::Plain, |_| {}),
-        ];
         let mut last_err = None;
-        for (mode, flags) in attempts {
+        for (mode, flags) in SETUP_ATTEMPTS {
             let mut builder = IoUring::builder();
             builder.setup_cqsize(RING_CQ_ENTRIES);
             flags(&mut builder);

@@ -1,0 +1,412 @@
+//! `kmirror doctor CONFIG`: checks the host against a serve configuration before (or while)
+//! kmirror runs, one pass / warn / fail line per check, each failure with its fix. Exits
+//! non-zero when anything failed.
+//!
+//! Checks: io_uring and each ring setup flag set; RLIMIT_MEMLOCK against the arenas; allowed
+//! CPUs against shards (and `runtime.cores`); the data dir's filesystem and free space; the
+//! sources answering ApiVersions: the static `[source]`, or with `[admin]` every mirror the
+//! running admin API lists.
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::config::ServeConfig;
+use crate::fetch::blocking::BlockingClient;
+use crate::limits::{DOCTOR_FREE_BYTES_FAIL, DOCTOR_FREE_BYTES_WARN};
+use crate::runtime::memlock::{self, MemlockFacts};
+use crate::runtime::ring::probe_setup;
+use crate::runtime::RingMode;
+
+/// Outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Pass,
+    Warn,
+    Fail,
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub level: Level,
+    pub check: String,
+    pub detail: String,
+    /// What to do about a warning or failure.
+    pub fix: Option<String>,
+}
+
+fn pass(check: &str, detail: String) -> Finding {
+    Finding {
+        level: Level::Pass,
+        check: check.to_owned(),
+        detail,
+        fix: None,
+    }
+}
+
+fn bad(level: Level, check: &str, detail: String, fix: String) -> Finding {
+    Finding {
+        level,
+        check: check.to_owned(),
+        detail,
+        fix: Some(fix),
+    }
+}
+
+/// Runs every check for `config`.
+pub fn diagnose(config: &ServeConfig) -> Vec<Finding> {
+    let mut out = io_uring_checks();
+    out.push(memlock_check(config));
+    out.push(cores_check(config));
+    out.extend(data_dir_checks(&config.storage.data_dir));
+    out.extend(source_checks(config));
+    out
+}
+
+fn io_uring_checks() -> Vec<Finding> {
+    let probes = probe_setup();
+    let mut out = Vec::new();
+    let works: Vec<RingMode> = probes
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(m, _)| *m)
+        .collect();
+    if works.is_empty() {
+        let why = probes
+            .iter()
+            .map(|(m, r)| {
+                format!(
+                    "{m}: {}",
+                    r.as_ref().err().map_or(String::new(), |e| e.to_string())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        out.push(bad(
+            Level::Fail,
+            "io_uring",
+            format!("io_uring_setup fails with every flag set ({why})"),
+            "use Linux ≥ 5.19 with io_uring enabled (sysctl kernel.io_uring_disabled=0), and \
+             allow io_uring_setup/io_uring_enter/io_uring_register in seccomp (the unit's \
+             SystemCallFilter, a container's seccomp profile)"
+                .to_owned(),
+        ));
+        return out;
+    }
+    let best = works[0];
+    let detail = probes
+        .iter()
+        .map(|(m, r)| format!("{m}={}", if r.is_ok() { "ok" } else { "refused" }))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if best == RingMode::SingleIssuerDeferTaskrun {
+        out.push(pass(
+            "io_uring",
+            format!("shards will use {best} ({detail})"),
+        ));
+    } else {
+        out.push(bad(
+            Level::Warn,
+            "io_uring",
+            format!("shards will fall back to {best} ({detail})"),
+            "SINGLE_ISSUER|DEFER_TASKRUN needs Linux ≥ 6.1; upgrade the kernel for fewer \
+             completion interrupts"
+                .to_owned(),
+        ));
+    }
+    out
+}
+
+fn memlock_check(config: &ServeConfig) -> Finding {
+    let r = &config.runtime;
+    let needed = (r.shards * r.arena_slots * r.arena_slot_bytes) as u64;
+    let facts = match MemlockFacts::read() {
+        Ok(f) => f,
+        Err(e) => {
+            return bad(
+                Level::Fail,
+                "memlock",
+                e.to_string(),
+                "run on Linux with /proc mounted".to_owned(),
+            )
+        }
+    };
+    let limit = facts
+        .soft_limit
+        .map_or("unlimited".to_owned(), |l| format!("{l} B"));
+    match memlock::decide(needed, facts) {
+        Ok(()) => pass(
+            "memlock",
+            format!(
+                "arenas need {needed} B locked; RLIMIT_MEMLOCK {limit}{}",
+                if facts.has_cap_ipc_lock {
+                    ", CAP_IPC_LOCK held"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        Err(e) => bad(
+            Level::Fail,
+            "memlock",
+            e.to_string(),
+            format!(
+                "LimitMEMLOCK={} (or more) in the unit, `ulimit -l {}` in a shell, or lower \
+                 runtime.shards × arena_slots × arena_slot_bytes",
+                needed,
+                needed.div_ceil(1024)
+            ),
+        ),
+    }
+}
+
+fn cores_check(config: &ServeConfig) -> Finding {
+    let allowed: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    let shards = config.runtime.shards;
+    if let Some(cores) = &config.runtime.cores {
+        let missing: Vec<&usize> = cores.iter().filter(|c| !allowed.contains(c)).collect();
+        if !missing.is_empty() {
+            return bad(
+                Level::Fail,
+                "cores",
+                format!("runtime.cores {cores:?} includes {missing:?}, not in the allowed CPUs {allowed:?}"),
+                "pick cores from the allowed set (see CPUAffinity= and `taskset -p $$`)".to_owned(),
+            );
+        }
+    }
+    if allowed.len() < shards {
+        return bad(
+            Level::Fail,
+            "cores",
+            format!(
+                "{shards} shards need {shards} CPUs but {} are allowed ({allowed:?})",
+                allowed.len()
+            ),
+            format!("set runtime.shards ≤ {} or allow more CPUs", allowed.len()),
+        );
+    }
+    if allowed.len() == shards {
+        return bad(
+            Level::Warn,
+            "cores",
+            format!("{shards} shards take every allowed CPU ({allowed:?})"),
+            "leave a core for the control thread, IRQs and the kernel (tuning/README.md)"
+                .to_owned(),
+        );
+    }
+    pass(
+        "cores",
+        format!(
+            "{shards} shards on {} allowed CPUs {allowed:?}",
+            allowed.len()
+        ),
+    )
+}
+
+/// Filesystem magic numbers (statfs f_type) of the filesystems worth naming.
+fn fs_name(magic: u64) -> &'static str {
+    match magic {
+        0x5846_5342 => "xfs",
+        0xEF53 => "ext4",
+        0x9123_683E => "btrfs",
+        0x0102_1994 => "tmpfs",
+        0x794C_7630 => "overlayfs",
+        0x6969 => "nfs",
+        0x2FC1_2FC1 => "zfs",
+        _ => "other",
+    }
+}
+
+fn data_dir_checks(dir: &Path) -> Vec<Finding> {
+    // A data dir that does not exist yet is created by serve; check where it will be.
+    let mut at = dir;
+    while !at.exists() {
+        match at.parent() {
+            Some(p) if !p.as_os_str().is_empty() => at = p,
+            _ => break,
+        }
+    }
+    let mut out = Vec::new();
+    let stat = match rustix::fs::statfs(at) {
+        Ok(s) => s,
+        Err(e) => {
+            out.push(bad(
+                Level::Fail,
+                "data dir",
+                format!("cannot statfs {}: {e}", at.display()),
+                "create storage.data_dir (or its parent) and make it readable".to_owned(),
+            ));
+            return out;
+        }
+    };
+    let fs = fs_name(stat.f_type as u64);
+    let where_ = format!("{} ({fs})", dir.display());
+    match fs {
+        "xfs" | "ext4" => out.push(pass("filesystem", where_)),
+        "tmpfs" | "overlayfs" | "nfs" => out.push(bad(
+            Level::Warn,
+            "filesystem",
+            format!("{where_}: not a durable local disk filesystem"),
+            "put storage.data_dir on XFS or ext4 on a local disk (tuning/README.md)".to_owned(),
+        )),
+        _ => out.push(bad(
+            Level::Warn,
+            "filesystem",
+            format!("{where_}: untested filesystem (magic {:#x})", stat.f_type),
+            "XFS or ext4 are the filesystems Kafka and kmirror are run on".to_owned(),
+        )),
+    }
+    match rustix::fs::statvfs(at) {
+        Ok(v) => {
+            let free = v.f_bavail * v.f_frsize;
+            let gib = free as f64 / (1u64 << 30) as f64;
+            let detail = format!("{gib:.1} GiB free under {}", at.display());
+            if free < DOCTOR_FREE_BYTES_FAIL {
+                out.push(bad(
+                    Level::Fail,
+                    "free space",
+                    detail,
+                    "free space or move storage.data_dir: a full disk stops every partition"
+                        .to_owned(),
+                ));
+            } else if free < DOCTOR_FREE_BYTES_WARN {
+                out.push(bad(
+                    Level::Warn,
+                    "free space",
+                    detail,
+                    "size the disk for the mirrored topics' retention (tuning/README.md)"
+                        .to_owned(),
+                ));
+            } else {
+                out.push(pass("free space", detail));
+            }
+        }
+        Err(e) => out.push(bad(
+            Level::Fail,
+            "free space",
+            format!("cannot statvfs {}: {e}", at.display()),
+            "check the data dir's mount".to_owned(),
+        )),
+    }
+    out
+}
+
+/// ApiVersions to each bootstrap server of one source.
+fn check_source(name: &str, servers: &[String], client_id: &str) -> Vec<Finding> {
+    servers
+        .iter()
+        .map(|addr| {
+            let check = format!("source {name} {addr}");
+            match BlockingClient::connect(addr, client_id) {
+                Ok(c) => pass(
+                    &check,
+                    format!("answers ApiVersions (Fetch v{})", c.versions.fetch),
+                ),
+                Err(e) => bad(
+                    Level::Fail,
+                    &check,
+                    e.to_string(),
+                    "check the address, DNS, firewalls and that the broker listens there \
+                     (`nc -vz host port`)"
+                        .to_owned(),
+                ),
+            }
+        })
+        .collect()
+}
+
+fn source_checks(config: &ServeConfig) -> Vec<Finding> {
+    if let Some((source, _)) = config.static_mirror() {
+        return check_source("[source]", &source.bootstrap_servers, &source.client_id);
+    }
+    let Some(admin) = &config.admin else {
+        return Vec::new();
+    };
+    // Mirror definitions live in the running server's __mirror_state; ask its admin API.
+    let url = format!("http://{}/mirrors", admin.listen);
+    let listed = ureq::get(&url)
+        .call()
+        .map_err(|e| e.to_string())
+        .and_then(|mut r| {
+            r.body_mut()
+                .read_json::<Vec<crate::control::controller::MirrorSummary>>()
+                .map_err(|e| e.to_string())
+        });
+    match listed {
+        Ok(mirrors) if mirrors.is_empty() => vec![pass("mirrors", "none defined".to_owned())],
+        Ok(mirrors) => mirrors
+            .iter()
+            .flat_map(|m| {
+                let servers: Vec<String> = m
+                    .source_bootstrap_servers
+                    .split(',')
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                check_source(&m.mirror, &servers, "kmirror-doctor")
+            })
+            .collect(),
+        Err(e) => vec![bad(
+            Level::Warn,
+            "mirrors",
+            format!(
+                "admin API {} not answering ({e}); mirror sources not checked",
+                admin.listen
+            ),
+            "start kmirror (systemctl start kmirror) and run doctor again to check the sources"
+                .to_owned(),
+        )],
+    }
+}
+
+/// Prints the report; returns whether nothing failed.
+pub fn print(findings: &[Finding], out: &mut impl Write) -> std::io::Result<bool> {
+    for f in findings {
+        let tag = match f.level {
+            Level::Pass => "PASS",
+            Level::Warn => "WARN",
+            Level::Fail => "FAIL",
+        };
+        writeln!(out, "{tag} {}: {}", f.check, f.detail)?;
+        if let Some(fix) = &f.fix {
+            writeln!(out, "     fix: {fix}")?;
+        }
+    }
+    let failed = findings.iter().filter(|f| f.level == Level::Fail).count();
+    let warned = findings.iter().filter(|f| f.level == Level::Warn).count();
+    writeln!(
+        out,
+        "{failed} failed, {warned} warnings, {} checks",
+        findings.len()
+    )?;
+    Ok(failed == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filesystem_names() {
+        assert_eq!(fs_name(0x5846_5342), "xfs");
+        assert_eq!(fs_name(0xEF53), "ext4");
+        assert_eq!(fs_name(1), "other");
+    }
+
+    #[test]
+    fn report_counts_failures() {
+        let f = vec![
+            pass("a", "ok".into()),
+            bad(Level::Fail, "b", "broken".into(), "mend it".into()),
+        ];
+        let mut out = Vec::new();
+        assert!(!print(&f, &mut out).unwrap());
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("FAIL b: broken\n     fix: mend it"));
+        assert!(text.contains("1 failed, 0 warnings, 2 checks"));
+    }
+}
