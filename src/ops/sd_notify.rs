@@ -3,6 +3,7 @@
 //! is a no-op outside systemd (no `NOTIFY_SOCKET`), and a failed send is only logged: the
 //! service manager going away must never stop mirroring.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sd_notify::NotifyState;
@@ -13,9 +14,15 @@ fn send(state: &[NotifyState<'_>]) {
     }
 }
 
+/// Set once READY=1 went out. The control thread's tick starts before the thread that sends
+/// READY gets to run again, and a WATCHDOG=1 ahead of READY=1 would tell systemd the service
+/// is alive before it is up; pings wait for this instead.
+static READY_SENT: AtomicBool = AtomicBool::new(false);
+
 /// Recovery is done, the shards run and the admin API (if any) listens.
 pub fn ready(status: &str) {
     send(&[NotifyState::Ready, NotifyState::Status(status)]);
+    READY_SENT.store(true, Ordering::Release);
 }
 
 /// Shutdown began (shards stopping, logs being closed).
@@ -48,6 +55,9 @@ impl Watchdog {
         let Some(every) = self.every else {
             return;
         };
+        if !READY_SENT.load(Ordering::Acquire) {
+            return;
+        }
         let now = Instant::now();
         if self.last.is_some_and(|t| now.duration_since(t) < every) {
             return;
