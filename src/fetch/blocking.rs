@@ -99,9 +99,7 @@ impl Socket {
             if status == LinkStatus::Ready {
                 break;
             }
-            let n = socket
-                .stream
-                .read(&mut buf)
+            let n = read_some(&mut socket.stream, &mut buf)
                 .map_err(|source| BlockingError::Io { addr: sock, source })?;
             if n == 0 {
                 return Err(BlockingError::Closed { addr: sock });
@@ -173,9 +171,7 @@ impl Socket {
             if let Some(frame) = link.next_frame()? {
                 return Ok(frame);
             }
-            let n = self
-                .stream
-                .read(&mut buf)
+            let n = read_some(&mut self.stream, &mut buf)
                 .map_err(|source| BlockingError::Io { addr, source })?;
             if n == 0 {
                 return Err(BlockingError::Closed { addr });
@@ -206,17 +202,25 @@ impl Socket {
             let have = self.inbuf.len();
             // Grow to the announced frame size (already bounded by FRAME_BYTES_MAX).
             self.inbuf.resize(need.max(have + 4096), 0);
-            let n = self
-                .stream
-                .read(&mut self.inbuf[have..])
-                .map_err(|source| {
-                    self.inbuf.truncate(have);
-                    BlockingError::Io { addr, source }
-                })?;
+            let n = read_some(&mut self.stream, &mut self.inbuf[have..]).map_err(|source| {
+                self.inbuf.truncate(have);
+                BlockingError::Io { addr, source }
+            })?;
             self.inbuf.truncate(have + n);
             if n == 0 {
                 return Err(BlockingError::Closed { addr });
             }
+        }
+    }
+}
+
+/// `read` that retries when a signal interrupted it (EINTR): a signal delivered to the process
+/// (a child exiting, a handler) is no fault of the source.
+fn read_some(stream: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match stream.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => return r,
         }
     }
 }
