@@ -1,0 +1,136 @@
+//! `kmirror serve` mirrors the synthetic bench source, as benches/mirror_matrix.sh and
+//! benches/latency.sh rely on: the real binary (io_uring shards) negotiates versions with the
+//! source (so the source must offer OffsetForLeaderEpoch), and its `.log` files end up holding
+//! exactly the batches the source generated. With a rate-limited source the batches that reach
+//! the disk carry the wall-clock time they appeared at the source as maxTimestamp (CRC still
+//! valid), which is what makes kmirror's end-to-end latency meaningful in the benchmark.
+
+mod harness;
+mod mirror_support;
+
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use harness::serve::{log_bytes, Serve, CATCH_UP_LIMIT};
+use kmirror::ids::Offset;
+use kmirror::ops::bench::records::Catalog;
+use kmirror::ops::bench::server::SynthServer;
+use kmirror::ops::bench::{SynthCodec, SynthSpec};
+use kmirror::wire::batch::Batches;
+use mirror_support::write_config;
+
+/// Starts a synthetic source for `spec` on a free port; returns its address and catalog.
+fn source(spec: SynthSpec) -> (String, std::sync::Arc<Catalog>) {
+    let server = SynthServer::bind("127.0.0.1:0", spec).unwrap();
+    let catalog = server.catalog().clone();
+    let addr = server.spawn().unwrap();
+    (addr.to_string(), catalog)
+}
+
+/// Waits until every partition dir holds `want` bytes of `.log`.
+fn wait_bytes(serve: &mut Serve, dirs: &[&Path], want: usize) {
+    let start = Instant::now();
+    loop {
+        serve.assert_running();
+        let have: Vec<usize> = dirs.iter().map(|d| log_bytes(d).len()).collect();
+        if have.iter().all(|&n| n >= want) {
+            return;
+        }
+        assert!(
+            start.elapsed() < CATCH_UP_LIMIT,
+            "mirrored {have:?} of {want} bytes per partition\n{}",
+            serve.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn serve_mirrors_the_synthetic_source_byte_for_byte() {
+    let spec = SynthSpec {
+        partitions: 3,
+        codec: SynthCodec::Zstd,
+        batch_bytes: 4096,
+        partition_bytes: Some(4096 * 25),
+        ..SynthSpec::default()
+    };
+    let (addr, catalog) = source(spec);
+    let work = tempfile::tempdir().unwrap();
+    let (config, data) = write_config(work.path(), &addr, &["synth"]);
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    let batches = catalog.batches_per_partition.unwrap();
+    let rpb = catalog.records_per_batch();
+    let want: Vec<u8> = (0..batches as i64)
+        .flat_map(|i| catalog.template.stamped(Offset(i * rpb)))
+        .collect();
+    let dirs: Vec<_> = (0..3).map(|p| data.join(format!("synth-{p}"))).collect();
+    let dir_refs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
+    wait_bytes(&mut serve, &dir_refs, want.len());
+    serve.sigterm_and_wait();
+    for d in &dirs {
+        assert!(
+            log_bytes(d) == want,
+            "{} differs from the source",
+            d.display()
+        );
+    }
+}
+
+#[test]
+fn rate_limited_source_batches_reach_the_mirror_stamped_with_their_appear_time() {
+    // 3 partitions x 15 batches at 60 batches/s: the data appears over ~0.75 s.
+    let mut spec = SynthSpec {
+        partitions: 3,
+        codec: SynthCodec::Lz4,
+        batch_bytes: 2048,
+        ..SynthSpec::default()
+    };
+    let size = Catalog::new(spec.clone()).unwrap().template.size() as u64;
+    spec.partition_bytes = Some(size * 15);
+    spec.rate_bytes_per_s = Some(size * 60);
+    let (addr, catalog) = source(spec);
+    let work = tempfile::tempdir().unwrap();
+    let (config, data) = write_config(work.path(), &addr, &["synth"]);
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    let dirs: Vec<_> = (0..3).map(|p| data.join(format!("synth-{p}"))).collect();
+    let dir_refs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
+    wait_bytes(&mut serve, &dir_refs, (size * 15) as usize);
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    serve.sigterm_and_wait();
+
+    let (_, clock_ms) = *catalog.clock().expect("the first fetch started the clock");
+    let rpb = catalog.records_per_batch();
+    for (p, d) in dirs.iter().enumerate() {
+        let bytes = log_bytes(d);
+        let mut n = 0u64;
+        let mut last = i64::MIN;
+        for item in Batches::new(&bytes) {
+            let (_, b) = item.unwrap();
+            b.validate()
+                .expect("restamped batch keeps a valid CRC on disk");
+            assert_eq!(b.base_offset(), Offset(n as i64 * rpb));
+            let ts = b.max_timestamp();
+            assert_eq!(
+                Some(ts),
+                catalog.appear_time_ms(p, n),
+                "partition {p} batch {n}"
+            );
+            assert!(ts.0 > last, "timestamps grow along the partition");
+            assert!(
+                ts.0 > clock_ms as i64 && ts.0 <= now_ms,
+                "appear time {} outside [{clock_ms}, {now_ms}]",
+                ts.0
+            );
+            assert_eq!(b.base_timestamp().0, ts.0 - (rpb - 1));
+            last = ts.0;
+            n += 1;
+        }
+        assert_eq!(n, 15, "partition {p}");
+    }
+    // Round-robin at 60 batches/s: the last of 45 batches appeared ~0.75 s after the clock.
+    let last = catalog.appear_time_ms(2, 14).unwrap().0 - clock_ms as i64;
+    assert!((740..=760).contains(&last), "{last} ms");
+}
