@@ -62,6 +62,9 @@ cleanup() {
 trap cleanup EXIT
 
 start_source() { # args: data flags; sets src_pid, addr, layout
+    # Removed first: the background child truncates it only once it runs, and the previous
+    # source's line must not be read in the meantime.
+    rm -f "$WORK/source.out"
     "$BIN/kmirror-synth-source" --listen 127.0.0.1:0 "$@" >"$WORK/source.out" 2>"$WORK/source.err" &
     src_pid=$!
     for _ in $(seq 1 600); do
