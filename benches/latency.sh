@@ -5,8 +5,9 @@
 # partitions, each stamped with the wall-clock ms it appeared as its maxTimestamp; kmirror's
 # telemetry records end_to_end = append done - maxTimestamp per append into HdrHistogram interval
 # logs under <data_dir>/latency. After SECS seconds the script stops kmirror, copies the interval
-# log to OUT (default benches/results/), prints `kmirror latency` for it and draws the percentile
-# plot (SVG) with benches/latency_plot.py. The data dir is deleted.
+# log to OUT (default benches/results/), prints `kmirror latency FILE --plot OUT.svg` for it (the
+# percentile table and plot) and cross-checks the table with benches/latency_plot.py's own
+# decoding. The data dir is deleted.
 #
 #   RATE_MB_S=100 benches/latency.sh                 # half of a measured maximum of 200 MB/s
 #   QUICK=1 BIN=target/debug RATE_MB_S=5 benches/latency.sh
@@ -66,7 +67,8 @@ echo "mirrored_bytes=$bytes MBps=$(awk -v b="$bytes" -v s="$SECS" 'BEGIN {printf
 logs=("$WORK"/data/latency/*.hlog)
 [[ -f ${logs[0]} ]] || { echo "no latency log under $WORK/data/latency" >&2; tail "$WORK/serve.log" >&2; exit 1; }
 cat "${logs[@]}" >"$OUT/$NAME.hlog"
-"$BIN/kmirror" latency "$OUT/$NAME.hlog"
-python3 benches/latency_plot.py "$OUT/$NAME.hlog" "$OUT/$NAME.svg" --tag end_to_end \
+"$BIN/kmirror" latency "$OUT/$NAME.hlog" --plot "$OUT/$NAME.svg"
+# An independent decoding of the same log (stdlib Python), as a cross-check of the table.
+python3 benches/latency_plot.py "$OUT/$NAME.hlog" "$WORK/crosscheck.svg" --tag end_to_end \
     --title "kmirror end-to-end latency, $PARTS partitions, $CODEC ~$BATCH B batches, $RATE_MB_S MB/s, $SHARDS shard(s)"
 echo "wrote $OUT/$NAME.hlog $OUT/$NAME.svg"
