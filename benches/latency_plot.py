@@ -38,10 +38,11 @@ def decode(encoded):
     unit_magnitude)."""
     raw = base64.b64decode(encoded)
     cookie, length = struct.unpack(">ii", raw[:8])
-    if cookie == V2_COMPRESSED_COOKIE:
+    # Encoders set word-size bits in the cookie (the Rust crate writes 0x1c849313/0x1c849314).
+    if cookie & ~0xF0 == V2_COMPRESSED_COOKIE:
         raw = zlib.decompress(raw[8 : 8 + length])
         cookie = struct.unpack(">i", raw[:4])[0]
-    if cookie != V2_COOKIE:
+    if cookie & ~0xF0 != V2_COOKIE:
         raise ValueError(f"not a V2 histogram (cookie {cookie:#x})")
     payload_len, _norm, digits, lowest, _highest = struct.unpack(">iiiqq", raw[4:32])
     pos, end = 40, 40 + payload_len
