@@ -56,9 +56,7 @@ impl LeaderStore {
 
     /// Gives a partition back (read-only again), e.g. to mirror it anew.
     pub fn release(&self, tp: &TopicPartition) -> Option<PartitionLog> {
-        let mut log = lock(&self.logs).remove(tp)?;
-        log.attach_read_view().set_writable(false);
-        Some(log)
+        lock(&self.logs).remove(tp).map(read_only)
     }
 
     pub fn contains(&self, tp: &TopicPartition) -> bool {
@@ -68,13 +66,14 @@ impl LeaderStore {
     /// Every log, made read-only again, for closing.
     pub fn take_all(&self) -> Vec<PartitionLog> {
         let logs = std::mem::take(&mut *lock(&self.logs));
-        logs.into_values()
-            .map(|mut log| {
-                log.attach_read_view().set_writable(false);
-                log
-            })
-            .collect()
+        logs.into_values().map(read_only).collect()
     }
+}
+
+/// A log leaving the store: clients may read it but no longer write it.
+fn read_only(mut log: PartitionLog) -> PartitionLog {
+    log.attach_read_view().set_writable(false);
+    log
 }
 
 impl Default for LeaderStore {
