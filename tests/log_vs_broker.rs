@@ -139,7 +139,10 @@ fn kmirror_writes_the_brokers_files() {
     let mut log = PartitionLog::create(&ours, tp, topic_id, kmirror_config()).unwrap();
     let batches = append_batch_by_batch(&broker_logs, &mut log);
     assert_eq!(log.log_end_offset(), Offset(end));
-    log.close(&mut StdIo).unwrap();
+    // Compared while open, like the broker's live files: closing adds the active segment's
+    // final time-index entry (as Kafka's own close does), which the running broker has not
+    // written yet whenever the segment's max timestamp is not already indexed.
+    log.flush(&mut StdIo).unwrap();
 
     let our_files = segment_files(&ours);
     assert_eq!(
@@ -191,6 +194,15 @@ fn kmirror_writes_the_brokers_files() {
     assert_eq!(
         std::fs::read(ours.join("partition.metadata")).unwrap(),
         std::fs::read(broker_dir.join("partition.metadata")).unwrap()
+    );
+    let active_timeindex = with_ext(&our_files, "timeindex").pop().unwrap();
+    let open_entries = index_bytes_trimmed(&active_timeindex);
+    log.close(&mut StdIo).unwrap();
+    let closed_entries = index_bytes_trimmed(&active_timeindex);
+    assert!(
+        closed_entries.starts_with(&open_entries)
+            && closed_entries.len() - open_entries.len() <= 12,
+        "close only appends the final time-index entry"
     );
 
     // Kafka's verdict on kmirror's files: every record decompressed, indexes checked both ways.

@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/kafka/fetch-jars.sh
-cargo test --all-targets
+cargo test --all-targets --no-fail-fast
