@@ -85,6 +85,15 @@ pub trait LocalLogs {
     fn epoch_before(&self, tp: &TopicPartition, offset: Offset) -> LeaderEpoch;
 }
 
+impl<T: LocalLogs + ?Sized> LocalLogs for std::sync::Arc<T> {
+    fn bounds(&self, tp: &TopicPartition) -> Option<LocalBounds> {
+        (**self).bounds(tp)
+    }
+    fn epoch_before(&self, tp: &TopicPartition, offset: Offset) -> LeaderEpoch {
+        (**self).epoch_before(tp, offset)
+    }
+}
+
 /// The logs while the calling thread holds them (static mode, tools, tests): log start and log
 /// end of each partition, epochs from its leader-epoch cache.
 impl LocalLogs for LogDir {

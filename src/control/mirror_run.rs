@@ -177,6 +177,11 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
     // from here until the shards start leaves the dir without its clean-shutdown marker, so
     // the next start recovers again.
     let mut log_dir = LogDir::open(data_dir, LogConfig::default(), &mut StdIo)?;
+    // The group coordinator owns `__consumer_offsets-0`; it is not a mirrored partition.
+    drop(log_dir.take(&TopicPartition::new(
+        crate::serve::groups::offsets::TOPIC,
+        0,
+    )));
     let catalog = ReadCatalog::new();
     log_dir.attach_catalog(std::sync::Arc::clone(&catalog));
     let mut versions: HashMap<i32, (String, Versions)> = HashMap::new();

@@ -75,8 +75,13 @@ impl ShardDataPlane {
         request_timeout_ms: u32,
     ) -> Result<ShardDataPlane, ShardPlaneError> {
         let mut logs = LogDir::open(data_dir, LogConfig::default(), &mut StdIo)?;
-        // `__mirror_state` belongs to the state log, which reopens it right after.
+        // `__mirror_state` belongs to the state log and `__consumer_offsets` to the group
+        // coordinator; each reopens its own right after.
         drop(logs.take(&TopicPartition::new(state_log::TOPIC, 0)));
+        drop(logs.take(&TopicPartition::new(
+            crate::serve::groups::offsets::TOPIC,
+            0,
+        )));
         let returned: ReturnedLogs = Arc::new(Mutex::new(Vec::new()));
         let shard_returned = Arc::clone(&returned);
         let progress = ProgressBoard::default();

@@ -159,6 +159,17 @@ impl<S: OffsetStore> GroupCoordinator<S> {
             .collect()
     }
 
+    /// The answer to the parked request `token`, once it exists.
+    pub fn take_reply(&mut self, token: u64) -> Option<Deferred> {
+        let i = self.replies.iter().position(|r| match r {
+            Reply::Join(w, _) | Reply::Sync(w, _) => w.token == token,
+        })?;
+        Some(match self.replies.remove(i) {
+            Reply::Join(w, j) => Deferred::Join(w, join_response(w.version, j)),
+            Reply::Sync(w, r) => Deferred::Sync(w, sync_response(r)),
+        })
+    }
+
     /// The earliest `now` at which `tick` has work.
     pub fn next_deadline(&self) -> Option<i64> {
         self.groups.values().filter_map(Group::next_deadline).min()
@@ -753,6 +764,16 @@ impl<S: OffsetStore> GroupCoordinator<S> {
     }
 }
 
+/// A JoinGroup error answer (for a parked request that could not wait any longer).
+pub fn join_error(version: i16, error: ResponseError, member_id: &str) -> JoinGroupResponse {
+    join_response(version, JoinResult::error(error, member_id))
+}
+
+/// A SyncGroup error answer.
+pub fn sync_error(error: ResponseError) -> SyncGroupResponse {
+    sync_response(SyncResult::error(error))
+}
+
 fn join_response(version: i16, r: JoinResult) -> JoinGroupResponse {
     // Before v7 the protocol name is a non-nullable string.
     let protocol_name = match r.protocol_name {
@@ -1212,6 +1233,35 @@ mod tests {
             Some(Deferred::Join(_, r)) => r,
             other => panic!("expected a join reply, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_parked_join_is_taken_by_its_token_only() {
+        let mut c = coord();
+        c.config.initial_rebalance_delay_ms = 0;
+        let w1 = Waiter {
+            token: 11,
+            version: 9,
+        };
+        let id = c
+            .join_group(0, w1, &client(), &join_req(""))
+            .unwrap()
+            .member_id;
+        assert_eq!(c.join_group(0, w1, &client(), &join_req(id.as_str())), None);
+        assert!(c.take_reply(12).is_none());
+        match c.take_reply(11) {
+            Some(Deferred::Join(w, r)) => assert_eq!((w.token, r.generation_id), (11, 1)),
+            other => panic!("{other:?}"),
+        }
+        assert!(c.take_reply(11).is_none(), "taken once");
+        assert_eq!(
+            join_error(9, ResponseError::RebalanceInProgress, "m").error_code,
+            ResponseError::RebalanceInProgress.code()
+        );
+        assert_eq!(
+            sync_error(ResponseError::RebalanceInProgress).error_code,
+            ResponseError::RebalanceInProgress.code()
+        );
     }
 
     #[test]
