@@ -290,6 +290,24 @@ const _: () = assert!(
 pub const GROUP_SESSION_TIMEOUT_MS_MIN: i32 = 6_000;
 pub const GROUP_SESSION_TIMEOUT_MS_MAX: i32 = 1_800_000;
 
+/// Longest rebalance timeout honoured (a client asking for more gets this): a JoinGroup waits
+/// on an endpoint thread for at most this long before the round ends without the laggards.
+pub const GROUP_REBALANCE_TIMEOUT_MS_MAX: i32 = 1_800_000;
+
+/// How long an endpoint thread waits for the answer to its parked JoinGroup/SyncGroup before
+/// giving up. The coordinator answers within a rebalance timeout (join) or a session timeout
+/// (sync), so this is only a backstop.
+pub const GROUP_PARK_MAX_MS: u64 =
+    GROUP_REBALANCE_TIMEOUT_MS_MAX as u64 + GROUP_SESSION_TIMEOUT_MS_MAX as u64 + 60_000;
+
+/// Longest sleep of the group timer thread when no deadline is nearer (it is woken on every
+/// group change anyway).
+pub const GROUP_TIMER_MAX_SLEEP_MS: u64 = 1_000;
+
+/// How long shutdown waits for connection threads to let go of the coordinator before it
+/// leaves `__consumer_offsets-0` to the next start's recovery instead of closing it.
+pub const GROUP_CLOSE_WAIT_MS: u64 = 3_000;
+
 /// Kafka's `group.initial.rebalance.delay.ms` default: the first rebalance of an empty group
 /// waits this long for more members, so a starting fleet does not rebalance once per member.
 pub const GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT: i64 = 3_000;

@@ -5,17 +5,20 @@
 //! shards, which close every partition log with its checkpoints and the clean-shutdown marker.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::config::ServeConfig;
 use crate::control::admin::{self, AdminError};
-use crate::control::controller::Controller;
+use crate::control::controller::{Controller, GroupSyncPlane};
+use crate::control::group_sync::{BlockingSourceGroups, GroupSyncSchedule};
 use crate::control::shard_plane::ShardDataPlane;
 use crate::control::source_catalog::BlockingSourceCatalog;
 use crate::control::state::RetryPolicy;
 use crate::control::state_log::StateLog;
 use crate::limits::CONTROL_TICK_MS;
 use crate::log::read_view::ReadCatalog;
+use crate::serve::groups::GroupService;
 
 /// Why the control plane could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -49,19 +52,40 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     let fetch = config.fetch_config();
     let catalog = ReadCatalog::new();
     let writer = crate::serve::writes::writer_slot();
-    let kafka = crate::serve::start_configured(config, &catalog, &writer)?;
+    // Consumer groups come with the Kafka endpoint. The service is opened on the control
+    // thread once the shard plane has opened the data dir without `__consumer_offsets-0`
+    // (so the coordinator is that log's only opener), and handed back here for the listener.
+    let serve_groups = config.kafka.is_some();
+    let groups_slot: Arc<OnceLock<Arc<GroupService>>> = Arc::default();
+    let build_catalog = Arc::clone(&catalog);
+    let build_writer = Arc::clone(&writer);
+    let build_groups = Arc::clone(&groups_slot);
     let request_timeout_ms = config.fetch.request_timeout_ms;
     let build = move || {
         let mut plane = ShardDataPlane::start(&data_dir, &runtime, fetch, request_timeout_ms)
             .map_err(|e| e.to_string())?;
-        plane.attach_read_catalog(catalog);
+        plane.attach_read_catalog(Arc::clone(&build_catalog));
         // Failed-over partitions take client writes through the endpoint from now on.
-        let leaders: std::sync::Arc<dyn crate::serve::writes::PartitionWriter> = plane.leaders();
-        let _ = writer.set(leaders);
+        let leaders: Arc<dyn crate::serve::writes::PartitionWriter> = plane.leaders();
+        let _ = build_writer.set(leaders);
+        let groups = if serve_groups {
+            match GroupService::open(&data_dir, Arc::clone(&build_catalog)) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    let _ = plane.stop();
+                    return Err(e.to_string());
+                }
+            }
+        } else {
+            None
+        };
         let store = match StateLog::open(&data_dir) {
             Ok(s) => s,
             Err(e) => {
                 // Leave the partition logs closed cleanly: nothing was fetched yet.
+                if let Some(g) = groups {
+                    let _ = g.close();
+                }
                 let _ = plane.stop();
                 return Err(e.to_string());
             }
@@ -69,6 +93,17 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
         let mut c = Controller::open(store, RetryPolicy::default(), BlockingSourceCatalog, plane)
             .map_err(|e| e.to_string())?;
         c.set_sync_interval_ms(sync_interval_ms);
+        if let Some(g) = groups {
+            // Group-offset sync from each mirror's source, on the controller's tick, into the
+            // coordinator the endpoint serves (kip1279.md §8).
+            c.attach_group_sync(GroupSyncPlane {
+                source: Box::new(BlockingSourceGroups),
+                local: Box::new(Arc::clone(&build_catalog)),
+                sink: Box::new(Arc::clone(g.coordinator())),
+                schedule: GroupSyncSchedule::default(),
+            });
+            let _ = build_groups.set(g);
+        }
         Ok(c)
     };
     let close = |c: Controller<BlockingSourceCatalog, ShardDataPlane>| {
@@ -77,6 +112,17 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
         plane.stop().map_err(|e| e.to_string())
     };
     let control = admin::spawn_built(listen, build, close)?;
+    let groups = groups_slot.get().cloned();
+    let kafka = match crate::serve::start_configured(config, &catalog, &writer, groups.as_ref()) {
+        Ok(k) => k,
+        Err(e) => {
+            let _ = control.finish();
+            if let Some(g) = groups {
+                let _ = g.close();
+            }
+            return Err(ControlRunError::Kafka(e));
+        }
+    };
     tracing::info!(admin = %control.addr, "control plane serving");
     // Recovery ran and the shards started inside `spawn_built`; the control thread's tick
     // pings the watchdog from now on.
@@ -87,5 +133,12 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     // No client reads a log once the control plane starts closing them.
     drop(kafka);
     crate::ops::sd_notify::stopping();
-    control.finish().map_err(ControlRunError::Close)
+    let finished = control.finish().map_err(ControlRunError::Close);
+    // After the controller: its group sync held the coordinator until now.
+    if let Some(g) = groups {
+        if let Err(e) = g.close() {
+            tracing::warn!("closing __consumer_offsets-0: {e}");
+        }
+    }
+    finished
 }

@@ -114,6 +114,27 @@ impl LocalLogs for LogDir {
     }
 }
 
+/// The logs as the Kafka endpoint publishes them (`serve`'s read views): readable from the
+/// control thread while the shards own the logs. A mirror's high watermark is its log end.
+impl LocalLogs for crate::log::read_view::ReadCatalog {
+    fn bounds(&self, tp: &TopicPartition) -> Option<LocalBounds> {
+        let v = self.get(tp)?.view();
+        Some(LocalBounds {
+            log_start: v.log_start,
+            log_end: v.high_watermark,
+        })
+    }
+
+    fn epoch_before(&self, tp: &TopicPartition, offset: Offset) -> LeaderEpoch {
+        if offset.0 <= 0 {
+            return LeaderEpoch::NONE;
+        }
+        self.get(tp)
+            .and_then(|h| h.view().epoch_for_offset(Offset(offset.0 - 1)))
+            .unwrap_or(LeaderEpoch::NONE)
+    }
+}
+
 /// Where synced offsets go: the group coordinator.
 pub trait OffsetSink {
     fn is_active(&self, group: &str) -> bool;

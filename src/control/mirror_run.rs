@@ -50,6 +50,8 @@ pub enum RunError {
     NoTopics,
     #[error("Kafka listener: {0}")]
     Kafka(std::io::Error),
+    #[error("consumer groups: {0}")]
+    Groups(crate::serve::groups::GroupServiceError),
     #[error("partition {0} has no leader on the source")]
     NoLeader(TopicPartition),
     #[error("leader {0} of a partition is not in the source's broker list")]
@@ -262,13 +264,29 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
             }
         }
     }
+    // Consumer groups are served with the endpoint; `__consumer_offsets-0` was left out of the
+    // log dir above, so the coordinator is its only opener.
+    let groups = match config.kafka.as_ref().map(|_| {
+        crate::serve::groups::GroupService::open(data_dir, std::sync::Arc::clone(&catalog))
+    }) {
+        None => None,
+        Some(Ok(g)) => Some(g),
+        Some(Err(e)) => {
+            rt.stop();
+            return Err(RunError::Groups(e));
+        }
+    };
     let kafka = match crate::serve::start_configured(
         config,
         &catalog,
         &crate::serve::writes::writer_slot(),
+        groups.as_ref(),
     ) {
         Ok(k) => k,
         Err(e) => {
+            if let Some(g) = groups {
+                let _ = g.close();
+            }
             rt.stop();
             return Err(RunError::Kafka(e));
         }
@@ -297,6 +315,11 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
     crate::ops::sd_notify::stopping();
     tracing::info!("stopping: closing partition logs");
     drop(kafka);
+    if let Some(g) = groups {
+        if let Err(e) = g.close() {
+            tracing::warn!("closing __consumer_offsets-0: {e}");
+        }
+    }
     rt.stop();
     drop(telemetry);
     // The shards handed every log back: close the dir with checkpoints and the clean-shutdown

@@ -20,7 +20,7 @@ use crate::serve::ServeError;
 /// Serves `stream` until the client leaves, sends something we cannot parse, or `stop` is set.
 pub fn serve(mut stream: TcpStream, peer: SocketAddr, dispatcher: &Dispatcher, stop: &AtomicBool) {
     // The socket closes when `stream` drops, after the log line.
-    match serve_inner(&mut stream, dispatcher, stop) {
+    match serve_inner(&mut stream, peer, dispatcher, stop) {
         Ok(()) => tracing::debug!(%peer, "Kafka client disconnected"),
         Err(e) => tracing::warn!(%peer, error = %e, "Kafka client connection closed"),
     }
@@ -28,6 +28,7 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, dispatcher: &Dispatcher, s
 
 fn serve_inner(
     stream: &mut TcpStream,
+    peer: SocketAddr,
     dispatcher: &Dispatcher,
     stop: &AtomicBool,
 ) -> Result<(), ServeError> {
@@ -39,7 +40,7 @@ fn serve_inner(
         let Some(frame) = read_frame(stream, &mut buf, stop)? else {
             return Ok(());
         };
-        let (api, version, response) = dispatcher.dispatch(frame)?;
+        let (api, version, response) = dispatcher.dispatch_from(frame, Some(peer))?;
         match response.outcome {
             Outcome::Reply(parts) => {
                 let body_len = parts.iter().map(Part::len).sum();

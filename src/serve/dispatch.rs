@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -27,6 +28,8 @@ pub struct Request {
     pub version: i16,
     pub header: RequestHeader,
     pub body: Bytes,
+    /// The client's address, when the request came from a socket (DescribeGroups shows it).
+    pub peer: Option<SocketAddr>,
 }
 
 impl Request {
@@ -203,6 +206,15 @@ impl Dispatcher {
     /// Handles one frame body (length prefix removed). An error means the request could not be
     /// understood: the caller closes the connection.
     pub fn dispatch(&self, frame: Bytes) -> Result<(ApiKey, i16, Response), ServeError> {
+        self.dispatch_from(frame, None)
+    }
+
+    /// `dispatch` for a frame that arrived from `peer`.
+    pub fn dispatch_from(
+        &self,
+        frame: Bytes,
+        peer: Option<SocketAddr>,
+    ) -> Result<(ApiKey, i16, Response), ServeError> {
         if frame.len() < 8 {
             return Err(ServeError::Truncated { len: frame.len() });
         }
@@ -225,6 +237,7 @@ impl Dispatcher {
             version,
             header,
             body,
+            peer,
         };
         let outcome = handler.handle(&req)?;
         Ok((
@@ -275,6 +288,7 @@ impl Dispatcher {
             version,
             header,
             body,
+            peer: None,
         };
         // The request carries only the client's name and version (v3+); nothing to check.
         let _: ApiVersionsRequest = req.decode()?;

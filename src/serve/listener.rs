@@ -34,12 +34,13 @@ pub struct KafkaListener {
 
 impl KafkaListener {
     /// Binds and starts serving the partitions of `catalog` with the APIs of
-    /// `catalog_apis::dispatcher`, plus whatever `extend` registers (the group coordinator).
+    /// `catalog_apis::dispatcher`, plus whatever `extend` registers (the group coordinator);
+    /// `extend` is told the advertised host and port, known only once bound.
     pub fn start(
         config: &ListenerConfig,
         catalog: Arc<ReadCatalog>,
         writer: WriterSlot,
-        extend: impl FnOnce(&mut Dispatcher),
+        extend: impl FnOnce(&mut Dispatcher, &str, i32),
     ) -> std::io::Result<KafkaListener> {
         let listener = TcpListener::bind(config.listen)?;
         let addr = listener.local_addr()?;
@@ -50,8 +51,8 @@ impl KafkaListener {
             }
             None => (addr.ip().to_string(), addr.port()),
         };
-        let mut dispatcher = catalog_apis::dispatcher(catalog, host, port as i32, writer);
-        extend(&mut dispatcher);
+        let mut dispatcher = catalog_apis::dispatcher(catalog, host.clone(), port as i32, writer);
+        extend(&mut dispatcher, &host, port as i32);
         let dispatcher = Arc::new(dispatcher);
         // Non-blocking accept polled with the stop flag: a blocked accept cannot be woken.
         listener.set_nonblocking(true)?;

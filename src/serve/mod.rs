@@ -36,11 +36,13 @@ pub use listener::{KafkaListener, ListenerConfig};
 
 use crate::log::LogError;
 
-/// Starts the Kafka listener when the configuration has a `[kafka]` section.
+/// Starts the Kafka listener when the configuration has a `[kafka]` section, with the group
+/// APIs of `groups` when given.
 pub fn start_configured(
     config: &crate::config::ServeConfig,
     catalog: &std::sync::Arc<crate::log::read_view::ReadCatalog>,
     writer: &writes::WriterSlot,
+    groups: Option<&std::sync::Arc<groups::GroupService>>,
 ) -> std::io::Result<Option<KafkaListener>> {
     let Some(k) = &config.kafka else {
         return Ok(None);
@@ -53,7 +55,11 @@ pub fn start_configured(
         &listener_config,
         std::sync::Arc::clone(catalog),
         std::sync::Arc::clone(writer),
-        |_| {},
+        |d, host, port| {
+            if let Some(g) = groups {
+                g.register(d, host, port);
+            }
+        },
     )
     .map(Some)
 }

@@ -2,6 +2,9 @@
 
   consume  BOOTSTRAP TOPIC PARTITION MAX ISOLATION  -> one JSON line per record
   produce  BOOTSTRAP TOPIC PARTITION                -> one JSON line: the error class and message
+  group    BOOTSTRAP TOPIC GROUP MAX                -> one JSON line per record consumed as a
+           member of GROUP (subscribe: JoinGroup/SyncGroup/Heartbeat), then commits exactly the
+           records it printed and leaves the group; exits 1 when it got fewer than MAX
 
 Records are printed with key/value/header values in base64 so the Rust test can compare them
 with what the Java consumer read from the source broker.
@@ -13,6 +16,7 @@ import time
 
 import kafka
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.structs import OffsetAndMetadata
 
 
 def b64(b):
@@ -61,6 +65,37 @@ def produce(bootstrap, topic, partition):
     producer.close(timeout=5)
 
 
+def group(bootstrap, topic, group_id, max_records):
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=group_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=10000,
+        heartbeat_interval_ms=1000,
+    )
+    consumer.subscribe([topic])
+    want = int(max_records)
+    got = 0
+    commit = {}
+    deadline = time.time() + 60
+    while got < want and time.time() < deadline:
+        batches = consumer.poll(timeout_ms=200)
+        for tp, records in batches.items():
+            for r in records:
+                if got == want:
+                    break
+                print(json.dumps({"partition": r.partition, "offset": r.offset}))
+                commit[tp] = OffsetAndMetadata(r.offset + 1, "", -1)
+                got += 1
+    if commit:
+        consumer.commit(commit)
+    consumer.close()
+    if got < want:
+        print(f"consumed {got} of {want}", file=sys.stderr)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     print(json.dumps({"kafka_python": kafka.__version__}), file=sys.stderr)
-    {"consume": consume, "produce": produce}[sys.argv[1]](*sys.argv[2:])
+    {"consume": consume, "produce": produce, "group": group}[sys.argv[1]](*sys.argv[2:])

@@ -36,8 +36,8 @@ use kafka_protocol::ResponseError;
 use crate::ids::{LeaderEpoch, Offset, TimestampMs, TopicPartition};
 use crate::limits::{
     GROUPS_MAX, GROUP_ID_BYTES_MAX, GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT,
-    GROUP_MEMBER_BLOB_BYTES_MAX, GROUP_SESSION_TIMEOUT_MS_MAX, GROUP_SESSION_TIMEOUT_MS_MIN,
-    OFFSET_METADATA_BYTES_MAX,
+    GROUP_MEMBER_BLOB_BYTES_MAX, GROUP_REBALANCE_TIMEOUT_MS_MAX, GROUP_SESSION_TIMEOUT_MS_MAX,
+    GROUP_SESSION_TIMEOUT_MS_MIN, OFFSET_METADATA_BYTES_MAX,
 };
 use crate::serve::groups::group::{
     Group, GroupState, JoinArgs, JoinResult, Reply, SyncResult, Waiter,
@@ -143,6 +143,12 @@ impl<S: OffsetStore> GroupCoordinator<S> {
         &self.store
     }
 
+    /// Where FindCoordinator sends clients: known only once the endpoint has bound its port.
+    pub fn set_address(&mut self, host: &str, port: i32) {
+        self.config.host = host.to_owned();
+        self.config.port = port;
+    }
+
     /// Gives the store back (to close it).
     pub fn into_store(self) -> S {
         self.store
@@ -157,6 +163,11 @@ impl<S: OffsetStore> GroupCoordinator<S> {
                 Reply::Sync(w, r) => Deferred::Sync(w, sync_response(r)),
             })
             .collect()
+    }
+
+    /// True when answers to parked requests wait to be taken.
+    pub fn has_replies(&self) -> bool {
+        !self.replies.is_empty()
     }
 
     /// The answer to the parked request `token`, once it exists.
@@ -296,12 +307,14 @@ impl<S: OffsetStore> GroupCoordinator<S> {
             client_id: client.client_id.clone(),
             client_host: client.host.clone(),
             session_timeout_ms: req.session_timeout_ms,
-            // v0 has no rebalance timeout: Kafka uses the session timeout.
+            // v0 has no rebalance timeout: Kafka uses the session timeout. The bound keeps a
+            // parked JoinGroup (a waiting endpoint thread) from waiting without end.
             rebalance_timeout_ms: if version >= 1 {
                 req.rebalance_timeout_ms
             } else {
                 req.session_timeout_ms
-            },
+            }
+            .clamp(0, GROUP_REBALANCE_TIMEOUT_MS_MAX),
             protocol_type: req.protocol_type.to_string(),
             protocols: req
                 .protocols

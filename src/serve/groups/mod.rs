@@ -6,6 +6,7 @@
 //! | `coordinator` | Kafka request structs in, response structs out; offsets table        |
 //! | `offsets`     | `__consumer_offsets-0`: committed offsets in Kafka's record schemas  |
 //! | `versions`    | the group API versions advertised                                    |
+//! | `service`     | the coordinator on the endpoint: handlers, parked requests, timer    |
 //!
 //! The coordinator is sans-IO: it never touches a socket or a clock. One `GroupCoordinator`
 //! serves the whole process behind a mutex (`SharedCoordinator`): the endpoint thread that
@@ -15,6 +16,7 @@
 pub mod coordinator;
 pub mod group;
 pub mod offsets;
+pub mod service;
 pub mod versions;
 
 pub use coordinator::{
@@ -22,6 +24,7 @@ pub use coordinator::{
 };
 pub use group::Waiter;
 pub use offsets::{MemoryStore, OffsetStore, OffsetsLog};
+pub use service::{GroupService, GroupServiceError};
 
 /// The one coordinator of a kmirror process, shared by the endpoint and the control thread.
 pub type SharedCoordinator = std::sync::Arc<std::sync::Mutex<GroupCoordinator<OffsetsLog>>>;

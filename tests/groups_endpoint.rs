@@ -1,0 +1,405 @@
+//! Goal: consumer groups work on kmirror's Kafka endpoint with stock clients, their committed
+//! offsets survive a restart, and a group moves from the source to kmirror without losing or
+//! repeating a record. Method: a real Kafka 4.1.1 broker (KRaft, shared by this binary) is the
+//! source; `kmirror serve` (the binary) mirrors it and serves `[kafka]`; the clients are
+//! kafka-python (PyPI, pinned in .ci/run), the Java consumer (KafkaTool, group protocol
+//! "classic") and Kafka's own `kafka-consumer-groups.sh --describe` (ConsumerGroupCommand).
+//!
+//! - Static mode: a kafka-python group consumes part of a mirrored topic from kmirror and
+//!   commits; `--describe` against kmirror shows those offsets; kmirror restarts; the group
+//!   resumes exactly at its commits (the two runs read every record once).
+//! - Control-plane mode: a group commits on the source; after the group-offset sync
+//!   `--describe` against kmirror shows the source's offsets; failover (`mirrors stop`); the
+//!   same group consuming from kmirror starts exactly at the committed offsets; after kill -9
+//!   and a restart the offsets it committed on kmirror are still there.
+//! - Two Java members of one group on kmirror split the partitions (one waits in a parked
+//!   JoinGroup while the other rejoins on its own connection) and the survivor takes all of
+//!   them back when the other leaves.
+
+mod harness;
+mod mirror_support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use harness::groups::{describe_group, group_consume, group_member, Consumed, DescribeRow};
+use harness::serve::{wait_all_mirrored, Serve};
+use harness::{unique_topic, ProduceOpts};
+
+/// Failure guard for the server and the sync to come up, not a performance claim.
+const LIMIT: Duration = Duration::from_secs(90);
+
+const RECORDS_PER_PARTITION: i64 = 100;
+
+fn offsets(rows: &[DescribeRow]) -> Vec<(i32, Option<i64>)> {
+    rows.iter()
+        .map(|r| (r.partition, r.current_offset))
+        .collect()
+}
+
+/// Per partition, the offset after the last record consumed: what the group committed.
+fn next_offsets(consumed: &[Consumed]) -> Vec<(i32, Option<i64>)> {
+    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    for c in consumed {
+        let e = next.entry(c.partition).or_insert(0);
+        *e = (*e).max(c.offset + 1);
+    }
+    (0..2).map(|p| (p, next.get(&p).copied())).collect()
+}
+
+/// Every record of both partitions, once.
+fn every_record() -> Vec<Consumed> {
+    (0..2)
+        .flat_map(|partition| {
+            (0..RECORDS_PER_PARTITION).map(move |offset| Consumed { partition, offset })
+        })
+        .collect()
+}
+
+/// Each partition the second run read from starts exactly where the first run committed.
+fn assert_resumes_at(second: &[Consumed], committed: &[(i32, Option<i64>)]) {
+    for (p, c) in committed {
+        let resumed = second
+            .iter()
+            .filter(|r| r.partition == *p)
+            .map(|r| r.offset)
+            .min();
+        if let Some(resumed) = resumed {
+            assert_eq!(
+                resumed,
+                c.unwrap_or(0),
+                "partition {p} resumed elsewhere than its commit"
+            );
+        }
+    }
+}
+
+/// Creates a topic of two partitions with `RECORDS_PER_PARTITION` records each.
+fn source_topic(prefix: &str) -> String {
+    let k = harness::shared();
+    let topic = unique_topic(prefix);
+    k.create_topic(&topic, 2, &[]);
+    for p in 0..2 {
+        k.produce(
+            &topic,
+            p,
+            RECORDS_PER_PARTITION as usize,
+            &ProduceOpts::default(),
+        );
+    }
+    topic
+}
+
+fn mirrored_pairs(topic: &str, data_dir: &Path) -> Vec<(PathBuf, PathBuf)> {
+    let k = harness::shared();
+    (0..2)
+        .map(|p| {
+            (
+                k.partition_dir(topic, p),
+                data_dir.join(format!("{topic}-{p}")),
+            )
+        })
+        .collect()
+}
+
+// ---- static mode, kafka-python ----
+
+/// Starts `kmirror serve` with `config`, logging to `log`; returns it and the Kafka
+/// listener's `host:port` (read from its log line: the port is chosen by the OS).
+fn serve_static(config: &Path, log: PathBuf) -> (Serve, String) {
+    let mut serve = Serve::start(config, log);
+    let start = Instant::now();
+    loop {
+        serve.assert_running();
+        let text = serve.log_text();
+        if let Some(at) = text.find("Kafka listener serving on ") {
+            let rest = &text[at + "Kafka listener serving on ".len()..];
+            let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+            return (serve, addr);
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "no Kafka listener line in:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs the kafka-python group member; fails (never skips) when kafka-python is missing.
+fn python_group(bootstrap: &str, topic: &str, group: &str, max: usize) -> Vec<Consumed> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/kafka_python_client.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(["group", bootstrap, topic, group, &max.to_string()])
+        .output()
+        .expect("python3 must be installed (see .ci/run)");
+    assert!(
+        out.status.success(),
+        "kafka-python group member failed (is kafka-python installed? .ci/run pins it):\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+#[test]
+fn a_kafka_python_group_resumes_at_its_commit_after_a_restart() {
+    let k = harness::shared();
+    let topic = source_topic("gpy");
+    let work = tempfile::tempdir().unwrap();
+    let (config, data_dir) =
+        mirror_support::write_config(work.path(), &k.bootstrap(), &[topic.as_str()]);
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[kafka]\nlisten = \"127.0.0.1:0\"\n");
+    std::fs::write(&config, text).unwrap();
+
+    let (mut serve, kmirror) = serve_static(&config, work.path().join("serve1.log"));
+    wait_all_mirrored(&mut serve, &mirrored_pairs(&topic, &data_dir));
+    let group = unique_topic("pyapp");
+    let mut first = python_group(&kmirror, &topic, &group, 130);
+    assert_eq!(first.len(), 130);
+    let committed = next_offsets(&first);
+    // Kafka's own tool reads the group's offsets from kmirror.
+    let rows = describe_group(&kmirror, &group);
+    assert_eq!(offsets(&rows), committed, "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r.log_end_offset == Some(RECORDS_PER_PARTITION)),
+        "{rows:?}"
+    );
+    serve.sigterm_and_wait();
+
+    let (_serve, kmirror) = serve_static(&config, work.path().join("serve2.log"));
+    let second = python_group(&kmirror, &topic, &group, 70);
+    assert_resumes_at(&second, &committed);
+    first.extend(second);
+    first.sort();
+    assert_eq!(
+        first,
+        every_record(),
+        "every record exactly once across the restart"
+    );
+    let done = vec![(0, Some(100)), (1, Some(100))];
+    assert_eq!(offsets(&describe_group(&kmirror, &group)), done);
+}
+
+// ---- control-plane mode, Java clients ----
+
+fn cli(admin: &str, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .arg("mirrors")
+        .args(args)
+        .args(["--admin", admin])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mirrors {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A control-plane config with the Kafka listener on a fixed port, so a restart keeps it.
+struct Rig {
+    work: tempfile::TempDir,
+    config: PathBuf,
+    admin: String,
+    kafka: String,
+    data_dir: PathBuf,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let work = tempfile::tempdir().unwrap();
+        let data_dir = work.path().join("data");
+        let config = work.path().join("kmirror.toml");
+        let admin = format!("127.0.0.1:{}", free_port());
+        let kafka = format!("127.0.0.1:{}", free_port());
+        std::fs::write(
+            &config,
+            format!(
+                r#"
+[admin]
+listen = "{admin}"
+[kafka]
+listen = "{kafka}"
+[storage]
+data_dir = "{data}"
+[runtime]
+shards = 1
+arena_slot_bytes = 4194304
+arena_slots = 4
+[fetch]
+max_wait_ms = 100
+max_bytes = 2097152
+partition_max_bytes = 262144
+"#,
+                data = data_dir.display()
+            ),
+        )
+        .unwrap();
+        Rig {
+            work,
+            config,
+            admin,
+            kafka,
+            data_dir,
+        }
+    }
+
+    fn serve(&self, log: &str) -> Serve {
+        let mut serve = Serve::start(&self.config, self.work.path().join(log));
+        let start = Instant::now();
+        loop {
+            serve.assert_running();
+            let up = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+                .args(["mirrors", "list", "--admin", &self.admin])
+                .output()
+                .unwrap()
+                .status
+                .success();
+            if up {
+                return serve;
+            }
+            assert!(
+                start.elapsed() < LIMIT,
+                "admin API never answered:\n{}",
+                serve.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Creates mirror "m" from the shared broker with `extra` properties and starts `topic`.
+    fn mirror(&self, topic: &str, extra: &str) {
+        let props = self.work.path().join("source.properties");
+        let bootstrap = harness::shared().bootstrap();
+        std::fs::write(&props, format!("bootstrap.servers={bootstrap}\n{extra}")).unwrap();
+        let props = props.to_str().unwrap();
+        cli(
+            &self.admin,
+            &["create", "--mirror", "m", "--mirror-config", props],
+        );
+        cli(&self.admin, &["start", "--mirror", "m", "--topics", topic]);
+    }
+
+    fn states(&self) -> Vec<String> {
+        let json = cli(&self.admin, &["describe", "--mirror", "m", "--json"]);
+        let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["state"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+#[test]
+fn a_group_moves_from_the_source_to_kmirror_without_gap_or_duplicate() {
+    let k = harness::shared();
+    let topic = source_topic("gmove");
+    let group = unique_topic("app");
+    let mut first = group_consume(&k.bootstrap(), &topic, &group, 130);
+    let on_source = offsets(&describe_group(&k.bootstrap(), &group));
+    assert_eq!(on_source, next_offsets(&first));
+
+    let rig = Rig::new();
+    let mut serve = rig.serve("serve1.log");
+    rig.mirror(
+        &topic,
+        &format!("sync.group.offsets.interval.ms=500\nmirror.groups.include={group}\n"),
+    );
+    wait_all_mirrored(&mut serve, &mirrored_pairs(&topic, &rig.data_dir));
+    // kafka-consumer-groups --describe against kmirror shows the source's commits.
+    let start = Instant::now();
+    loop {
+        let rows = describe_group(&rig.kafka, &group);
+        if offsets(&rows) == on_source {
+            assert!(
+                rows.iter()
+                    .all(|r| r.log_end_offset == Some(RECORDS_PER_PARTITION)),
+                "{rows:?}"
+            );
+            break;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "kmirror shows {rows:?}, the source {on_source:?}\n{}",
+            serve.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // Failover, then the group carries on from kmirror.
+    cli(&rig.admin, &["stop", "--mirror", "m", "--topics", &topic]);
+    let start = Instant::now();
+    while rig.states().iter().any(|s| s != "STOPPED") {
+        assert!(start.elapsed() < LIMIT, "{}", serve.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let second = group_consume(&rig.kafka, &topic, &group, 70);
+    assert_resumes_at(&second, &on_source);
+    first.extend(second);
+    first.sort();
+    assert_eq!(
+        first,
+        every_record(),
+        "every record exactly once across the move"
+    );
+    let done = vec![(0, Some(100)), (1, Some(100))];
+    assert_eq!(offsets(&describe_group(&rig.kafka, &group)), done);
+
+    // kill -9, restart: the commits made on kmirror are still there.
+    serve.kill9();
+    let _serve = rig.serve("serve2.log");
+    assert_eq!(offsets(&describe_group(&rig.kafka, &group)), done);
+}
+
+#[test]
+fn two_members_on_kmirror_split_the_partitions_and_rebalance() {
+    let topic = source_topic("grebal");
+    let rig = Rig::new();
+    let mut serve = rig.serve("serve.log");
+    rig.mirror(&topic, "sync.group.offsets.enabled=false\n");
+    wait_all_mirrored(&mut serve, &mirrored_pairs(&topic, &rig.data_dir));
+    let group = unique_topic("pair");
+    let (kafka, t, g) = (rig.kafka.clone(), topic.clone(), group.clone());
+    let a = std::thread::spawn(move || group_member(&kafka, &t, &g, Duration::from_secs(25)));
+    // B joins once A owns both partitions, and leaves well before A does.
+    std::thread::sleep(Duration::from_secs(8));
+    let b = group_member(&rig.kafka, &topic, &group, Duration::from_secs(8));
+    let a = a.join().unwrap();
+    assert_eq!(a.assignments.first(), Some(&vec![0, 1]), "{a:?}");
+    assert_eq!(
+        a.assignments.last(),
+        Some(&vec![0, 1]),
+        "A takes all back: {a:?}"
+    );
+    assert_eq!(b.assignments.len(), 1, "{b:?}");
+    assert_eq!(b.assignments[0].len(), 1, "B gets one partition: {b:?}");
+    let shared = &a.assignments[1..a.assignments.len() - 1];
+    assert!(
+        shared
+            .iter()
+            .any(|s| s.len() == 1 && s[0] != b.assignments[0][0]),
+        "while B was in, A held the other partition: {a:?} {b:?}"
+    );
+    // Each member read the records of the partitions it was given.
+    assert!(
+        b.records.iter().all(|r| r.partition == b.assignments[0][0]),
+        "{b:?}"
+    );
+    assert!(!a.records.is_empty());
+    serve.sigterm_and_wait();
+}
