@@ -26,7 +26,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use crate::ids::TopicPartition;
-use crate::limits::{GROUP_CLOSE_WAIT_MS, GROUP_PARK_MAX_MS, GROUP_TIMER_MAX_SLEEP_MS};
+use crate::limits::{
+    GROUP_CLOSE_WAIT_MS, GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT, GROUP_PARK_MAX_MS,
+    GROUP_TIMER_MAX_SLEEP_MS,
+};
 use crate::log::read_view::ReadCatalog;
 use crate::serve::dispatch::{ApiHandler, Dispatcher, Outcome, Request};
 use crate::serve::groups::coordinator::{
@@ -81,9 +84,19 @@ impl GroupService {
         data_dir: &Path,
         catalog: Arc<ReadCatalog>,
     ) -> Result<Arc<GroupService>, GroupServiceError> {
+        Self::open_with(data_dir, catalog, GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT)
+    }
+
+    /// `open` with another `group.initial.rebalance.delay.ms`.
+    pub fn open_with(
+        data_dir: &Path,
+        catalog: Arc<ReadCatalog>,
+        initial_rebalance_delay_ms: i64,
+    ) -> Result<Arc<GroupService>, GroupServiceError> {
         let store = OffsetsLog::open(data_dir)?;
         // The address is set when the endpoint has bound (`register`).
-        let config = CoordinatorConfig::new(crate::serve::NODE_ID, "", 0);
+        let mut config = CoordinatorConfig::new(crate::serve::NODE_ID, "", 0);
+        config.initial_rebalance_delay_ms = initial_rebalance_delay_ms;
         let coordinator = GroupCoordinator::open(config, store)?;
         let service = Arc::new(GroupService {
             coordinator: Arc::new(Mutex::new(coordinator)),
@@ -326,5 +339,177 @@ impl ApiHandler for GroupApi {
             }
             other => Err(ServeError::UnsupportedApi { api: other as i16 }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::dispatch::Part;
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    use kafka_protocol::messages::{
+        DescribeGroupsResponse, GroupId, HeartbeatResponse, JoinGroupResponse, RequestHeader,
+        SyncGroupResponse,
+    };
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+    use std::sync::mpsc;
+
+    const GROUP: &str = "g";
+
+    fn frame<M: Encodable>(key: ApiKey, version: i16, body: &M) -> Bytes {
+        let mut buf = BytesMut::new();
+        let mut h = RequestHeader::default();
+        h.request_api_key = key as i16;
+        h.request_api_version = version;
+        h.correlation_id = 1;
+        h.client_id = Some(StrBytes::from_static_str("unit"));
+        h.encode(&mut buf, key.request_header_version(version))
+            .unwrap();
+        body.encode(&mut buf, version).unwrap();
+        buf.freeze()
+    }
+
+    /// Sends one request through the dispatcher on a thread of its own (as a connection
+    /// would) and returns its decoded answer; fails if none comes within a minute (a request
+    /// that blocks on another connection's parked one would hang here).
+    fn call<Q, R>(d: &Arc<Dispatcher>, key: ApiKey, version: i16, body: Q) -> mpsc::Receiver<R>
+    where
+        Q: Encodable + Send + 'static,
+        R: Decodable + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel();
+        let d = Arc::clone(d);
+        std::thread::spawn(move || {
+            let (_, _, resp) = d.dispatch(frame(key, version, &body)).unwrap();
+            let Outcome::Reply(parts) = resp.outcome else {
+                panic!("no reply")
+            };
+            let mut bytes = BytesMut::new();
+            for p in parts {
+                let Part::Bytes(b) = p else {
+                    panic!("file part")
+                };
+                bytes.extend_from_slice(&b);
+            }
+            let _ = tx.send(R::decode(&mut bytes.freeze(), version).unwrap());
+        });
+        rx
+    }
+
+    fn wait<R>(rx: &mpsc::Receiver<R>) -> R {
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("no answer: the request is blocked")
+    }
+
+    fn join(member: &str) -> JoinGroupRequest {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str(GROUP)))
+            .with_session_timeout_ms(6_000)
+            .with_rebalance_timeout_ms(60_000)
+            .with_member_id(StrBytes::from_string(member.to_owned()))
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str("range"))
+                .with_metadata(Bytes::from_static(b"m"))])
+    }
+
+    fn sync(member: &str, generation: i32, assign: &[&str]) -> SyncGroupRequest {
+        SyncGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str(GROUP)))
+            .with_generation_id(generation)
+            .with_member_id(StrBytes::from_string(member.to_owned()))
+            .with_assignments(
+                assign
+                    .iter()
+                    .map(|m| {
+                        SyncGroupRequestAssignment::default()
+                            .with_member_id(StrBytes::from_string((*m).to_owned()))
+                            .with_assignment(Bytes::from(format!("for-{m}")))
+                    })
+                    .collect(),
+            )
+    }
+
+    fn state(d: &Arc<Dispatcher>) -> String {
+        let req = DescribeGroupsRequest::default()
+            .with_groups(vec![GroupId(StrBytes::from_static_str(GROUP))]);
+        let r: DescribeGroupsResponse = wait(&call(d, ApiKey::DescribeGroups, 5, req));
+        r.groups[0].group_state.to_string()
+    }
+
+    #[test]
+    fn a_parked_join_holds_up_no_other_connection_and_the_timer_expires_sessions() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = GroupService::open_with(dir.path(), ReadCatalog::new(), 0).unwrap();
+        let mut d = Dispatcher::new();
+        service.register(&mut d, "kmirror", 9092);
+        let d = Arc::new(d);
+
+        // A alone: generation 1, A leads and is Stable after its SyncGroup.
+        let a: JoinGroupResponse = wait(&call(&d, ApiKey::JoinGroup, 3, join("")));
+        assert_eq!(a.error_code, 0);
+        let a_id = a.member_id.to_string();
+        assert_eq!((a.generation_id, a.leader.as_str()), (1, a_id.as_str()));
+        let s: SyncGroupResponse = wait(&call(&d, ApiKey::SyncGroup, 3, sync(&a_id, 1, &[&a_id])));
+        assert_eq!(s.error_code, 0);
+
+        // B joins: its JoinGroup is parked until A rejoins (or A's 60 s rebalance timeout).
+        let b_join = call::<_, JoinGroupResponse>(&d, ApiKey::JoinGroup, 3, join(""));
+        let start = Instant::now();
+        while state(&d) != "PreparingRebalance" {
+            assert!(start.elapsed() < Duration::from_secs(30), "B never joined");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Meanwhile A's own requests are answered on their connection: the heartbeat tells it
+        // to rejoin. B is still parked; nothing else can end the round.
+        let hb = HeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str(GROUP)))
+            .with_generation_id(1)
+            .with_member_id(StrBytes::from_string(a_id.clone()));
+        let h: HeartbeatResponse = wait(&call(&d, ApiKey::Heartbeat, 3, hb));
+        assert_eq!(h.error_code, ResponseError::RebalanceInProgress.code());
+        assert!(
+            b_join.try_recv().is_err(),
+            "B was answered before A rejoined"
+        );
+        let a2: JoinGroupResponse = wait(&call(&d, ApiKey::JoinGroup, 3, join(&a_id)));
+        let b = wait(&b_join);
+        assert_eq!((a2.error_code, b.error_code), (0, 0));
+        assert_eq!((a2.generation_id, b.generation_id), (2, 2));
+        let b_id = b.member_id.to_string();
+        assert_eq!(a2.leader.as_str(), a_id, "the first member keeps leading");
+        assert_eq!(a2.members.len(), 2);
+
+        // B's SyncGroup waits for the leader's; then both hold their assignment.
+        let b_sync = call::<_, SyncGroupResponse>(&d, ApiKey::SyncGroup, 3, sync(&b_id, 2, &[]));
+        let a_sync: SyncGroupResponse = wait(&call(
+            &d,
+            ApiKey::SyncGroup,
+            3,
+            sync(&a_id, 2, &[&a_id, &b_id]),
+        ));
+        let b_sync = wait(&b_sync);
+        assert_eq!(a_sync.assignment, Bytes::from(format!("for-{a_id}")));
+        assert_eq!(b_sync.assignment, Bytes::from(format!("for-{b_id}")));
+        assert_eq!(state(&d), "Stable");
+
+        // Neither sends another heartbeat: the timer removes both when their 6 s sessions run
+        // out, with no request arriving to drive it.
+        let start = Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_millis(500));
+            if state(&d) == "Dead" {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "members never expired: {}",
+                state(&d)
+            );
+        }
+        drop(d);
+        service.close().unwrap();
     }
 }
