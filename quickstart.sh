@@ -8,10 +8,16 @@
 #   2. starts a single-node KRaft Kafka on free loopback ports in a temp dir,
 #   3. creates topics and produces compressed sample data (lz4, zstd, a committed and an aborted
 #      transaction) with Kafka's own Java producer,
-#   4. runs `kmirror serve` and waits until kmirror holds everything the source has,
+#   4. runs `kmirror serve` (admin API and Kafka listener), creates and starts a mirror with
+#      `kmirror mirrors`, and waits until kmirror holds everything the source has,
 #   5. checks kmirror's files: `kmirror log dump/verify`, Kafka's DumpLogSegments, and `cmp`
 #      against the broker's own segment files,
-#   6. stops kmirror (SIGTERM, clean shutdown) and the broker.
+#   6. consumes the mirrored topics back from kmirror with Kafka's Java consumer and compares
+#      every record with the source's; a produce to the mirrored (read-only) topic is refused,
+#   7. fails over while a source transaction is still open: `kmirror mirrors stop` aborts it,
+#      raises the leader epoch and makes the topics writable; an idempotent producer then writes
+#      to kmirror and its records continue at the mirrored end,
+#   8. stops kmirror (SIGTERM, clean shutdown) and the broker.
 # The broker and kmirror are stopped and the temp dir removed however the script ends (Ctrl-C too).
 #
 # Environment (all optional):
@@ -28,7 +34,7 @@ cd "$(dirname "$0")"
 repo="$(pwd)"
 
 records="${KMIRROR_QUICKSTART_RECORDS:-20000}"
-steps=6
+steps=8
 step() { echo; echo "== [$1/$steps] $2"; }
 summary() { echo "[$1/$steps] $2"; }
 fail() { echo "quickstart: FAILED: $*" >&2; exit 1; }
@@ -207,16 +213,16 @@ done
 summary 3 "produced $records records (lz4 to orders-0/1, zstd with a committed and an aborted transaction to payments-0); source log ends: ${partitions[*]}"
 
 # ---------------------------------------------------------------------------------------------
-step 4 "run kmirror serve and wait until it holds everything the source has"
+step 4 "run kmirror serve, create and start a mirror, wait until it holds everything the source has"
 mirror_dir="$work/kmirror-data"
+admin="127.0.0.1:$(free_port)"
 # Small arenas: they are locked in memory and the default RLIMIT_MEMLOCK is often only 8 MiB.
 cat >"$work/kmirror.toml" <<EOF
-[source]
-bootstrap_servers = ["$bootstrap"]
-client_id = "kmirror-quickstart"
+[admin]
+listen = "$admin"
 
-[topics]
-names = ["orders", "payments"]
+[kafka]
+listen = "127.0.0.1:0"
 
 [storage]
 data_dir = "$mirror_dir"
@@ -235,6 +241,22 @@ echo "config $work/kmirror.toml:"
 sed 's/^/    /' "$work/kmirror.toml"
 "$kmirror" serve --config "$work/kmirror.toml" >"$work/kmirror.log" 2>&1 &
 kmirror_pid=$!
+kmirror_alive() {
+  kill -0 "$kmirror_pid" 2>/dev/null || { tail -40 "$work/kmirror.log" >&2; fail "kmirror serve exited"; }
+}
+mirrors() { "$kmirror" mirrors --admin "$admin" "$@"; }
+admin_up() { kmirror_alive; mirrors list >/dev/null 2>&1; }
+wait_until admin_up 60 || { tail -40 "$work/kmirror.log" >&2; fail "kmirror admin API not up in 60s"; }
+# The Kafka listener's port (asked of the kernel) is in its start-up log line.
+listener="$(sed 's/\x1b\[[0-9;]*m//g' "$work/kmirror.log" | sed -n 's/.*Kafka listener serving on \([^ ]*\).*/\1/p' | head -1)"
+[ -n "$listener" ] || fail "no Kafka listener line in $work/kmirror.log"
+
+# A mirror is named and carries its own source connection settings (Kafka's property names).
+printf 'bootstrap.servers=%s\nclient.id=kmirror-quickstart\n' "$bootstrap" >"$work/source.properties"
+echo "--- kmirror mirrors create --mirror quickstart --mirror-config source.properties"
+mirrors create --mirror quickstart --mirror-config "$work/source.properties"
+echo "--- kmirror mirrors start --mirror quickstart --topics 'orders,payments'"
+mirrors start --mirror quickstart --topics 'orders,payments'
 
 # kmirror's log end: one past the last offset of the last batch `kmirror log dump` shows.
 mirror_end() {
@@ -243,7 +265,7 @@ mirror_end() {
     awk '{ print $1 + 1 }'
 }
 caught_up() {
-  kill -0 "$kmirror_pid" 2>/dev/null || { tail -40 "$work/kmirror.log" >&2; fail "kmirror serve exited"; }
+  kmirror_alive
   local tpe t p e
   for tpe in "${partitions[@]}"; do
     IFS=: read -r t p e <<<"$tpe"
@@ -252,7 +274,9 @@ caught_up() {
   done
 }
 wait_until caught_up 120 || { tail -40 "$work/kmirror.log" >&2; fail "kmirror did not catch up in 120s"; }
-summary 4 "kmirror serve (pid $kmirror_pid) caught up: every partition's log end equals the source's"
+echo "--- kmirror mirrors describe --mirror quickstart"
+mirrors describe --mirror quickstart
+summary 4 "kmirror serve (pid $kmirror_pid, admin $admin, Kafka listener $listener) caught up: every partition's log end equals the source's"
 
 # ---------------------------------------------------------------------------------------------
 step 5 "look at what kmirror wrote"
@@ -295,7 +319,83 @@ done
 summary 5 "$compared segment files mirrored byte-for-byte: OK"
 
 # ---------------------------------------------------------------------------------------------
-step 6 "stop kmirror (SIGTERM) and the broker"
+step 6 "consume the mirrored topics from kmirror with Kafka's Java consumer"
+# Records as the Java consumer sees them: offset, timestamp, key, value, headers (one JSON line each).
+consume() {
+  local from_where="$1" t="$2" p="$3" max="$4" isolation="$5" timeout_ms="${6:-30000}"
+  tool consume --bootstrap "$from_where" --topic "$t" --partition "$p" --max "$max" \
+    --isolation "$isolation" --timeout-ms "$timeout_ms"
+}
+committed_payments=$((per_payments / 2))  # the producer's first (committed) transaction
+for spec in "orders:0:$per_orders:read_committed" "orders:1:$per_orders:read_committed" \
+  "payments:0:$per_payments:read_uncommitted" "payments:0:$committed_payments:read_committed"; do
+  IFS=: read -r t p n iso <<<"$spec"
+  consume "$bootstrap" "$t" "$p" "$n" "$iso" >"$work/source-$t-$p-$iso.json"
+  consume "$listener" "$t" "$p" "$n" "$iso" >"$work/kmirror-$t-$p-$iso.json"
+  got="$(wc -l <"$work/kmirror-$t-$p-$iso.json")"
+  [ "$got" = "$n" ] || fail "$t-$p $iso: kmirror gave $got records, expected $n"
+  cmp -s "$work/source-$t-$p-$iso.json" "$work/kmirror-$t-$p-$iso.json" ||
+    fail "$t-$p $iso: kmirror's records differ from the source's"
+  echo "    $t-$p $iso: $got records from kmirror equal the source's (offset, timestamp, key, value, headers)"
+done
+echo "    first record of orders-0 from kmirror: $(head -1 "$work/kmirror-orders-0-read_committed.json" | cut -c1-160)"
+# One record past the committed transaction would be an aborted one: read_committed must not
+# return it (the consumer waits 5 s for it).
+extra="$(consume "$listener" payments 0 $((committed_payments + 1)) read_committed 5000 | wc -l)"
+[ "$extra" = "$committed_payments" ] || fail "read_committed from kmirror returned $extra records (aborted ones?)"
+
+echo "--- produce to the mirrored topic orders (read-only while mirroring)"
+if "$java" "${tool_jvm[@]}" -cp "$work/tool:$libs/*" KafkaTool produce --bootstrap "$listener" \
+  --topic orders --partition 0 --count 1 >"$work/refused.out" 2>"$work/refused.err"; then
+  fail "kmirror accepted a produce to a mirrored topic"
+fi
+refusal="$(grep -o 'read-only[^"]*' "$work/refused.err" | head -1)"
+[ -n "$refusal" ] || { tail -5 "$work/refused.err" >&2; fail "the refusal does not say why"; }
+echo "    refused: ...$refusal"
+summary 6 "Java consumer on kmirror ($listener): every record equals the source's; read_committed hides the aborted transaction; produce refused while mirroring"
+
+# ---------------------------------------------------------------------------------------------
+step 7 "fail over with a source transaction still open, then produce to kmirror"
+# A transaction the source never finishes (its producer halts; the broker would only abort it
+# after the 10-minute timeout): kmirror mirrors its records as they are.
+open_txn="$(tool produce --bootstrap "$bootstrap" --topic payments --partition 0 --count 50 \
+  --codec zstd --seed 4 --txns open --txn-id quickstart-open --txn-timeout-ms 600000)"
+open_first="$(json_field first_offset <<<"$open_txn")"
+open_last="$(json_field last_offset <<<"$open_txn")"
+partitions[2]="payments:0:$((open_last + 1))"
+wait_until caught_up 120 || fail "kmirror did not mirror the open transaction in 120s"
+echo "    source transaction left open at payments-0 offsets $open_first..$open_last; kmirror holds it"
+
+echo "--- kmirror mirrors stop --mirror quickstart --topics 'orders,payments'   (the failover)"
+mirrors stop --mirror quickstart --topics 'orders,payments'
+echo "--- kmirror mirrors describe --mirror quickstart"
+mirrors describe --mirror quickstart | tee "$work/describe-after-stop.txt"
+grep -q STOPPED "$work/describe-after-stop.txt" || fail "describe shows no STOPPED partition"
+echo "--- the last batches of kmirror's payments-0 after the failover"
+# Promotion also rolls a fresh segment for the new leader epoch: batch lines only.
+"$kmirror" log dump "$mirror_dir/payments-0" | grep '^baseOffset' | tail -2 | cut -c1-220
+tail_batch="$("$kmirror" log dump "$mirror_dir/payments-0" | grep '^baseOffset' | tail -1)"
+grep -q "isControl: true" <<<"$tail_batch" || fail "no ABORT marker closes the open transaction"
+# read_committed on kmirror: the committed transaction only; the open one is now aborted.
+after="$(consume "$listener" payments 0 $((committed_payments + 1)) read_committed 5000 | wc -l)"
+[ "$after" = "$committed_payments" ] || fail "read_committed after failover returned $after records"
+echo "    read_committed on payments-0 after failover: $after records (the open transaction was aborted)"
+
+echo "--- an idempotent Java producer writes 100 lz4 records to kmirror's orders-0"
+written="$(tool produce --bootstrap "$listener" --topic orders --partition 0 --count 100 \
+  --codec lz4 --seed 9 --idempotent true)"
+w_first="$(json_field first_offset <<<"$written")"
+w_last="$(json_field last_offset <<<"$written")"
+[ "$w_first" = "$per_orders" ] && [ "$w_last" = $((per_orders + 99)) ] ||
+  fail "new records at $w_first..$w_last, expected $per_orders..$((per_orders + 99))"
+back="$(consume "$listener" orders 0 $((per_orders + 100)) read_committed | wc -l)"
+[ "$back" = $((per_orders + 100)) ] || fail "consumed $back records from orders-0 after the produce"
+echo "--- the last batch of kmirror's orders-0 (written by kmirror as leader, new leader epoch)"
+"$kmirror" log dump "$mirror_dir/orders-0" | grep '^baseOffset' | tail -1 | cut -c1-220
+summary 7 "failover: open source transaction aborted, topics writable; idempotent producer wrote offsets $w_first..$w_last of orders-0, right after the mirrored end; $back records read back"
+
+# ---------------------------------------------------------------------------------------------
+step 8 "stop kmirror (SIGTERM) and the broker"
 kill -TERM "$kmirror_pid"
 status=0
 wait "$kmirror_pid" || status=$?
@@ -308,6 +408,6 @@ for tpe in "${partitions[@]}"; do
 done
 stop_pid "$broker_pid" broker 60
 broker_pid=""
-summary 6 "kmirror stopped cleanly (exit 0, logs verify after shutdown); broker stopped"
+summary 8 "kmirror stopped cleanly (exit 0, logs verify after shutdown); broker stopped"
 echo
 echo "quickstart: OK"

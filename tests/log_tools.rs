@@ -8,6 +8,7 @@ use kmirror::ids::{LeaderEpoch, Offset, ProducerId, TimestampMs, TopicPartition}
 use kmirror::log::config::LogConfig;
 use kmirror::log::io::StdIo;
 use kmirror::log::partition_log::PartitionLog;
+use kmirror::log::recovery::LoadOptions;
 use kmirror::ops::log_tools::{verify, ToolError};
 use kmirror::wire::batch_builder::{control_batch, legacy_message, BatchBuilder, EndTxnMarker};
 
@@ -195,6 +196,56 @@ fn epoch_checkpoint_must_match_the_batches() {
         &path,
         "entry 2 is 2@62, the batches start epoch 2 at 60",
     );
+}
+
+// Goal: a promoted log that has not been written yet verifies: like an elected Kafka leader,
+// promotion records the new epoch at the log end before any batch carries it. Only that one
+// trailing entry is allowed. Method: promote the built log, close it, verify; then move the
+// trailing entry below the log end and expect the mismatch.
+#[test]
+fn epoch_of_a_promoted_but_unwritten_leader_verifies() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = build(tmp.path());
+    let load = LoadOptions {
+        clean_shutdown: true,
+        recovery_point: Offset::ZERO,
+        log_start_offset: None,
+    };
+    let config = LogConfig {
+        segment_bytes: 2500,
+        index_interval_bytes: 150,
+        retention_ms: None,
+        ..LogConfig::default()
+    };
+    let mut log = PartitionLog::open(
+        &dir,
+        TopicPartition::new("t", 0),
+        None,
+        config,
+        load,
+        &mut StdIo,
+    )
+    .expect("open");
+    let end = log.log_end_offset();
+    log.promote(&mut StdIo, LeaderEpoch(3)).expect("promote");
+    assert_eq!(
+        log.log_end_offset(),
+        end,
+        "no marker: no transaction was open"
+    );
+    log.close(&mut StdIo).expect("close");
+    let summary = verify(&dir).expect("a promoted, unwritten log verifies");
+    assert_eq!(
+        summary.epochs, 4,
+        "epochs 0, 1, 2 from the batches and 3 at the log end"
+    );
+
+    let path = dir.join("leader-epoch-checkpoint");
+    let text = std::fs::read_to_string(&path).expect("read checkpoint");
+    let trailing = format!("3 {}", end.0);
+    assert!(text.contains(&trailing), "{text}");
+    std::fs::write(&path, text.replace(&trailing, &format!("3 {}", end.0 - 1))).expect("write");
+    expect_problem(&dir, &path, "does not match the batches");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Goal: the README's main command, `bash quickstart.sh`, keeps working end to end: a real
 //! KRaft broker, real producers (lz4, zstd, a committed and an aborted transaction), `kmirror
-//! serve`, Kafka's DumpLogSegments on kmirror's files, and a byte-for-byte `cmp` with the
-//! broker's segments. Method: run the script itself with this build's binary and fewer records,
+//! serve` with a mirror made by `kmirror mirrors`, Kafka's DumpLogSegments on kmirror's files, a
+//! byte-for-byte `cmp` with the broker's segments, the Java consumer reading kmirror, and a
+//! failover with an open source transaction followed by an idempotent produce to kmirror. Method: run the script itself with this build's binary and fewer records,
 //! and check its exit status and the summary lines it prints. Every check is the script's own
 //! (it exits non-zero on any failed step), so this test keeps the script from rotting.
 
@@ -58,11 +59,14 @@ fn quickstart_mirrors_byte_for_byte() {
         "quickstart.sh failed ({status}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
     );
     for line in [
-        "[3/6] produced 2000 records",
-        "[4/6] kmirror serve",
+        "[3/8] produced 2000 records",
+        "[4/8] kmirror serve",
         "isvalid: true, 0 invalid",
         "segment files mirrored byte-for-byte: OK",
-        "[6/6] kmirror stopped cleanly",
+        "[6/8] Java consumer on kmirror",
+        "read_committed hides the aborted transaction; produce refused while mirroring",
+        "[7/8] failover: open source transaction aborted, topics writable",
+        "[8/8] kmirror stopped cleanly",
         "quickstart: OK",
     ] {
         assert!(
