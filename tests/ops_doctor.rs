@@ -156,7 +156,7 @@ fn admin_mode_checks_the_running_servers_mirrors() {
     assert!(out.status.success(), "{t}");
     assert!(
         t.contains(&format!(
-            "PASS source docm {}: answers ApiVersions",
+            "PASS source of mirror docm: {} answers over PLAINTEXT: cluster ",
             k.bootstrap()
         )),
         "{t}"

@@ -7,7 +7,9 @@
 //! - creating a mirror with a wrong password fails and the CLI names the authentication failure;
 //! - when a running mirror's password is changed on the source, its next connection is refused
 //!   and its partition becomes FAILED, not retryable, with an "authentication failed" reason,
-//!   while the other mirrors keep mirroring what is produced afterwards.
+//!   while the other mirrors keep mirroring what is produced afterwards;
+//! - `kmirror doctor` reports the good mirrors' sources as authenticated and the rotated one as
+//!   refused, through the running kmirror, which alone holds the credentials.
 
 mod harness;
 
@@ -158,6 +160,45 @@ fn sasl_ssl_mirrors_and_a_refused_login_fails_only_its_mirror() {
         let rows = describe_rows(&admin, m);
         assert_eq!(rows[0]["state"], "MIRRORING", "{m}: {rows:?}");
     }
+
+    // `kmirror doctor` has the running kmirror connect with each mirror's own settings: the
+    // good ones pass as authenticated users, the rotated one fails as refused credentials.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .arg("doctor")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        !out.status.success(),
+        "a refused mirror must fail doctor:\n{report}"
+    );
+    for (mirror, how) in [
+        ("good", "SASL_SSL as bob (SCRAM-SHA-512)"),
+        ("plain", "SASL_SSL as dave (PLAIN)"),
+    ] {
+        let line = format!("PASS source of mirror {mirror}: {secure} answers over {how}");
+        assert!(report.contains(&line), "no {line:?} in:\n{report}");
+    }
+    let refused =
+        format!("FAIL source of mirror bad: {secure} refused SASL_SSL as carol (SCRAM-SHA-256): ");
+    let at = report
+        .find(&refused)
+        .unwrap_or_else(|| panic!("no {refused:?} in:\n{report}"));
+    assert!(
+        report[at..]
+            .lines()
+            .next()
+            .unwrap()
+            .contains("authentication failed"),
+        "{report}"
+    );
+    assert_eq!(
+        describe_rows(&admin, "good")[0]["state"],
+        "MIRRORING",
+        "a doctor check changes no state"
+    );
+
     let text = serve.sigterm_and_wait();
     assert!(text.contains("stopped cleanly"), "{text}");
 }

@@ -13,6 +13,7 @@
 //! | DELETE | /mirrors/{name}               | -                                      |
 //! | POST   | /mirrors/{name}/start         | `{"topics", "exclude"?}`               |
 //! | POST   | /mirrors/{name}/pause, resume, stop | `{"topics"}`                     |
+//! | GET    | /mirrors/{name}/source        | - (connects with the mirror's settings)|
 //! | GET    | /describe?mirror=NAME         | -                                      |
 //! | GET    | /metrics                      | - (Prometheus text format)             |
 //!
@@ -94,6 +95,7 @@ where
         .route("/mirrors", get(list::<S, D>).post(create::<S, D>))
         .route("/mirrors/{name}", axum::routing::delete(delete::<S, D>))
         .route("/mirrors/{name}/{action}", post(action::<S, D>))
+        .route("/mirrors/{name}/source", get(check_source::<S, D>))
         .route("/describe", get(describe::<S, D>))
         .route("/metrics", get(metrics::<S, D>))
         .with_state(controller)
@@ -146,6 +148,16 @@ async fn action<S: SourceCatalog, D: DataPlane>(
     }
     .map_err(ApiError)?;
     Ok(Json(report).into_response())
+}
+
+/// `kmirror doctor` asks kmirror to connect with the mirror's own credentials, which the admin
+/// API never hands out.
+async fn check_source<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+    Path(name): Path<String>,
+) -> ApiResult {
+    let check = lock(&c).check_source(&name).map_err(ApiError)?;
+    Ok(Json(check).into_response())
 }
 
 async fn describe<S: SourceCatalog, D: DataPlane>(

@@ -215,6 +215,22 @@ pub struct MirrorSummary {
     pub mirror_epoch: i32,
 }
 
+/// The answer of `check_source`: whether the source answered Metadata over the mirror's own
+/// connection (TLS, SASL), or why not. `retryable: false` means credentials or certificates
+/// were refused: trying again cannot help.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SourceCheck {
+    pub mirror: String,
+    pub bootstrap_servers: String,
+    pub security_protocol: String,
+    pub sasl_mechanism: Option<String>,
+    pub sasl_username: Option<String>,
+    pub cluster_id: Option<String>,
+    pub topics: Option<usize>,
+    pub error: Option<String>,
+    pub retryable: bool,
+}
+
 /// A row of `describe` (field names as KIP-1279's `--describe --json`, plus kmirror's extras).
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -622,6 +638,30 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
 
     pub fn list(&self) -> Vec<MirrorSummary> {
         self.mirrors.keys().map(|n| self.summary(n)).collect()
+    }
+
+    /// Connects to a mirror's source with the mirror's own settings, for `kmirror doctor`.
+    /// A check only reports: it never changes the mirror's state, and the credentials stay in
+    /// this process.
+    pub fn check_source(&mut self, name: &str) -> Result<SourceCheck, ControlError> {
+        let def = self.entry(name)?.1.record.definition.clone();
+        let outcome = self.source.describe(&def);
+        let source = &def.source;
+        let (cluster_id, topics, error, retryable) = match outcome {
+            Ok(view) => (view.cluster_id, Some(view.topics.len()), None, true),
+            Err(fault) => (None, None, Some(fault.message), fault.retryable),
+        };
+        Ok(SourceCheck {
+            mirror: name.to_owned(),
+            bootstrap_servers: source.bootstrap_servers.join(","),
+            security_protocol: source.security_protocol.to_string(),
+            sasl_mechanism: source.sasl.as_ref().map(|c| c.mechanism.to_string()),
+            sasl_username: source.sasl.as_ref().map(|c| c.username.clone()),
+            cluster_id,
+            topics,
+            error,
+            retryable,
+        })
     }
 
     /// Reads the source, failing the whole mirror when its cluster id changed.

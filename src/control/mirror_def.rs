@@ -176,6 +176,16 @@ pub enum SaslMechanism {
     ScramSha512,
 }
 
+impl fmt::Display for SaslMechanism {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+        })
+    }
+}
+
 impl SaslMechanism {
     fn parse(s: &str) -> Result<SaslMechanism, DefinitionError> {
         match s {

@@ -11,6 +11,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::config::ServeConfig;
+use crate::control::controller::SourceCheck;
 use crate::fetch::blocking::BlockingClient;
 use crate::limits::{DOCTOR_FREE_BYTES_FAIL, DOCTOR_FREE_BYTES_WARN};
 use crate::runtime::memlock::{self, MemlockFacts};
@@ -340,15 +341,7 @@ fn source_checks(config: &ServeConfig) -> Vec<Finding> {
         Ok(mirrors) if mirrors.is_empty() => vec![pass("mirrors", "none defined".to_owned())],
         Ok(mirrors) => mirrors
             .iter()
-            .flat_map(|m| {
-                let servers: Vec<String> = m
-                    .source_bootstrap_servers
-                    .split(',')
-                    .map(|s| s.trim().to_owned())
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                check_source(&m.mirror, &servers, "kmirror-doctor")
-            })
+            .map(|m| mirror_source_check(&admin.listen.to_string(), &m.mirror))
             .collect(),
         Err(e) => vec![bad(
             Level::Warn,
@@ -360,6 +353,65 @@ fn source_checks(config: &ServeConfig) -> Vec<Finding> {
             "start kmirror (systemctl start kmirror) and run doctor again to check the sources"
                 .to_owned(),
         )],
+    }
+}
+
+/// One mirror's source, reached and authenticated by the running kmirror with the mirror's own
+/// settings: doctor never sees the credentials.
+fn mirror_source_check(admin: &str, mirror: &str) -> Finding {
+    let check = format!("source of mirror {mirror}");
+    let url = format!("http://{admin}/mirrors/{mirror}/source");
+    let answer = ureq::get(&url)
+        .call()
+        .map_err(|e| e.to_string())
+        .and_then(|mut r| {
+            r.body_mut()
+                .read_json::<SourceCheck>()
+                .map_err(|e| e.to_string())
+        });
+    let c = match answer {
+        Ok(c) => c,
+        Err(e) => {
+            return bad(
+                Level::Warn,
+                &check,
+                format!("the admin API did not check it: {e}"),
+                "run doctor again while kmirror is running".to_owned(),
+            )
+        }
+    };
+    let how = match (&c.sasl_mechanism, &c.sasl_username) {
+        (Some(mech), Some(user)) => format!("{} as {user} ({mech})", c.security_protocol),
+        _ => c.security_protocol.clone(),
+    };
+    match &c.error {
+        None => pass(
+            &check,
+            format!(
+                "{} answers over {how}: cluster {}, {} topics",
+                c.bootstrap_servers,
+                c.cluster_id
+                    .as_deref()
+                    .unwrap_or("(no id: ZooKeeper-era source)"),
+                c.topics.unwrap_or(0)
+            ),
+        ),
+        Some(e) if !c.retryable => bad(
+            Level::Fail,
+            &check,
+            format!("{} refused {how}: {e}", c.bootstrap_servers),
+            "fix the mirror's credentials or certificates (sasl.jaas.config, ssl.truststore.*, \
+             ssl.keystore.*): delete and create the mirror with the right properties"
+                .to_owned(),
+        ),
+        Some(e) => bad(
+            Level::Fail,
+            &check,
+            format!("{} not reachable over {how}: {e}", c.bootstrap_servers),
+            "check the address, DNS, firewalls and that the broker listens there \
+             (`nc -vz host port`)"
+                .to_owned(),
+        ),
     }
 }
 
