@@ -1,0 +1,156 @@
+//! Goal: disaster recovery works when the disaster has happened: with the source broker already
+//! dead (kill -9), `kmirror mirrors stop` still fails the topic over, the transaction the source
+//! left open is aborted on kmirror, and producers and read_committed consumers use kmirror.
+//! Method: a dedicated KRaft broker with a committed and an open transaction, `kmirror serve`
+//! with `[admin]` and `[kafka]`, the broker killed, then the CLI, the Java clients against
+//! kmirror, and a restart of kmirror.
+
+mod harness;
+
+use std::time::{Duration, Instant};
+
+use harness::mirrors_cli::{
+    cli, cli_ok, describe_rows, free_loopback_port, wait_admin, write_admin_config,
+};
+use harness::serve::{wait_all_mirrored, Serve};
+use harness::{Isolation, Kafka, ProduceOpts, TxnEnd};
+
+/// Failure guard for `stop` against a dead source, not a performance claim: the source calls a
+/// stop makes (the last group-offset sync) are bounded and skipped when nobody answers.
+const STOP_LIMIT: Duration = Duration::from_secs(120);
+
+/// The Kafka listener's address, from `kmirror serve`'s start-up line.
+fn listener(serve: &mut Serve) -> String {
+    let start = Instant::now();
+    loop {
+        serve.assert_running();
+        let log = serve.log_text();
+        if let Some(at) = log.find("Kafka listener serving on ") {
+            return log[at + "Kafka listener serving on ".len()..]
+                .chars()
+                .take_while(|c| !c.is_whitespace())
+                .collect();
+        }
+        assert!(start.elapsed() < STOP_LIMIT, "no listener line:\n{log}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn failover_completes_with_the_source_broker_dead() {
+    let mut k = Kafka::start_dedicated();
+    let topic = "dr";
+    k.create_topic(topic, 1, &[]);
+    k.produce(
+        topic,
+        0,
+        60,
+        &ProduceOpts {
+            transactions: vec![TxnEnd::Commit, TxnEnd::Open],
+            // The source must not end it on its own while the test runs.
+            transaction_timeout_ms: Some(600_000),
+            ..ProduceOpts::default()
+        },
+    );
+    let source_end = k.offsets(topic, 0).log_end_offset;
+    let committed = k.consume(topic, 0, 0, 30, Isolation::ReadCommitted);
+    assert_eq!(committed.len(), 30, "the committed transaction");
+
+    let work = tempfile::tempdir().unwrap();
+    let data_dir = work.path().join("data");
+    let config = work.path().join("kmirror.toml");
+    let admin = format!("127.0.0.1:{}", free_loopback_port());
+    write_admin_config(&config, &admin, &data_dir, "");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[kafka]\nlisten = \"127.0.0.1:0\"\n");
+    std::fs::write(&config, text).unwrap();
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    wait_admin(&mut serve, &admin);
+    let kmirror = listener(&mut serve);
+    let props = work.path().join("source.properties");
+    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
+    let props = props.to_str().unwrap();
+    cli_ok(
+        &admin,
+        &["create", "--mirror", "m", "--mirror-config", props],
+    );
+    cli_ok(&admin, &["start", "--mirror", "m", "--topics", topic]);
+    let dir = data_dir.join(format!("{topic}-0"));
+    wait_all_mirrored(&mut serve, &[(k.partition_dir(topic, 0), dir.clone())]);
+
+    // The disaster.
+    k.kill();
+
+    let start = Instant::now();
+    let stop = cli(&admin, &["stop", "--mirror", "m", "--topics", topic]);
+    assert!(
+        stop.ok,
+        "stop with a dead source: {}\n{}",
+        stop.stderr,
+        serve.log_text()
+    );
+    assert!(start.elapsed() < STOP_LIMIT, "stop hung on the dead source");
+    let row = describe_rows(&admin, "m").remove(0);
+    assert_eq!(row["state"], "STOPPED", "{row}");
+    assert_eq!(row["lastEndOffset"], source_end, "{row}");
+
+    // The open transaction is aborted: read_committed sees exactly the committed records, and
+    // an idempotent producer continues right after the ABORT marker.
+    let ours = harness::consume(&kmirror, topic, 0, 0, 30, Isolation::ReadCommitted);
+    assert_eq!(ours, committed, "read_committed on kmirror after failover");
+    let written = harness::produce(
+        &kmirror,
+        topic,
+        0,
+        20,
+        &ProduceOpts {
+            idempotent: true,
+            seed: 5,
+            ..ProduceOpts::default()
+        },
+    );
+    let first = source_end + 1;
+    assert_eq!(written.offsets, (first..first + 20).collect::<Vec<i64>>());
+    let after = harness::consume(&kmirror, topic, 0, 0, 50, Isolation::ReadCommitted);
+    assert_eq!(after.len(), 50);
+    assert_eq!(&after[..30], &committed[..]);
+    assert!(
+        after[30..].iter().all(|r| r.offset >= first),
+        "no record of the aborted transaction is returned"
+    );
+    let text = serve.sigterm_and_wait();
+    assert!(text.contains("stopped cleanly"), "{text}");
+
+    // A restart with the source still dead: the partition stays STOPPED and writable.
+    let mut serve = Serve::start(&config, work.path().join("serve2.log"));
+    wait_admin(&mut serve, &admin);
+    let kmirror = listener(&mut serve);
+    let row = describe_rows(&admin, "m").remove(0);
+    assert_eq!(row["state"], "STOPPED", "{row}");
+    let again = harness::consume(&kmirror, topic, 0, 0, 50, Isolation::ReadCommitted);
+    assert_eq!(again, after, "the failed-over data survived the restart");
+    let more = harness::produce(
+        &kmirror,
+        topic,
+        0,
+        5,
+        &ProduceOpts {
+            idempotent: true,
+            seed: 6,
+            ..ProduceOpts::default()
+        },
+    );
+    assert_eq!(more.offsets, (first + 20..first + 25).collect::<Vec<i64>>());
+    let text = serve.sigterm_and_wait();
+    assert!(text.contains("stopped cleanly"), "{text}");
+    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .args(["log", "verify"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+}
