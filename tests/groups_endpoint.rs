@@ -12,6 +12,8 @@
 //!   `--describe` against kmirror shows the source's offsets; failover (`mirrors stop`); the
 //!   same group consuming from kmirror starts exactly at the committed offsets; after kill -9
 //!   and a restart the offsets it committed on kmirror are still there.
+//! - A group commits on the source after the last periodic sync: `mirrors stop` runs one more
+//!   sync, so the group resumes on kmirror exactly at those later commits.
 //! - Two Java members of one group on kmirror split the partitions (one waits in a parked
 //!   JoinGroup while the other rejoins on its own connection) and the survivor takes all of
 //!   them back when the other leaves.
@@ -364,6 +366,50 @@ fn a_group_moves_from_the_source_to_kmirror_without_gap_or_duplicate() {
     serve.kill9();
     let _serve = rig.serve("serve2.log");
     assert_eq!(offsets(&describe_group(&rig.kafka, &group)), done);
+}
+
+#[test]
+fn the_last_sync_at_failover_carries_the_commits_made_since_the_periodic_one() {
+    let k = harness::shared();
+    let topic = source_topic("glast");
+    let group = unique_topic("late");
+    let mut consumed = group_consume(&k.bootstrap(), &topic, &group, 130);
+
+    let rig = Rig::new();
+    let mut serve = rig.serve("serve.log");
+    // One periodic round a day: whatever it copied at the start, the commits below can only
+    // reach kmirror through the sync that `mirrors stop` runs.
+    rig.mirror(
+        &topic,
+        &format!("sync.group.offsets.interval.ms=86400000\nmirror.groups.include={group}\n"),
+    );
+    wait_all_mirrored(&mut serve, &mirrored_pairs(&topic, &rig.data_dir));
+    consumed.extend(group_consume(&k.bootstrap(), &topic, &group, 40));
+    let on_source = offsets(&describe_group(&k.bootstrap(), &group));
+    assert_eq!(on_source, next_offsets(&consumed));
+
+    cli(&rig.admin, &["stop", "--mirror", "m", "--topics", &topic]);
+    let start = Instant::now();
+    while rig.states().iter().any(|s| s != "STOPPED") {
+        assert!(start.elapsed() < LIMIT, "{}", serve.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        offsets(&describe_group(&rig.kafka, &group)),
+        on_source,
+        "{}",
+        serve.log_text()
+    );
+    let rest = group_consume(&rig.kafka, &topic, &group, 30);
+    assert_resumes_at(&rest, &on_source);
+    consumed.extend(rest);
+    consumed.sort();
+    assert_eq!(
+        consumed,
+        every_record(),
+        "every record exactly once across the failover"
+    );
+    serve.sigterm_and_wait();
 }
 
 #[test]
