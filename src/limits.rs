@@ -419,3 +419,13 @@ pub const DOCTOR_FREE_BYTES_FAIL: u64 = 1 << 30;
 
 /// ...and warns below this.
 pub const DOCTOR_FREE_BYTES_WARN: u64 = 10 << 30;
+
+/// `kmirror mirrors stop --promote` waits this long for zero lag by default, then gives up
+/// without stopping anything.
+pub const PROMOTE_TIMEOUT_MS_DEFAULT: u64 = 60_000;
+
+/// ...asking the admin API again this often (each ask is one ListOffsets per source leader)...
+pub const PROMOTE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// ...and telling the operator what is still behind at most this often.
+pub const PROMOTE_PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);

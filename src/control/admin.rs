@@ -13,6 +13,7 @@
 //! | DELETE | /mirrors/{name}               | -                                      |
 //! | POST   | /mirrors/{name}/start         | `{"topics", "exclude"?}`               |
 //! | POST   | /mirrors/{name}/pause, resume, stop | `{"topics"}`                     |
+//! | POST   | /mirrors/{name}/promote       | `{"topics"}`: stop if caught up, else 503 |
 //! | GET    | /mirrors/{name}/source        | - (connects with the mirror's settings)|
 //! | GET    | /describe?mirror=NAME         | -                                      |
 //! | GET    | /metrics                      | - (Prometheus text format)             |
@@ -136,11 +137,14 @@ async fn action<S: SourceCatalog, D: DataPlane>(
         "pause" => c.command(&name, &body.topics, Command::Pause),
         "resume" => c.command(&name, &body.topics, Command::Resume),
         "stop" => c.command(&name, &body.topics, Command::Stop),
+        "promote" => c.promote(&name, &body.topics),
         other => {
             return Ok((
                 StatusCode::NOT_FOUND,
                 Json(ErrorBody {
-                    error: format!("unknown action {other:?} (start, pause, resume or stop)"),
+                    error: format!(
+                        "unknown action {other:?} (start, pause, resume, stop or promote)"
+                    ),
                 }),
             )
                 .into_response())

@@ -170,6 +170,9 @@ pub enum ControlError {
         partition: TopicPartition,
         source: StateError,
     },
+    /// `stop --promote` found partitions behind the source; nothing was changed.
+    #[error("mirror {mirror} is not caught up: {partitions}")]
+    Lagging { mirror: String, partitions: String },
     #[error(transparent)]
     Store(#[from] StateLogError),
 }
@@ -186,6 +189,8 @@ impl ControlError {
             ControlError::Definition(_) | ControlError::NoTopics => 400,
             ControlError::Source { .. } | ControlError::ClusterChanged { .. } => 502,
             ControlError::Refused { .. } => 401,
+            // "Not yet": the CLI asks again until its --promote-timeout-ms.
+            ControlError::Lagging { .. } => 503,
             ControlError::Store(_) => 500,
         }
     }
@@ -832,12 +837,12 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
     }
 
     /// `pause`, `resume`, `stop`: patterns are matched against the mirror's local topics.
-    pub fn command(
-        &mut self,
+    /// The mirror's partitions whose topic matches one of the comma-separated `topics` regexes.
+    fn matching_partitions(
+        &self,
         mirror: &str,
         topics: &str,
-        command: Command,
-    ) -> Result<CommandReport, ControlError> {
+    ) -> Result<(MirrorName, Vec<TopicPartition>), ControlError> {
         let name = self.entry(mirror)?.0.clone();
         let patterns = split_patterns(topics);
         if patterns.is_empty() {
@@ -856,6 +861,63 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 patterns: topics.to_owned(),
             });
         }
+        Ok((name, tps))
+    }
+
+    /// `stop --promote`, the planned failover: stops the partitions only when each one already
+    /// holds everything the source has, by a ListOffsets asked now (not the high watermark of
+    /// the last fetch). Otherwise it answers `Lagging`, changes nothing, and the caller asks
+    /// again until its own timeout. Producers on the source are expected to be stopped first;
+    /// what they write between this check and the fetchers' removal is still mirrored if it
+    /// arrives first, and the recorded end offset says exactly what kmirror holds.
+    pub fn promote(&mut self, mirror: &str, topics: &str) -> Result<CommandReport, ControlError> {
+        let (name, tps) = self.matching_partitions(mirror, topics)?;
+        let live: Vec<TopicPartition> = tps
+            .into_iter()
+            .filter(|tp| {
+                self.mirrors[&name].partitions[tp].machine.state() != Some(StateName::Stopped)
+            })
+            .collect();
+        let lagging = |behind: Vec<String>| ControlError::Lagging {
+            mirror: name.to_string(),
+            partitions: behind.join(", "),
+        };
+        if !live.is_empty() {
+            let def = self.mirrors[&name].record.definition.clone();
+            let listed = self
+                .source
+                .list_offsets(&def, &live, OffsetQuery::Latest)
+                .map_err(|f| lagging(vec![format!("source offsets unavailable: {f}")]))?;
+            let mut behind = Vec::new();
+            for (tp, l) in listed {
+                let end = self.data.progress(&tp).local_log_end;
+                match (l, end) {
+                    (Listed::At(hw), Some(end)) if end >= hw.0 => {}
+                    (Listed::At(hw), end) => behind.push(format!(
+                        "{tp} holds {} of {}",
+                        end.map_or("nothing".to_owned(), |e| e.to_string()),
+                        hw.0
+                    )),
+                    (Listed::NoneAfter, _) => behind.push(format!("{tp}: no source offset")),
+                    (Listed::Error(code), _) => {
+                        behind.push(format!("{tp}: source error code {code}"))
+                    }
+                }
+            }
+            if !behind.is_empty() {
+                return Err(lagging(behind));
+            }
+        }
+        self.command(mirror, topics, Command::Stop)
+    }
+
+    pub fn command(
+        &mut self,
+        mirror: &str,
+        topics: &str,
+        command: Command,
+    ) -> Result<CommandReport, ControlError> {
+        let (name, tps) = self.matching_partitions(mirror, topics)?;
         // All or nothing: check every partition accepts the command before changing any.
         for tp in &tps {
             let mut probe = self.mirrors[&name].partitions[tp].machine.clone();

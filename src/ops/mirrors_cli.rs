@@ -13,7 +13,9 @@ use serde::Serialize;
 use crate::control::admin::{CreateBody, ErrorBody, TopicsBody};
 use crate::control::controller::{CommandReport, MirrorSummary, PartitionRow};
 use crate::control::mirror_def::{parse_properties, StartFrom};
-use crate::limits::MIRROR_PROPERTIES_BYTES_MAX;
+use crate::limits::{
+    MIRROR_PROPERTIES_BYTES_MAX, PROMOTE_POLL, PROMOTE_PROGRESS_EVERY, PROMOTE_TIMEOUT_MS_DEFAULT,
+};
 
 /// Where `kmirror serve` listens for admin requests unless configured otherwise.
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:9190";
@@ -65,12 +67,20 @@ pub enum Action {
         #[arg(long)]
         topics: String,
     },
-    /// Stop mirroring topics (records the last mirror epoch and end offset).
+    /// Stop mirroring topics (records the last mirror epoch and end offset). This is the
+    /// failover: the topics become writable on kmirror.
     Stop {
         #[arg(long)]
         mirror: String,
         #[arg(long)]
         topics: String,
+        /// Planned failover: wait until kmirror holds everything the source has (lag 0 by a
+        /// fresh ListOffsets), then stop. Stop the source's producers first.
+        #[arg(long)]
+        promote: bool,
+        /// How long --promote waits for zero lag before giving up (nothing is stopped then).
+        #[arg(long, default_value_t = PROMOTE_TIMEOUT_MS_DEFAULT, requires = "promote")]
+        promote_timeout_ms: u64,
     },
     /// Delete a mirror whose topics are all STOPPED.
     Delete {
@@ -105,6 +115,11 @@ pub enum CliError {
     /// The server refused the request; its message names the problem.
     #[error("{0}")]
     Refused(String),
+    /// The server cannot do it yet (HTTP 503: `--promote` and the mirror still lags).
+    #[error("{0}")]
+    NotYet(String),
+    #[error("gave up after {waited_ms} ms: {last}")]
+    PromoteTimeout { waited_ms: u64, last: String },
     #[error("unexpected answer from {addr}: {reason}")]
     BadAnswer { addr: String, reason: String },
     #[error("cannot write output: {0}")]
@@ -155,6 +170,7 @@ impl Client {
                 .map_err(|e| bad(e.to_string()));
         }
         match resp.body_mut().read_json::<ErrorBody>() {
+            Ok(e) if status == 503 => Err(CliError::NotYet(e.error)),
             Ok(e) => Err(CliError::Refused(e.error)),
             Err(_) => Err(bad(format!("HTTP {status}"))),
         }
@@ -175,6 +191,35 @@ impl Client {
     fn delete(&self, path: &str) -> Result<(), CliError> {
         self.answer::<serde_json::Value>(self.agent.delete(self.url(path)).call())
             .map(|_| ())
+    }
+}
+
+/// Asks until the server stops the partitions or `timeout_ms` passes; tells the operator on
+/// stderr what is still behind, at most every few seconds.
+fn promote_when_caught_up(
+    timeout_ms: u64,
+    mut ask: impl FnMut() -> Result<CommandReport, CliError>,
+) -> Result<CommandReport, CliError> {
+    let start = std::time::Instant::now();
+    let mut told = None::<std::time::Instant>;
+    loop {
+        match ask() {
+            Err(CliError::NotYet(why)) => {
+                let waited_ms = start.elapsed().as_millis() as u64;
+                if waited_ms >= timeout_ms {
+                    return Err(CliError::PromoteTimeout {
+                        waited_ms,
+                        last: why,
+                    });
+                }
+                if told.is_none_or(|t| t.elapsed() >= PROMOTE_PROGRESS_EVERY) {
+                    eprintln!("waiting for zero lag: {why}");
+                    told = Some(std::time::Instant::now());
+                }
+                std::thread::sleep(PROMOTE_POLL);
+            }
+            other => return other,
+        }
     }
 }
 
@@ -316,9 +361,25 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
             )?;
             print_report(out, args.json, "Started", &r)?;
         }
+        Action::Stop {
+            mirror,
+            topics,
+            promote: true,
+            promote_timeout_ms,
+        } => {
+            let body = TopicsBody {
+                topics: topics.clone(),
+                exclude: None,
+            };
+            let path = format!("/mirrors/{mirror}/promote");
+            let r = promote_when_caught_up(*promote_timeout_ms, || {
+                required(client.post(&path, &body)?, addr)
+            })?;
+            print_report(out, args.json, "Promoted (caught up, then stopped)", &r)?;
+        }
         Action::Pause { mirror, topics }
         | Action::Resume { mirror, topics }
-        | Action::Stop { mirror, topics } => {
+        | Action::Stop { mirror, topics, .. } => {
             let (verb, done) = match &args.action {
                 Action::Pause { .. } => ("pause", "Paused"),
                 Action::Resume { .. } => ("resume", "Resumed"),

@@ -1,9 +1,11 @@
-//! Goal: disaster recovery works when the disaster has happened: with the source broker already
-//! dead (kill -9), `kmirror mirrors stop` still fails the topic over, the transaction the source
-//! left open is aborted on kmirror, and producers and read_committed consumers use kmirror.
-//! Method: a dedicated KRaft broker with a committed and an open transaction, `kmirror serve`
-//! with `[admin]` and `[kafka]`, the broker killed, then the CLI, the Java clients against
-//! kmirror, and a restart of kmirror.
+//! Goal: both kinds of failover work through the CLI against real brokers.
+//! - Unplanned: with the source broker already dead (kill -9), `kmirror mirrors stop` still fails
+//!   the topic over, the transaction the source left open is aborted on kmirror, and producers
+//!   and read_committed consumers use kmirror. Method: a dedicated KRaft broker with a committed
+//!   and an open transaction, `kmirror serve` with `[admin]` and `[kafka]`, the broker killed,
+//!   then the CLI, the Java clients against kmirror, and a restart of kmirror.
+//! - Planned: `stop --promote` refuses (changing nothing) while kmirror is behind the source, and
+//!   stops once it holds everything, with the source's end recorded.
 
 mod harness;
 
@@ -14,6 +16,19 @@ use harness::mirrors_cli::{
 };
 use harness::serve::{wait_all_mirrored, Serve};
 use harness::{Isolation, Kafka, ProduceOpts, TxnEnd};
+
+/// `kmirror serve` with `[admin]` and a `[kafka]` listener, and its listener address.
+fn serve_with_listener(work: &std::path::Path, admin: &str) -> (Serve, std::path::PathBuf) {
+    let data_dir = work.join("data");
+    let config = work.join("kmirror.toml");
+    write_admin_config(&config, admin, &data_dir, "");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[kafka]\nlisten = \"127.0.0.1:0\"\n");
+    std::fs::write(&config, text).unwrap();
+    let mut serve = Serve::start(&config, work.join("serve.log"));
+    wait_admin(&mut serve, admin);
+    (serve, config)
+}
 
 /// Failure guard for `stop` against a dead source, not a performance claim: the source calls a
 /// stop makes (the last group-offset sync) are bounded and skipped when nobody answers.
@@ -58,14 +73,8 @@ fn failover_completes_with_the_source_broker_dead() {
 
     let work = tempfile::tempdir().unwrap();
     let data_dir = work.path().join("data");
-    let config = work.path().join("kmirror.toml");
     let admin = format!("127.0.0.1:{}", free_loopback_port());
-    write_admin_config(&config, &admin, &data_dir, "");
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("[kafka]\nlisten = \"127.0.0.1:0\"\n");
-    std::fs::write(&config, text).unwrap();
-    let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    wait_admin(&mut serve, &admin);
+    let (mut serve, config) = serve_with_listener(work.path(), &admin);
     let kmirror = listener(&mut serve);
     let props = work.path().join("source.properties");
     std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
@@ -153,4 +162,88 @@ fn failover_completes_with_the_source_broker_dead() {
         "{}",
         String::from_utf8_lossy(&verify.stderr)
     );
+}
+
+#[test]
+fn promote_waits_for_zero_lag_then_stops() {
+    let k = harness::shared();
+    let topic = harness::unique_topic("promote");
+    k.create_topic(&topic, 2, &[]);
+    for p in 0..2 {
+        k.produce(&topic, p, 150, &ProduceOpts::default());
+    }
+    let work = tempfile::tempdir().unwrap();
+    let data_dir = work.path().join("data");
+    let admin = format!("127.0.0.1:{}", free_loopback_port());
+    let (mut serve, _) = serve_with_listener(work.path(), &admin);
+    let props = work.path().join("source.properties");
+    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
+    let props = props.to_str().unwrap();
+    cli_ok(
+        &admin,
+        &["create", "--mirror", "p", "--mirror-config", props],
+    );
+    cli_ok(&admin, &["start", "--mirror", "p", "--topics", &topic]);
+    let pairs: Vec<_> = (0..2)
+        .map(|p| {
+            (
+                k.partition_dir(&topic, p),
+                data_dir.join(format!("{topic}-{p}")),
+            )
+        })
+        .collect();
+    wait_all_mirrored(&mut serve, &pairs);
+
+    // Behind the source (paused while the source grows): promote gives up and changes nothing.
+    cli_ok(&admin, &["pause", "--mirror", "p", "--topics", &topic]);
+    k.produce(&topic, 1, 40, &ProduceOpts::default());
+    let refused = cli(
+        &admin,
+        &[
+            "stop",
+            "--mirror",
+            "p",
+            "--topics",
+            &topic,
+            "--promote",
+            "--promote-timeout-ms",
+            "2000",
+        ],
+    );
+    assert!(!refused.ok, "promoted while behind: {}", refused.stdout);
+    assert!(
+        refused.stderr.contains("not caught up")
+            && refused
+                .stderr
+                .contains(&format!("{topic}-1 holds 150 of 190")),
+        "the refusal names the lagging partition: {}",
+        refused.stderr
+    );
+    for row in describe_rows(&admin, "p") {
+        assert_eq!(row["state"], "PAUSED", "a refused promote changed {row}");
+    }
+
+    // Caught up again: promote stops every partition at the source's end.
+    cli_ok(&admin, &["resume", "--mirror", "p", "--topics", &topic]);
+    let out = cli_ok(
+        &admin,
+        &["stop", "--mirror", "p", "--topics", &topic, "--promote"],
+    );
+    assert!(out.contains("Promoted"), "{out}");
+    let mut rows = describe_rows(&admin, "p");
+    rows.sort_by_key(|r| r["partition"].as_i64());
+    for (p, row) in rows.iter().enumerate() {
+        assert_eq!(row["state"], "STOPPED", "{row}");
+        assert_eq!(
+            row["lastEndOffset"],
+            k.offsets(&topic, p as i32).log_end_offset,
+            "{row}"
+        );
+    }
+    for (theirs, ours) in &pairs {
+        let seg = |d: &std::path::Path| std::fs::read(d.join("00000000000000000000.log")).unwrap();
+        assert!(seg(theirs) == seg(ours), "{} differs", ours.display());
+    }
+    let text = serve.sigterm_and_wait();
+    assert!(text.contains("stopped cleanly"), "{text}");
 }
