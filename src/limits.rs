@@ -215,6 +215,11 @@ const _: () = assert!(RING_CQ_ENTRIES >= 2 * RING_SQ_ENTRIES);
 /// `FETCHER_PARTITIONS_MAX` partitions.
 pub const RESPONSE_OVERHEAD_BYTES_MAX: usize = 1024 * 1024;
 
+/// Retries (after a backoff each) of a partition whose fetched records fail their CRC or
+/// framing, before it is stopped: a flipped bit in transit heals on refetch, the same bad
+/// bytes every time do not.
+pub const FETCH_BAD_RECORDS_RETRIES: u32 = 3;
+
 /// Delay before reconnecting to a source broker after the connection failed or broke.
 pub const SOURCE_RECONNECT_MS: u64 = SOURCE_BACKOFF_MS_MIN;
 
@@ -229,6 +234,13 @@ const _: () =
     assert!(FETCH_RESPONSE_BYTES_MAX + RESPONSE_OVERHEAD_BYTES_MAX <= ARENA_SLOT_BYTES_MAX);
 
 // ---- control plane ----
+/// First wait before the control thread asks the source again for a partition's leader (no
+/// leader yet, topic missing, source unreachable); doubled per failed attempt.
+pub const LEADER_REFRESH_MS_MIN: u64 = 200;
+/// Longest wait between leader look-ups: a broker restart should be noticed within seconds.
+pub const LEADER_REFRESH_MS_MAX: u64 = 3_000;
+
+const _: () = assert!(LEADER_REFRESH_MS_MIN <= LEADER_REFRESH_MS_MAX);
 
 /// First wait before a FAILED mirror partition retries (KIP `mirror.failed.retry.initial.backoff.ms`).
 pub const MIRROR_RETRY_BACKOFF_MS_INITIAL: u64 = 1_000;

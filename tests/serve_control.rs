@@ -240,3 +240,81 @@ fn serve_runs_the_control_plane_for_the_cli() {
     );
     serve.sigterm_and_wait();
 }
+
+/// (state, retry attempt, error message) of one partition from `describe --json`.
+fn failure(admin: &str, mirror: &str) -> (String, i64, Option<String>) {
+    let json = ok(admin, &["describe", "--mirror", mirror, "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let r = &rows.as_array().unwrap()[0];
+    (
+        r["state"].as_str().unwrap().to_owned(),
+        r["retryAttempt"].as_i64().unwrap_or(0),
+        r["errorMessage"].as_str().map(str::to_owned),
+    )
+}
+
+// Goal: in control-plane mode a source topic deleted and recreated under the same name makes
+// its partition FAILED with the reason and no automatic retry, visible in `mirrors describe`,
+// and our log is never rewritten. The shard detects it (new topic id after a leader look-up);
+// the controller's periodic source sync (every 30 s) would also fail it as deleted, so either
+// reason is accepted in `describe`, and the serve log tells which one came first.
+#[test]
+fn recreated_source_topic_fails_the_partition_in_describe() {
+    let k = harness::shared();
+    let topic = harness::unique_topic("serve-ctl-div");
+    k.create_topic(&topic, 1, &[]);
+    k.produce(&topic, 0, 200, &ProduceOpts::default());
+    let work = tempfile::tempdir().unwrap();
+    let data_dir = work.path().join("data");
+    let config = work.path().join("kmirror.toml");
+    let admin = format!("127.0.0.1:{}", free_loopback_port());
+    write_config(&config, &admin, &data_dir);
+    let props = work.path().join("source.properties");
+    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
+    let ours = data_dir.join(format!("{topic}-0"));
+
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    wait_admin(&mut serve, &admin);
+    let mirror_config = props.to_str().unwrap();
+    ok(
+        &admin,
+        &["create", "--mirror", "m", "--mirror-config", mirror_config],
+    );
+    ok(&admin, &["start", "--mirror", "m", "--topics", &topic]);
+    wait_mirrored(&mut serve, &k.partition_dir(&topic, 0), &ours);
+    let held = log_bytes(&ours);
+
+    k.delete_topic(&topic);
+    k.create_topic(&topic, 1, &[]);
+    let new_data = ProduceOpts {
+        seed: 5,
+        ..Default::default()
+    };
+    k.produce(&topic, 0, 50, &new_data);
+
+    let start = Instant::now();
+    let (state, retry, message) = loop {
+        serve.assert_running();
+        let f = failure(&admin, "m");
+        if f.0 == "FAILED" {
+            break f;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "partition not FAILED: {f:?}\n{}",
+            serve.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let message = message.expect("a FAILED partition has an error message");
+    println!("describe: {state} retry={retry} {message}");
+    assert!(
+        message.contains("deleted and recreated") || message == "source topic is deleted",
+        "{message}"
+    );
+    assert_eq!(retry, -1, "divergence is not retried automatically");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(failure(&admin, "m").0, "FAILED");
+    assert_eq!(log_bytes(&ours), held, "our log changed after divergence");
+    serve.sigterm_and_wait();
+}

@@ -1897,15 +1897,21 @@ mod tests {
         c.start("m1", "payments", None).unwrap();
         let tp = TopicPartition::new("payments", 0);
         rig.data.active.borrow_mut().remove(&tp);
-        rig.data
-            .failures
-            .borrow_mut()
-            .push((tp.clone(), "diverging epoch".into()));
+        rig.data.failures.borrow_mut().push((
+            tp.clone(),
+            Fault {
+                message: "append failed: disk full".into(),
+                retryable: true,
+            },
+        ));
         let now = now_ms();
         c.tick(now).unwrap();
         let row = &c.describe(Some("m1")).unwrap()[0];
         assert_eq!(row.state, StateName::Failed);
-        assert_eq!(row.error_message.as_deref(), Some("diverging epoch"));
+        assert_eq!(
+            row.error_message.as_deref(),
+            Some("append failed: disk full")
+        );
         assert_eq!(row.retry_attempt, 1);
         // Survives a restart, then retries once the backoff has passed.
         drop(c);
@@ -1914,6 +1920,33 @@ mod tests {
         c.tick(now + 5_000).unwrap();
         assert_eq!(state(&c, "payments", 0), Some(StateName::Mirroring));
         assert_eq!(rig.active(), ["payments-0"]);
+    }
+
+    #[test]
+    fn divergence_fails_the_partition_without_retry() {
+        let rig = Rig::new();
+        let mut c = rig.open();
+        c.create("m1", &props()).unwrap();
+        c.start("m1", "payments", None).unwrap();
+        let tp = TopicPartition::new("payments", 0);
+        rig.data.active.borrow_mut().remove(&tp);
+        let why = "source log diverged from ours: the source topic was deleted and recreated";
+        rig.data.failures.borrow_mut().push((
+            tp.clone(),
+            Fault {
+                message: why.into(),
+                retryable: false,
+            },
+        ));
+        c.tick(now_ms()).unwrap();
+        let row = &c.describe(Some("m1")).unwrap()[0];
+        assert_eq!(row.state, StateName::Failed);
+        assert_eq!(row.error_message.as_deref(), Some(why));
+        assert_eq!(row.retry_attempt, -1);
+        // No automatic retry, however long we wait: fetching again would not help.
+        c.tick(i64::MAX).unwrap();
+        assert_eq!(state(&c, "payments", 0), Some(StateName::Failed));
+        assert!(rig.active().is_empty());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::config::{ServeConfig, SourceSection, TopicsSection};
+use crate::control::leader_refresh::{LeaderRefresh, SourceAccess};
 use crate::fetch::blocking::{BlockingClient, BlockingError};
 use crate::fetch::fetcher::PartitionStart;
 use crate::fetch::metadata::{ClusterMetadata, TopicInfo};
@@ -237,6 +238,16 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
     }
     let partitions = work.len();
     let mut stopped = Vec::new();
+    let access = SourceAccess {
+        bootstrap_servers: source.bootstrap_servers.clone(),
+        client_id: source.client_id.clone(),
+        request_timeout_ms: config.fetch.request_timeout_ms,
+        security: Default::default(),
+    };
+    let mut leaders = Leaders {
+        refresh: LeaderRefresh::new(config.fetch_config()),
+        access,
+    };
     for (leader, start, log) in work {
         let (addr, v) = versions[&leader].clone();
         let source = SourceSpec {
@@ -259,7 +270,12 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
                 Ok(()) => break,
                 Err(full) => {
                     msg = full.0;
-                    drain_events(&mut rt, &mut stopped, Duration::from_millis(10));
+                    drain_events(
+                        &mut rt,
+                        &mut stopped,
+                        &mut leaders,
+                        Duration::from_millis(10),
+                    );
                 }
             }
         }
@@ -305,7 +321,13 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
     let mut watchdog = crate::ops::sd_notify::Watchdog::from_env();
     while !stop.load(Ordering::Relaxed) {
         let before = stopped.len();
-        drain_events(&mut rt, &mut stopped, Duration::from_millis(200));
+        drain_events(
+            &mut rt,
+            &mut stopped,
+            &mut leaders,
+            Duration::from_millis(200),
+        );
+        leaders.answer(&mut rt);
         if stopped.len() > before {
             let mut f = failed.lock().unwrap_or_else(|p| p.into_inner());
             f.extend(stopped[before..].iter().map(|(tp, _)| tp.clone()));
@@ -364,9 +386,35 @@ fn static_metrics(
 /// The mirror label of the static `[source]` mode's partitions.
 pub const STATIC_MIRROR: &str = "static";
 
+/// Leader look-ups the shards asked for (one source in the static mode).
+struct Leaders {
+    refresh: LeaderRefresh,
+    access: SourceAccess,
+}
+
+impl Leaders {
+    /// Looks up the leaders now due and sends each answer to the partition's shard.
+    fn answer(&mut self, rt: &mut Runtime<MirrorShard>) {
+        let now = std::time::Instant::now();
+        for (found, access) in self.refresh.run_due(now) {
+            let shard = shard_for(&found.tp, rt.shard_count());
+            let msg = MirrorMsg::Releader {
+                tp: found.tp.clone(),
+                source: found.source.clone(),
+                topic_id: found.topic_id,
+                leader_epoch: found.leader_epoch,
+            };
+            if rt.send(shard, msg).is_err() {
+                self.refresh.retry_soon(&found, access, now);
+            }
+        }
+    }
+}
+
 fn drain_events(
     rt: &mut Runtime<MirrorShard>,
     stopped: &mut Vec<(TopicPartition, String)>,
+    leaders: &mut Leaders,
     wait: Duration,
 ) {
     let Some(first) = rt.next_event(wait) else {
@@ -378,9 +426,17 @@ fn drain_events(
             MirrorEvent::PartitionAdded { tp } => {
                 tracing::info!(shard = shard.0, partition = %tp, "partition added")
             }
-            MirrorEvent::PartitionStopped { tp, why } => {
+            MirrorEvent::PartitionStopped { tp, why, .. } => {
+                // The static mode has no retry: the partition stays stopped until a restart.
                 tracing::error!(shard = shard.0, partition = %tp, %why, "partition stopped");
+                leaders.refresh.forget(&tp);
                 stopped.push((tp, why));
+            }
+            MirrorEvent::LeaderWanted { tp, why } => {
+                tracing::info!(shard = shard.0, partition = %tp, %why, "looking up the source leader");
+                leaders
+                    .refresh
+                    .want(tp, leaders.access.clone(), std::time::Instant::now());
             }
             MirrorEvent::PartitionRemoved { tp, log_end } => {
                 tracing::info!(shard = shard.0, partition = %tp, %log_end, "partition removed")

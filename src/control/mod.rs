@@ -11,6 +11,7 @@
 //! | `source_catalog` | source topics and cluster id with the blocking client           |
 //! | `source_security` | a mirror's TLS/SASL settings as the source client's security     |
 //! | `shard_plane` | `DataPlane` over the real shards and the log dir                    |
+//! | `leader_refresh` | finding a partition's leader again when its shard asks       |
 //! | `leader_store` | failed-over partitions: client writes under one mutex, lock-free reads |
 //! | `producer_ids` | producer ids for writes after failover: above every mirrored id, never reused |
 //! | `mirror_run` | resolving a configured mirror against the source and driving shards  |
@@ -20,6 +21,7 @@ pub mod admin;
 pub mod control_run;
 pub mod controller;
 pub mod group_sync;
+pub mod leader_refresh;
 pub mod leader_store;
 pub mod mirror_def;
 pub mod mirror_run;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::control::controller::{DataPlane, Fault, Progress};
+use crate::control::leader_refresh::{LeaderRefresh, SourceAccess};
 use crate::control::leader_store::LeaderStore;
 use crate::control::mirror_def::{MirrorDefinition, StartFrom};
 use crate::control::mirror_run::shard_for;
@@ -54,7 +55,8 @@ pub struct ShardDataPlane {
     fetch: FetchConfig,
     /// `fetch.request_timeout_ms`: how long past `max_wait_ms` a source response may take.
     request_timeout_ms: u32,
-    lent: HashMap<TopicPartition, ShardId>,
+    /// Partitions a shard owns, with how to reach their source (for leader look-ups).
+    lent: HashMap<TopicPartition, (ShardId, SourceAccess)>,
     /// What the shards publish about each partition (log end, source HW, newest timestamp).
     progress: ProgressBoard,
     /// Failures the shards reported (partition stopped for good), for the controller.
@@ -63,6 +65,8 @@ pub struct ShardDataPlane {
     leaders: Arc<LeaderStore>,
     /// Latency collection and interval logs; stopped after the shards.
     telemetry: Option<TelemetryThread>,
+    /// Leader look-ups the shards asked for.
+    refresh: LeaderRefresh,
 }
 
 impl ShardDataPlane {
@@ -107,6 +111,7 @@ impl ShardDataPlane {
             progress,
             failures: Vec::new(),
             leaders,
+            refresh: LeaderRefresh::new(fetch),
         })
     }
 
@@ -149,11 +154,12 @@ impl ShardDataPlane {
             };
             let done = until(&event);
             match event {
-                MirrorEvent::PartitionStopped { tp, why } => {
+                MirrorEvent::PartitionStopped { tp, why, retryable } => {
                     tracing::error!(partition = %tp, %why, "partition stopped");
                     self.lent.remove(&tp);
+                    self.refresh.forget(&tp);
                     // A refused login or certificate stays refused until the operator acts.
-                    let retryable = !why.starts_with(AUTHENTICATION_FAILED);
+                    let retryable = retryable && !why.starts_with(AUTHENTICATION_FAILED);
                     self.failures.push((
                         tp,
                         Fault {
@@ -165,6 +171,14 @@ impl ShardDataPlane {
                 MirrorEvent::PartitionRemoved { tp, log_end } => {
                     tracing::info!(partition = %tp, %log_end, "partition handed back");
                     self.lent.remove(&tp);
+                    self.refresh.forget(&tp);
+                }
+                MirrorEvent::LeaderWanted { tp, why } => {
+                    tracing::info!(partition = %tp, %why, "looking up the source leader");
+                    if let Some((_, access)) = self.lent.get(&tp) {
+                        let access = access.clone();
+                        self.refresh.want(tp, access, Instant::now());
+                    }
                 }
                 MirrorEvent::Notice { what } => tracing::warn!("{what}"),
                 MirrorEvent::PartitionAdded { tp } => {
@@ -174,6 +188,29 @@ impl ShardDataPlane {
             self.take_returned();
             if done {
                 return true;
+            }
+        }
+    }
+
+    /// Looks up the leaders now due and sends each answer to the partition's shard.
+    fn answer_leaders(&mut self) {
+        if self.refresh.pending() == 0 {
+            return;
+        }
+        let now = Instant::now();
+        for (found, access) in self.refresh.run_due(now) {
+            let Some((shard, _)) = self.lent.get(&found.tp) else {
+                continue;
+            };
+            let msg = MirrorMsg::Releader {
+                tp: found.tp.clone(),
+                source: found.source.clone(),
+                topic_id: found.topic_id,
+                leader_epoch: found.leader_epoch,
+            };
+            let shard = *shard;
+            if self.rt().send(shard, msg).is_err() {
+                self.refresh.retry_soon(&found, access, now);
             }
         }
     }
@@ -298,6 +335,7 @@ impl DataPlane for ShardDataPlane {
             self.logs().restore(log);
         }
         let (spec, leader_epoch, start_offset) = self.source_for(mirror, tp, start)?;
+        let security = Arc::clone(&spec.security);
         let id = (!topic_id.is_nil()).then_some(topic_id);
         self.logs()
             .get_or_create(tp, id, None)
@@ -333,12 +371,18 @@ impl DataPlane for ShardDataPlane {
             }
             return Err(format!("shard {} mailbox is full", shard.0).into());
         }
-        self.lent.insert(tp.clone(), shard);
+        let access = SourceAccess {
+            bootstrap_servers: mirror.source.bootstrap_servers.clone(),
+            client_id: mirror.source.client_id.clone(),
+            request_timeout_ms: self.request_timeout_ms,
+            security,
+        };
+        self.lent.insert(tp.clone(), (shard, access));
         Ok(())
     }
 
     fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String> {
-        if let Some(shard) = self.lent.get(tp).copied() {
+        if let Some(shard) = self.lent.get(tp).map(|(s, _)| *s) {
             self.rt()
                 .send(shard, MirrorMsg::RemovePartition { tp: tp.clone() })
                 .map_err(|_| format!("shard {} mailbox is full", shard.0))?;
@@ -400,6 +444,7 @@ impl DataPlane for ShardDataPlane {
     /// Drains pending shard events without waiting; returns the failures they reported.
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         self.pump(Duration::ZERO, |_| false);
+        self.answer_leaders();
         std::mem::take(&mut self.failures)
     }
 

@@ -58,7 +58,8 @@ use crate::fetch::response::{self, Position, RecordsError};
 use crate::fetch::versions::Versions;
 use crate::ids::{LeaderEpoch, Offset, TimestampMs, TopicPartition};
 use crate::limits::{
-    FETCHER_PARTITIONS_MAX, FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX, SOURCE_THROTTLE_MS_MAX,
+    FETCHER_PARTITIONS_MAX, FETCH_BAD_RECORDS_RETRIES, FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX,
+    SOURCE_THROTTLE_MS_MAX,
 };
 
 /// Fetch sizing and waiting, from the mirror's configuration.
@@ -149,6 +150,29 @@ pub enum DivergenceCause {
     /// Metadata shows a different topic id under the same name: the source topic was deleted
     /// and recreated, so nothing we hold belongs to it.
     TopicIdChanged { old: Uuid, new: Uuid },
+}
+
+impl std::fmt::Display for DivergenceCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DivergenceCause::EpochEnd { epoch, end_offset } => write!(
+                f,
+                "the source leader's log for epoch {} ends at offset {}, below data we hold \
+                 (the source log was truncated, e.g. by an unclean leader election)",
+                epoch.0, end_offset.0
+            ),
+            DivergenceCause::BeyondSourceEnd { source_log_start } => write!(
+                f,
+                "the source log ends below our fetch offset (source log start {}): it was \
+                 truncated or the topic was recreated",
+                source_log_start.0
+            ),
+            DivergenceCause::TopicIdChanged { old, new } => write!(
+                f,
+                "the source topic was deleted and recreated (topic id {old} is now {new})"
+            ),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,6 +293,8 @@ struct Partition {
     /// Set when the source's log start passed our fetch offset (the old fetch offset); the
     /// move is reported with the next good response for the partition.
     log_start_moved_from: Option<Offset>,
+    /// Responses in a row whose records failed their CRC or framing.
+    bad_records_streak: u32,
 }
 
 impl Partition {
@@ -443,6 +469,7 @@ impl Fetcher {
             in_session: None,
             removed: false,
             log_start_moved_from: None,
+            bad_records_streak: 0,
             tp: start.tp,
         };
         let slot = match self.free.pop() {
@@ -1084,6 +1111,9 @@ impl Fetcher {
                 p.last_fetched_epoch = valid.last_epoch;
             }
             p.backoff.succeed();
+            if checked.error.is_none() {
+                p.bad_records_streak = 0;
+            }
             events.push(FetchEvent::Records(FetchedRecords {
                 slot,
                 records: records.slice(valid.bytes.clone()),
@@ -1105,9 +1135,12 @@ impl Fetcher {
             });
         }
         if let Some(error) = checked.error {
-            // Bytes that fail their CRC or framing may be a transient fault: retry. Offsets or
-            // epochs that contradict our log will not heal by themselves: stop.
-            let retrying = matches!(error, RecordsError::Batch(_));
+            // Bytes that fail their CRC or framing may be a transient fault: retry a few times.
+            // The same fault every time, or offsets or epochs that contradict our log, will
+            // not heal by themselves: stop.
+            p.bad_records_streak = p.bad_records_streak.saturating_add(1);
+            let retrying = matches!(error, RecordsError::Batch(_))
+                && p.bad_records_streak <= FETCH_BAD_RECORDS_RETRIES;
             if retrying {
                 p.backoff.fail(now);
             } else {

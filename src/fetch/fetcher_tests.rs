@@ -621,3 +621,49 @@ fn version_change_opens_a_new_session() {
     assert_eq!((req.session_id, req.session_epoch), (0, 0));
     assert_eq!(sent_partitions(&req).len(), 2);
 }
+
+// Goal: the same corrupt bytes on every refetch stop the partition (with a typed error and
+// `retrying: false`) after `FETCH_BAD_RECORDS_RETRIES` retries instead of retrying forever,
+// while another partition keeps fetching.
+#[test]
+fn persistent_corruption_stops_the_partition_after_bounded_retries() {
+    use crate::limits::FETCH_BAD_RECORDS_RETRIES;
+    let mut b = Broker::new(12);
+    let s0 = b.add(0, 0, -1);
+    let s1 = b.add(1, 0, -1);
+    for attempt in 1..=FETCH_BAD_RECORDS_RETRIES + 1 {
+        let next1 = i64::from(attempt - 1);
+        b.now += Duration::from_secs(60); // past any backoff
+        let (h, _) = b.fetch_request();
+        let mut bad = batch(0, 1, 0);
+        let last = bad.len() - 1;
+        bad[last] ^= 0x40;
+        let resp = fetch_response(
+            0,
+            vec![
+                partition(0, 1, Some(bad)),
+                partition(1, next1 + 1, Some(batch(next1, 1, 0))),
+            ],
+            false,
+        );
+        b.events.clear();
+        b.f.handle_response(encode_response(&h, &resp), b.now, &mut b.events)
+            .unwrap();
+        let retrying = b.events.iter().find_map(|e| match e {
+            FetchEvent::BadRecords { slot, retrying, .. } if *slot == s0 => Some(*retrying),
+            _ => None,
+        });
+        assert_eq!(
+            retrying,
+            Some(attempt <= FETCH_BAD_RECORDS_RETRIES),
+            "attempt {attempt}: {:?}",
+            b.events
+        );
+        assert!(b
+            .events
+            .iter()
+            .any(|e| matches!(e, FetchEvent::Records(r) if r.slot == s1)));
+    }
+    assert_eq!(b.f.state(s0), Some(PartitionState::Failed));
+    assert_eq!(b.f.state(s1), Some(PartitionState::Fetching));
+}

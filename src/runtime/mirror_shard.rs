@@ -22,16 +22,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use uuid::Uuid;
 
 use super::arena::SlotBuf;
 use super::ring::{Completion, OpBuf};
 use super::shard::{ShardCx, ShardHandler};
 use super::stats::{Latency, PartitionStats};
 use super::uring_io::RingIo;
-use crate::fetch::fetcher::{FetchConfig, FetchEvent, Fetcher, PartitionStart, Poll, Slot};
+use crate::fetch::fetcher::{
+    FetchConfig, FetchEvent, Fetcher, PartitionStart, PartitionState, Poll, Slot,
+};
 use crate::fetch::security::SourceSecurity;
 use crate::fetch::versions::Versions;
-use crate::ids::{Offset, TopicPartition};
+use crate::ids::{LeaderEpoch, Offset, TopicPartition};
 use crate::limits::{ARENA_RETRY_MS, SHARD_SOURCES_MAX, SOURCE_RECONNECT_MS};
 use crate::log::partition_log::PartitionLog;
 use crate::wire::frame::{self, LENGTH_PREFIX_BYTES};
@@ -56,6 +59,16 @@ pub enum MirrorMsg {
     /// `PartitionRemoved`, or by nothing when the shard does not have the partition (it was
     /// already stopped, and `PartitionStopped` said so).
     RemovePartition { tp: TopicPartition },
+    /// The answer to `LeaderWanted`: the partition's leader per the source's metadata. The
+    /// shard moves the partition to that broker's connection (from its log end) if it is
+    /// another broker, takes the new leader epoch, and fails the partition if `topic_id`
+    /// differs from the one it fetched (the source topic was deleted and recreated).
+    Releader {
+        tp: TopicPartition,
+        source: SourceSpec,
+        topic_id: Uuid,
+        leader_epoch: LeaderEpoch,
+    },
 }
 
 /// How to reach and talk to one source broker.
@@ -79,8 +92,18 @@ pub enum MirrorEvent {
     PartitionAdded {
         tp: TopicPartition,
     },
-    /// The partition stopped for good (append failure, divergence, bad data); why is in `why`.
+    /// The partition stopped (append failure, divergence, bad data); why is in `why`. Its log
+    /// is in the returned-logs list. `retryable` is false when fetching again cannot help
+    /// (the source no longer holds what we hold).
     PartitionStopped {
+        tp: TopicPartition,
+        why: String,
+        retryable: bool,
+    },
+    /// The partition waits for its leader (a leader or topic error, or its broker's connection
+    /// broke): the control thread looks it up and answers with `MirrorMsg::Releader`. Asked
+    /// once until answered.
+    LeaderWanted {
         tp: TopicPartition,
         why: String,
     },
@@ -150,6 +173,8 @@ struct Source {
     meters: Vec<Option<Arc<PartitionStats>>>,
     /// The fetcher's throttle total already added to the shard's counter.
     throttle_seen_ms: u64,
+    /// Indexed by `Slot`: a `LeaderWanted` went out and no `Releader` came back yet.
+    leader_wanted: Vec<bool>,
 }
 
 /// Logs handed back to the control thread when a shard stops or drops a partition, so the
@@ -238,6 +263,7 @@ impl MirrorShard {
             logs: Vec::new(),
             meters: Vec::new(),
             throttle_seen_ms: 0,
+            leader_wanted: Vec::new(),
         });
         let i = self.sources.len() - 1;
         self.connect(cx, i);
@@ -254,7 +280,12 @@ impl MirrorShard {
         let tp = start.tp.clone();
         let Some(i) = self.source_index(cx, spec) else {
             let why = "cannot set up its source broker".to_string();
-            let _ = cx.emit(MirrorEvent::PartitionStopped { tp, why });
+            self.give_back(log);
+            let _ = cx.emit(MirrorEvent::PartitionStopped {
+                tp,
+                why,
+                retryable: true,
+            });
             return;
         };
         let src = &mut self.sources[i];
@@ -264,17 +295,21 @@ impl MirrorShard {
                 if src.logs.len() <= n {
                     src.logs.resize_with(n + 1, || None);
                     src.meters.resize_with(n + 1, || None);
+                    src.leader_wanted.resize(n + 1, false);
                 }
                 src.meters[n] = Some(cx.stats.register(tp.clone(), log.log_end_offset()));
                 src.logs[n] = Some(log);
+                src.leader_wanted[n] = false;
                 self.track_progress(i, Slot(n as u32), &tp);
                 let _ = cx.emit(MirrorEvent::PartitionAdded { tp });
                 self.drive(cx, i);
             }
             Err(e) => {
+                self.give_back(log);
                 let _ = cx.emit(MirrorEvent::PartitionStopped {
                     tp,
                     why: e.to_string(),
+                    retryable: true,
                 });
             }
         }
@@ -406,6 +441,110 @@ impl MirrorShard {
             format!("source broker {}: {why}; reconnecting", src.spec.addr),
         );
         self.arm_timer(cx, i, Duration::from_millis(SOURCE_RECONNECT_MS));
+        // The broker may have gone for good and its partitions moved: have the control thread
+        // check each one's leader while we reconnect (an unchanged leader costs one lookup).
+        for n in 0..self.sources[i].logs.len() {
+            if self.sources[i].logs[n].is_some() {
+                let why = format!(
+                    "connection to broker {} lost",
+                    self.sources[i].spec.broker_id
+                );
+                self.want_leader(cx, i, Slot(n as u32), why);
+            }
+        }
+    }
+
+    /// Asks the control thread for the partition's leader, once until it answers.
+    fn want_leader(&mut self, cx: &mut Cx<'_>, i: usize, slot: Slot, why: String) {
+        let src = &mut self.sources[i];
+        let n = slot.0 as usize;
+        let Some(log) = src.logs.get(n).and_then(Option::as_ref) else {
+            return;
+        };
+        if src.leader_wanted[n] {
+            return;
+        }
+        let tp = log.topic_partition().clone();
+        if cx.emit(MirrorEvent::LeaderWanted { tp, why }).is_ok() {
+            src.leader_wanted[n] = true;
+        } else {
+            // The control thread is behind; ask again shortly (the timer re-asks every slot
+            // still waiting for its leader).
+            self.arm_timer(cx, i, Duration::from_millis(SOURCE_RECONNECT_MS));
+        }
+    }
+
+    /// Re-asks for leaders whose request could not be queued.
+    fn want_waiting_leaders(&mut self, cx: &mut Cx<'_>, i: usize) {
+        for n in 0..self.sources[i].logs.len() {
+            let src = &self.sources[i];
+            let waiting = src.logs[n].is_some()
+                && !src.leader_wanted[n]
+                && src.fetcher.state(Slot(n as u32)) == Some(PartitionState::AwaitingLeader);
+            if waiting {
+                let why = "waiting for the source leader".to_string();
+                self.want_leader(cx, i, Slot(n as u32), why);
+            }
+        }
+    }
+
+    fn find(&self, tp: &TopicPartition) -> Option<(usize, Slot)> {
+        self.sources.iter().enumerate().find_map(|(i, src)| {
+            src.logs
+                .iter()
+                .position(|l| l.as_ref().is_some_and(|l| l.topic_partition() == tp))
+                .map(|n| (i, Slot(n as u32)))
+        })
+    }
+
+    /// The control thread's answer to `LeaderWanted`.
+    fn releader(
+        &mut self,
+        cx: &mut Cx<'_>,
+        tp: TopicPartition,
+        spec: SourceSpec,
+        topic_id: Uuid,
+        leader_epoch: LeaderEpoch,
+    ) {
+        let Some((i, slot)) = self.find(&tp) else {
+            return; // removed or stopped meanwhile
+        };
+        self.sources[i].leader_wanted[slot.0 as usize] = false;
+        let mut events = std::mem::take(&mut self.events);
+        let updated =
+            self.sources[i]
+                .fetcher
+                .update_leader(slot, topic_id, leader_epoch, &mut events);
+        // A changed topic id comes back as `Diverged` and stops the partition here.
+        self.apply_events(cx, i, &mut events);
+        self.events = events;
+        if updated.is_err() || self.log_mut(i, slot).is_none() {
+            return;
+        }
+        if spec.broker_id != self.sources[i].spec.broker_id {
+            let src = &mut self.sources[i];
+            let log = src.logs[slot.0 as usize].take().expect("checked above");
+            let _ = src.fetcher.remove_partition(slot);
+            // Appends are synchronous, so the log end is exactly where fetching stood.
+            let (log_end, last_epoch) = resume_point(&log);
+            notice(
+                cx,
+                format!(
+                    "{tp}: leader moved from broker {} to broker {} ({}); fetching from {log_end}",
+                    src.spec.broker_id, spec.broker_id, spec.addr
+                ),
+            );
+            let start = PartitionStart {
+                tp,
+                topic_id,
+                log_end,
+                last_epoch,
+                leader_epoch,
+            };
+            self.add_partition(cx, spec, start, log);
+        } else {
+            self.drive(cx, i);
+        }
     }
 
     /// Sends the next request if the fetcher has one, and keeps a RECV posted while a response
@@ -568,7 +707,10 @@ impl MirrorShard {
                             self.meter_append(cx, i, &r, began, end);
                             self.report_append(i, &r);
                         }
-                        Err(e) => self.stop_partition(cx, i, r.slot, format!("append failed: {e}")),
+                        Err(e) => {
+                            let why = format!("append failed: {e}");
+                            self.stop_partition(cx, i, r.slot, why, true);
+                        }
                     }
                 }
                 FetchEvent::LogStartMoved { slot, to, .. } => {
@@ -579,12 +721,35 @@ impl MirrorShard {
                         _ => Ok(()),
                     };
                     if let Err(e) = result {
-                        self.stop_partition(cx, i, slot, format!("cannot restart at {to}: {e}"));
+                        let why = format!("cannot restart at {to}: {e}");
+                        self.stop_partition(cx, i, slot, why, true);
                     }
                 }
                 FetchEvent::Diverged(d) => {
-                    let why = format!("source log diverged from ours: {d:?}");
-                    self.stop_partition(cx, i, d.slot, why);
+                    let why = format!(
+                        "source log diverged from ours at fetch offset {} (last fetched epoch \
+                         {}): {}; our log is kept as it is and fetching stopped",
+                        d.fetch_offset, d.last_fetched_epoch.0, d.cause
+                    );
+                    self.stop_partition(cx, i, d.slot, why, false);
+                }
+                FetchEvent::RefreshMetadata { slot, error, hint } => {
+                    let why = match hint {
+                        Some((leader, epoch)) => format!(
+                            "source error {error}, leader now {leader} at epoch {}",
+                            epoch.0
+                        ),
+                        None => format!("source error {error}"),
+                    };
+                    self.want_leader(cx, i, slot, why);
+                }
+                FetchEvent::BadRecords {
+                    slot,
+                    error,
+                    retrying: false,
+                } => {
+                    let why = format!("bad records from the source: {error}");
+                    self.stop_partition(cx, i, slot, why, true);
                 }
                 FetchEvent::Watermarks {
                     slot,
@@ -608,10 +773,6 @@ impl MirrorShard {
                     src.meters.iter().flatten().for_each(|m| m.fetch_error());
                     notice(cx, format!("source broker {}: {ev:?}", src.spec.addr));
                 }
-                other => notice(
-                    cx,
-                    format!("source broker {}: {other:?}", self.sources[i].spec.addr),
-                ),
             }
         }
     }
@@ -652,7 +813,14 @@ impl MirrorShard {
         self.sources[i].logs.get_mut(slot.0 as usize)?.as_mut()
     }
 
-    fn stop_partition(&mut self, cx: &mut Cx<'_>, i: usize, slot: Slot, why: String) {
+    fn stop_partition(
+        &mut self,
+        cx: &mut Cx<'_>,
+        i: usize,
+        slot: Slot,
+        why: String,
+        retryable: bool,
+    ) {
         let src = &mut self.sources[i];
         let log = src.logs.get_mut(slot.0 as usize).and_then(Option::take);
         if let Some(m) = src.meters.get_mut(slot.0 as usize).and_then(Option::take) {
@@ -668,7 +836,7 @@ impl MirrorShard {
         if let Some(log) = log {
             self.give_back(log);
         }
-        let _ = cx.emit(MirrorEvent::PartitionStopped { tp, why });
+        let _ = cx.emit(MirrorEvent::PartitionStopped { tp, why, retryable });
     }
 
     fn on_send(&mut self, cx: &mut Cx<'_>, i: usize, c: Completion) {
@@ -702,6 +870,12 @@ impl ShardHandler for MirrorShard {
                 self.add_partition(cx, source, start, *log)
             }
             MirrorMsg::RemovePartition { tp } => self.remove_partition(cx, tp),
+            MirrorMsg::Releader {
+                tp,
+                source,
+                topic_id,
+                leader_epoch,
+            } => self.releader(cx, tp, source, topic_id, leader_epoch),
         }
     }
 
@@ -723,6 +897,7 @@ impl ShardHandler for MirrorShard {
                     self.ensure_recv(cx, i);
                 }
             }
+            self.want_waiting_leaders(cx, i);
             return;
         }
         if generation != (src.generation & 0x00ff_ffff) {

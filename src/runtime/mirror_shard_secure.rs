@@ -183,7 +183,8 @@ impl MirrorShard {
             .map(|(n, _)| Slot(n as u32))
             .collect();
         for slot in slots {
-            self.stop_partition(cx, i, slot, why.clone());
+            // A refused login or certificate: retrying cannot help until the operator acts.
+            self.stop_partition(cx, i, slot, why.clone(), false);
         }
         let src = &mut self.sources[i];
         if let Some(s) = src.socket.take() {

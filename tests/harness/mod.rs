@@ -19,6 +19,7 @@ pub mod groups;
 mod jars;
 pub mod mirrors_cli;
 mod process;
+pub mod proxy;
 pub mod serve;
 mod tool;
 

@@ -559,4 +559,15 @@ impl Kafka {
     pub fn alter_config(&self, topic: &str, configs: &[(&str, &str)]) {
         alter_config(&self.bootstrap(), topic, configs)
     }
+
+    /// Deletes the topic and waits until the broker no longer lists it.
+    pub fn delete_topic(&self, topic: &str) {
+        run_tool(&[
+            s("delete-topic"),
+            s("--bootstrap"),
+            self.bootstrap(),
+            s("--topic"),
+            s(topic),
+        ]);
+    }
 }

@@ -74,6 +74,7 @@ public class KafkaTool {
             case "alter-config" -> alterConfig(a);
             case "group-consume" -> groupConsume(a);
             case "group-member" -> groupMember(a);
+            case "delete-topic" -> deleteTopic(a);
             default -> throw new IllegalArgumentException("unknown command " + argv[0]);
         }
     }
@@ -377,6 +378,22 @@ public class KafkaTool {
                     .lowWatermarks().get(tp).get(60, TimeUnit.SECONDS).lowWatermark();
             System.out.println("{\"low_watermark\":" + low + "}");
         }
+    }
+
+    /** Deletes a topic and waits until its name is free again (deletion is asynchronous). */
+    static void deleteTopic(Args a) throws Exception {
+        String topic = a.get("topic");
+        try (Admin admin = admin(a)) {
+            admin.deleteTopics(List.of(topic)).all().get(60, TimeUnit.SECONDS);
+            long deadline = System.currentTimeMillis() + 60_000;
+            while (admin.listTopics().names().get(30, TimeUnit.SECONDS).contains(topic)) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException("topic " + topic + " still listed");
+                }
+                Thread.sleep(100);
+            }
+        }
+        System.out.println("{\"deleted\":\"" + topic + "\"}");
     }
 
     static void alterConfig(Args a) throws Exception {

@@ -1,0 +1,278 @@
+//! Finding a partition's leader again when a shard asks (`MirrorEvent::LeaderWanted`): a
+//! leader or topic error from the source, or a lost connection to the broker it fetched from.
+//!
+//! Runs on the control thread, which may block on the source; shards never do. Each wanted
+//! partition is looked up in the source's metadata; once it has a leader the answer goes back
+//! to its shard as `MirrorMsg::Releader` (the shard re-homes it on that broker's connection,
+//! from its log end, or fails it if the topic id changed). A partition without a leader, a
+//! topic missing from the metadata (deleted, maybe about to be recreated) and an unreachable
+//! source are all retried with a growing delay: the shard keeps the partition waiting, and
+//! nothing is appended meanwhile.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use crate::fetch::blocking::BlockingClient;
+use crate::fetch::fetcher::FetchConfig;
+use crate::fetch::versions::Versions;
+use std::sync::Arc;
+
+use crate::fetch::security::SourceSecurity;
+use crate::ids::{LeaderEpoch, TopicPartition};
+use crate::limits::{LEADER_REFRESH_MS_MAX, LEADER_REFRESH_MS_MIN};
+use crate::runtime::mirror_shard::SourceSpec;
+
+/// How to reach a partition's source cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceAccess {
+    pub bootstrap_servers: Vec<String>,
+    pub client_id: String,
+    pub request_timeout_ms: u32,
+    /// The mirror's TLS/SASL settings: look-ups authenticate like its fetches.
+    pub security: Arc<SourceSecurity>,
+}
+
+// Hashing a subset of the fields that `Eq` compares keeps equal values' hashes equal; the
+// security settings (which hold a rustls config) have no hash of their own.
+impl std::hash::Hash for SourceAccess {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.bootstrap_servers.hash(state);
+        self.client_id.hash(state);
+        self.request_timeout_ms.hash(state);
+    }
+}
+
+/// A partition's leader as the source's metadata names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderFound {
+    pub tp: TopicPartition,
+    pub source: SourceSpec,
+    pub topic_id: Uuid,
+    pub leader_epoch: LeaderEpoch,
+}
+
+#[derive(Debug)]
+struct Wanted {
+    access: SourceAccess,
+    attempts: u32,
+    next: Instant,
+}
+
+/// Partitions waiting for their leader, and the versions of brokers already asked.
+#[derive(Debug)]
+pub struct LeaderRefresh {
+    fetch: FetchConfig,
+    wanted: HashMap<TopicPartition, Wanted>,
+    /// ApiVersions per broker address; one connect per broker, not per refresh.
+    versions: HashMap<String, Versions>,
+}
+
+fn delay(attempts: u32) -> Duration {
+    let ms = LEADER_REFRESH_MS_MIN
+        .saturating_mul(1 << attempts.min(16))
+        .min(LEADER_REFRESH_MS_MAX);
+    Duration::from_millis(ms)
+}
+
+impl LeaderRefresh {
+    pub fn new(fetch: FetchConfig) -> LeaderRefresh {
+        LeaderRefresh {
+            fetch,
+            wanted: HashMap::new(),
+            versions: HashMap::new(),
+        }
+    }
+
+    /// A shard asked for `tp`'s leader; asked at once (a repeated ask keeps its schedule).
+    pub fn want(&mut self, tp: TopicPartition, access: SourceAccess, now: Instant) {
+        self.wanted.entry(tp).or_insert(Wanted {
+            access,
+            attempts: 0,
+            next: now,
+        });
+    }
+
+    /// The partition left its shard (removed or failed): stop looking.
+    pub fn forget(&mut self, tp: &TopicPartition) {
+        self.wanted.remove(tp);
+    }
+
+    pub fn pending(&self) -> usize {
+        self.wanted.len()
+    }
+
+    /// Puts an answer back (its shard's mailbox was full): sent again on the next round.
+    pub fn retry_soon(&mut self, found: &LeaderFound, access: SourceAccess, now: Instant) {
+        self.wanted.insert(
+            found.tp.clone(),
+            Wanted {
+                access,
+                attempts: 0,
+                next: now + Duration::from_millis(LEADER_REFRESH_MS_MIN),
+            },
+        );
+    }
+
+    /// Looks up every partition whose time has come, one metadata request per source.
+    /// Returns the leaders found (their partitions are no longer wanted) with the access used.
+    // The key's hash and equality use only plain fields and an `Arc` pointer's target that is
+    // never mutated after construction (rustls' config caches are interior, not identity).
+    #[allow(clippy::mutable_key_type)]
+    pub fn run_due(&mut self, now: Instant) -> Vec<(LeaderFound, SourceAccess)> {
+        let mut by_source: HashMap<SourceAccess, Vec<TopicPartition>> = HashMap::new();
+        for (tp, w) in &self.wanted {
+            if w.next <= now {
+                by_source
+                    .entry(w.access.clone())
+                    .or_default()
+                    .push(tp.clone());
+            }
+        }
+        let mut found = Vec::new();
+        for (access, tps) in by_source {
+            match self.look_up(&access, &tps) {
+                Ok(answers) => {
+                    for (tp, answer) in tps.iter().zip(answers) {
+                        match answer {
+                            Ok(f) => {
+                                self.wanted.remove(tp);
+                                found.push((f, access.clone()));
+                            }
+                            Err(why) => self.postpone(tp, now, &why),
+                        }
+                    }
+                }
+                Err(why) => {
+                    for tp in &tps {
+                        self.postpone(tp, now, &why);
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    fn postpone(&mut self, tp: &TopicPartition, now: Instant, why: &str) {
+        if let Some(w) = self.wanted.get_mut(tp) {
+            let wait = delay(w.attempts);
+            w.attempts = w.attempts.saturating_add(1);
+            w.next = now + wait;
+            tracing::warn!(
+                partition = %tp, %why, retry_in_ms = wait.as_millis() as u64,
+                "source leader not known yet; the partition waits"
+            );
+        }
+    }
+
+    /// One answer per partition in `tps`, or an error for the whole source.
+    #[allow(clippy::type_complexity)]
+    fn look_up(
+        &mut self,
+        access: &SourceAccess,
+        tps: &[TopicPartition],
+    ) -> Result<Vec<Result<LeaderFound, String>>, String> {
+        let mut topics: Vec<&str> = tps.iter().map(|tp| tp.topic.as_str()).collect();
+        topics.sort_unstable();
+        topics.dedup();
+        let mut errors = Vec::new();
+        let mut md = None;
+        for addr in &access.bootstrap_servers {
+            match BlockingClient::connect_secure(addr, &access.client_id, &access.security)
+                .and_then(|mut c| c.metadata(Some(&topics)))
+            {
+                Ok(m) => {
+                    md = Some(m);
+                    break;
+                }
+                Err(e) => errors.push(format!("{addr}: {e}")),
+            }
+        }
+        let md =
+            md.ok_or_else(|| format!("no bootstrap server answered: {}", errors.join("; ")))?;
+        let mut answers = Vec::with_capacity(tps.len());
+        for tp in tps {
+            let answer = (|| {
+                let t = md
+                    .topic(&tp.topic)
+                    .filter(|t| !crate::fetch::metadata::is_unknown_topic(t.error))
+                    .ok_or_else(|| format!("topic {} is not on the source", tp.topic))?;
+                let p = t
+                    .partitions
+                    .iter()
+                    .find(|p| p.partition == tp.partition)
+                    .ok_or_else(|| format!("{tp} is not on the source"))?;
+                let leader = p
+                    .leader
+                    .filter(|_| p.error == 0)
+                    .ok_or_else(|| format!("{tp} has no leader (error {})", p.error))?;
+                let b = md
+                    .broker(leader)
+                    .ok_or_else(|| format!("leader {leader} is not in the broker list"))?;
+                let addr = format!("{}:{}", b.host, b.port);
+                let versions = self.versions_of(&addr, access)?;
+                Ok(LeaderFound {
+                    tp: tp.clone(),
+                    source: SourceSpec {
+                        broker_id: leader,
+                        addr,
+                        versions,
+                        fetch: self.fetch,
+                        client_id: access.client_id.clone(),
+                        request_timeout_ms: access.request_timeout_ms,
+                        security: Arc::clone(&access.security),
+                    },
+                    topic_id: t.topic_id,
+                    leader_epoch: p.leader_epoch,
+                })
+            })();
+            answers.push(answer);
+        }
+        Ok(answers)
+    }
+
+    fn versions_of(&mut self, addr: &str, access: &SourceAccess) -> Result<Versions, String> {
+        if let Some(v) = self.versions.get(addr) {
+            return Ok(*v);
+        }
+        let v = BlockingClient::connect_secure(addr, &access.client_id, &access.security)
+            .map_err(|e| format!("{addr}: {e}"))?
+            .versions;
+        self.versions.insert(addr.to_string(), v);
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delay_grows_and_is_capped() {
+        assert_eq!(delay(0), Duration::from_millis(LEADER_REFRESH_MS_MIN));
+        assert_eq!(delay(1), Duration::from_millis(2 * LEADER_REFRESH_MS_MIN));
+        assert_eq!(delay(40), Duration::from_millis(LEADER_REFRESH_MS_MAX));
+    }
+
+    #[test]
+    fn unreachable_source_postpones_and_keeps_the_partition() {
+        let mut r = LeaderRefresh::new(FetchConfig::default());
+        let tp = TopicPartition::new("t", 0);
+        let access = SourceAccess {
+            security: Default::default(),
+            // Port 1 on loopback: nothing listens there, the connect is refused at once.
+            bootstrap_servers: vec!["127.0.0.1:1".to_string()],
+            client_id: "test".to_string(),
+            request_timeout_ms: 1000,
+        };
+        let now = Instant::now();
+        r.want(tp.clone(), access, now);
+        assert!(r.run_due(now).is_empty());
+        assert_eq!(r.pending(), 1);
+        // Not due again before its delay.
+        assert!(r.run_due(now).is_empty());
+        r.forget(&tp);
+        assert_eq!(r.pending(), 0);
+    }
+}

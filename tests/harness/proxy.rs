@@ -1,0 +1,236 @@
+//! A fault-injecting TCP proxy between a Kafka client (kmirror) and one real broker, on std
+//! threads. It forwards every byte unchanged except:
+//! * Metadata responses: every broker is re-advertised at the proxy's own address, so the
+//!   client's connections to the leader also go through the proxy;
+//! * Fetch responses, per the chosen [`Fault`], for one partition index.
+//!
+//! It frames both directions (4-byte length + body), remembers each request's api key and
+//! version by correlation id, and decodes only the responses it changes with the
+//! `kafka-protocol` crate (the broker's answer, not ours, is the input).
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, FetchResponse, MetadataResponse, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+
+/// What the proxy does to Fetch responses carrying records for partition `partition`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Flips one byte inside the first batch's CRC-covered bytes in every such response: the
+    /// batch fails its CRC-32C every time it is fetched.
+    CorruptBatch { partition: i32 },
+    /// The first such response is cut in half and both connections are closed: the client sees
+    /// a truncated frame and then EOF. Later responses pass unchanged.
+    TruncateFrameOnce { partition: i32 },
+    /// Forward everything (Metadata still re-advertised): for watching the traffic.
+    None,
+}
+
+pub struct FaultProxy {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    /// Fetch responses the fault was applied to.
+    pub applied: Arc<AtomicUsize>,
+    /// Most requests seen outstanding on one connection at once (sent, not yet answered).
+    pub max_in_flight: Arc<AtomicUsize>,
+}
+
+/// (api key, version) of each request on one connection, oldest first: Kafka answers a
+/// connection's requests in order (correlation ids need not be unique across a client's
+/// fetch sessions, so order is what matches them).
+type Pending = Arc<Mutex<VecDeque<(i16, i16)>>>;
+
+impl FaultProxy {
+    pub fn start(upstream: SocketAddr, fault: Fault) -> FaultProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let applied = Arc::new(AtomicUsize::new(0));
+        let max_in_flight = Arc::new(AtomicUsize::new(0));
+        let max2 = Arc::clone(&max_in_flight);
+        let (stop2, applied2) = (Arc::clone(&stop), Arc::clone(&applied));
+        let truncated = Arc::new(AtomicBool::new(false));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if stop2.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(upstream) else {
+                    continue;
+                };
+                let pending: Pending = Arc::default();
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let p2 = Arc::clone(&pending);
+                let max = Arc::clone(&max2);
+                std::thread::spawn(move || requests(c2, s2, p2, max));
+                let applied = Arc::clone(&applied2);
+                let truncated = Arc::clone(&truncated);
+                std::thread::spawn(move || {
+                    responses(server, client, pending, addr, fault, applied, truncated)
+                });
+            }
+        });
+        FaultProxy {
+            addr,
+            stop,
+            applied,
+            max_in_flight,
+        }
+    }
+
+    /// `host:port` for the client's bootstrap list.
+    pub fn bootstrap(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wakes the accept loop so it sees the flag.
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+fn read_frame(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).ok()?;
+    let len = i32::from_be_bytes(len);
+    let mut body = vec![0u8; usize::try_from(len).ok()?];
+    s.read_exact(&mut body).ok()?;
+    Some(body)
+}
+
+fn write_frame(s: &mut TcpStream, body: &[u8]) -> bool {
+    let len = (body.len() as i32).to_be_bytes();
+    s.write_all(&len).is_ok() && s.write_all(body).is_ok()
+}
+
+fn close(a: &TcpStream, b: &TcpStream) {
+    let _ = a.shutdown(Shutdown::Both);
+    let _ = b.shutdown(Shutdown::Both);
+}
+
+/// Client → broker: note (api key, version) per correlation id, forward unchanged.
+fn requests(mut client: TcpStream, mut server: TcpStream, pending: Pending, max: Arc<AtomicUsize>) {
+    while let Some(body) = read_frame(&mut client) {
+        if body.len() >= 8 {
+            let key = i16::from_be_bytes([body[0], body[1]]);
+            let version = i16::from_be_bytes([body[2], body[3]]);
+            let mut p = pending.lock().unwrap();
+            p.push_back((key, version));
+            max.fetch_max(p.len(), Ordering::Relaxed);
+        }
+        if !write_frame(&mut server, &body) {
+            break;
+        }
+    }
+    close(&client, &server);
+}
+
+/// Broker → client: rewrite Metadata, apply the fault to Fetch, forward the rest.
+fn responses(
+    mut server: TcpStream,
+    mut client: TcpStream,
+    pending: Pending,
+    me: SocketAddr,
+    fault: Fault,
+    applied: Arc<AtomicUsize>,
+    truncated: Arc<AtomicBool>,
+) {
+    while let Some(mut body) = read_frame(&mut server) {
+        let request = pending.lock().unwrap().pop_front();
+        match request {
+            Some((key, version)) if key == ApiKey::Metadata as i16 => {
+                body = readvertise(&body, version, me);
+            }
+            Some((key, version)) if key == ApiKey::Fetch as i16 => {
+                if let Some(at) = records_of(&body, version, fault_partition(fault)) {
+                    match fault {
+                        Fault::None => {}
+                        Fault::CorruptBatch { .. } => {
+                            // Offset 61 is the first record's first byte in a v2 batch: inside
+                            // the CRC-32C range (which starts at 21).
+                            let (start, len) = at;
+                            if len > 62 {
+                                body[start + 61] ^= 0x5a;
+                                applied.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Fault::TruncateFrameOnce { .. } => {
+                            if !truncated.swap(true, Ordering::Relaxed) {
+                                applied.fetch_add(1, Ordering::Relaxed);
+                                let len = (body.len() as i32).to_be_bytes();
+                                let _ = client.write_all(&len);
+                                let _ = client.write_all(&body[..body.len() / 2]);
+                                let _ = client.flush();
+                                close(&client, &server);
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        if !write_frame(&mut client, &body) {
+            break;
+        }
+    }
+    close(&client, &server);
+}
+
+fn fault_partition(f: Fault) -> i32 {
+    match f {
+        Fault::CorruptBatch { partition } | Fault::TruncateFrameOnce { partition } => partition,
+        Fault::None => -1,
+    }
+}
+
+fn header_len(body: &Bytes, header_version: i16) -> usize {
+    let mut b = body.clone();
+    ResponseHeader::decode(&mut b, header_version).unwrap();
+    body.len() - b.len()
+}
+
+/// (position in `body`, length) of the non-empty records of `partition` in a Fetch response.
+fn records_of(body: &[u8], version: i16, partition: i32) -> Option<(usize, usize)> {
+    let frame = Bytes::copy_from_slice(body);
+    let hlen = header_len(&frame, FetchResponse::header_version(version));
+    let mut rest = frame.slice(hlen..);
+    let resp = FetchResponse::decode(&mut rest, version).ok()?;
+    for t in &resp.responses {
+        for p in &t.partitions {
+            if p.partition_index != partition {
+                continue;
+            }
+            let records = p.records.as_ref().filter(|r| !r.is_empty())?;
+            let at = records.as_ptr() as usize - frame.as_ptr() as usize;
+            return Some((at, records.len()));
+        }
+    }
+    None
+}
+
+/// The Metadata response with every broker at the proxy's address.
+fn readvertise(body: &[u8], version: i16, me: SocketAddr) -> Vec<u8> {
+    let frame = Bytes::copy_from_slice(body);
+    let hv = MetadataResponse::header_version(version);
+    let mut b = frame.clone();
+    let header = ResponseHeader::decode(&mut b, hv).unwrap();
+    let mut resp = MetadataResponse::decode(&mut b, version).unwrap();
+    for broker in resp.brokers.iter_mut() {
+        broker.host = StrBytes::from_string(me.ip().to_string());
+        broker.port = i32::from(me.port());
+    }
+    let mut out = BytesMut::new();
+    header.encode(&mut out, hv).unwrap();
+    resp.encode(&mut out, version).unwrap();
+    out.to_vec()
+}
