@@ -8,6 +8,9 @@
 //! - when a running mirror's password is changed on the source, its next connection is refused
 //!   and its partition becomes FAILED, not retryable, with an "authentication failed" reason,
 //!   while the other mirrors keep mirroring what is produced afterwards;
+//! - the group-offset sync reads the source's groups over SASL_SSL with the mirror's own
+//!   credentials: a group's commit on the source shows on kmirror's Kafka listener
+//!   (`kafka-consumer-groups.sh --describe`);
 //! - `kmirror doctor` reports the good mirrors' sources as authenticated and the rotated one as
 //!   refused, through the running kmirror, which alone holds the credentials.
 
@@ -67,12 +70,20 @@ fn sasl_ssl_mirrors_and_a_refused_login_fails_only_its_mirror() {
         k.create_topic(t, 1, &[]);
         k.produce(t, 0, 200, &ProduceOpts::default());
     }
+    // A consumer group (on the broker's PLAINTEXT listener) reads and commits 120 records.
+    let group = "sec-app";
+    let read = harness::groups::group_consume(&k.bootstrap(), "sec-good", group, 120);
+    assert_eq!(read.len(), 120);
 
     let data_dir = work.path().join("data");
     let config = work.path().join("kmirror.toml");
     let admin = format!("127.0.0.1:{}", free_loopback_port());
     // A long sync interval: only the data path's own reconnect can notice the new password.
     write_admin_config(&config, &admin, &data_dir, "sync_interval_ms = 3600000");
+    let kafka = format!("127.0.0.1:{}", free_loopback_port());
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("[kafka]\nlisten = \"{kafka}\"\n"));
+    std::fs::write(&config, text).unwrap();
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     wait_admin(&mut serve, &admin);
 
@@ -80,6 +91,9 @@ fn sasl_ssl_mirrors_and_a_refused_login_fails_only_its_mirror() {
     let props = |name: &str, mech: &str, user: &str, pw: &str| {
         let p = work.path().join(format!("{name}.properties"));
         mirror_props(&p, &secure, &certs.ca_pem, mech, user, pw);
+        let mut text = std::fs::read_to_string(&p).unwrap();
+        text.push_str("sync.group.offsets.interval.ms=500\n");
+        std::fs::write(&p, text).unwrap();
         p.to_str().unwrap().to_owned()
     };
 
@@ -114,6 +128,24 @@ fn sasl_ssl_mirrors_and_a_refused_login_fails_only_its_mirror() {
             .collect()
     };
     wait_all_mirrored(&mut serve, &pairs(&topics));
+    // The group sync of mirror "good" reads the source's groups over SASL_SSL as bob.
+    let start = Instant::now();
+    loop {
+        let rows = harness::groups::describe_group(&kafka, group);
+        let shown: Vec<_> = rows
+            .iter()
+            .map(|r| (r.topic.as_str(), r.partition, r.current_offset))
+            .collect();
+        if shown == [("sec-good", 0, Some(120))] {
+            break;
+        }
+        assert!(
+            start.elapsed() < FAIL_LIMIT,
+            "kmirror shows {rows:?} for {group}\n{}",
+            serve.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 
     // Rotate carol's password on the source; her mirror's connection expires and is refused.
     harness::kafka_configs(

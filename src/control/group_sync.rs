@@ -23,8 +23,10 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ListGroupsRequest, Of
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::control::mirror_def::{MirrorDefinition, MirrorName, SecurityProtocol};
+use crate::control::mirror_def::{MirrorDefinition, MirrorName};
+use crate::control::source_security::security_of;
 use crate::fetch::blocking::{BlockingClient, BlockingError};
+use crate::fetch::security::SourceSecurity;
 use crate::fetch::versions;
 use crate::ids::{LeaderEpoch, Offset, TopicPartition};
 use crate::limits::{BLOCKING_CONNECT_TIMEOUT_MS, GROUP_SYNC_GROUPS_MAX};
@@ -287,9 +289,15 @@ fn left(deadline: Instant) -> Result<Duration, String> {
     }
 }
 
-fn connect(addr: &str, client_id: &str, deadline: Instant) -> Result<BlockingClient, String> {
+fn connect(
+    addr: &str,
+    client_id: &str,
+    security: &SourceSecurity,
+    deadline: Instant,
+) -> Result<BlockingClient, String> {
     let timeout = left(deadline)?.min(Duration::from_millis(BLOCKING_CONNECT_TIMEOUT_MS));
-    BlockingClient::connect_within(addr, client_id, timeout).map_err(|e| format!("{addr}: {e}"))
+    BlockingClient::connect_secure_within(addr, client_id, security, timeout)
+        .map_err(|e| format!("{addr}: {e}"))
 }
 
 /// The highest version of `key` both the broker and we speak, if any.
@@ -323,17 +331,13 @@ impl SourceGroups for BlockingSourceGroups {
         topics: &BTreeSet<String>,
         deadline: Instant,
     ) -> Result<Vec<SourceGroup>, String> {
-        let protocol = mirror.source.security_protocol;
-        if protocol != SecurityProtocol::Plaintext {
-            return Err(format!(
-                "security.protocol {protocol} is not supported by kmirror's source client yet (only PLAINTEXT)"
-            ));
-        }
+        // The mirror's own connection settings (TLS, SASL), as its fetchers use them.
+        let security = security_of(&mirror.source).map_err(|f| f.message)?;
         let client_id = &mirror.source.client_id;
         let mut errors = Vec::new();
         let mut brokers = None;
         for addr in &mirror.source.bootstrap_servers {
-            match connect(addr, client_id, deadline)
+            match connect(addr, client_id, &security, deadline)
                 .and_then(|mut c| c.metadata(Some(&[])).map_err(|e| e.to_string()))
             {
                 Ok(md) => {
@@ -348,7 +352,7 @@ impl SourceGroups for BlockingSourceGroups {
         // Each broker lists the groups it coordinates and answers OffsetFetch for them.
         for b in brokers {
             let addr = format!("{}:{}", b.host, b.port);
-            let mut c = connect(&addr, client_id, deadline)?;
+            let mut c = connect(&addr, client_id, &security, deadline)?;
             let list_v = pick(&mut c, ApiKey::ListGroups, LIST_GROUPS)
                 .map_err(|e| format!("{addr}: {e}"))?
                 .ok_or_else(|| format!("{addr} does not offer ListGroups"))?;

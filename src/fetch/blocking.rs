@@ -80,7 +80,18 @@ impl Socket {
         security: &SourceSecurity,
         client_id: &str,
     ) -> Result<Socket, BlockingError> {
-        let mut socket = Socket::connect(addr)?;
+        Socket::connect(addr)?.secure(addr, security, client_id)
+    }
+
+    /// Runs the TLS handshake and SASL authentication `security` asks for on a connected
+    /// socket (nothing for PLAINTEXT).
+    fn secure(
+        self,
+        addr: &str,
+        security: &SourceSecurity,
+        client_id: &str,
+    ) -> Result<Socket, BlockingError> {
+        let mut socket = self;
         if security.is_plaintext() {
             return Ok(socket);
         }
@@ -262,6 +273,18 @@ impl BlockingClient {
     ) -> Result<BlockingClient, BlockingError> {
         let timeout = timeout.max(Duration::from_millis(1));
         BlockingClient::with_socket(Socket::connect_within(addr, timeout, timeout)?, client_id)
+    }
+
+    /// `connect_secure` with the connect and per-read/write timeouts bounded by `timeout`.
+    pub fn connect_secure_within(
+        addr: &str,
+        client_id: &str,
+        security: &SourceSecurity,
+        timeout: Duration,
+    ) -> Result<BlockingClient, BlockingError> {
+        let timeout = timeout.max(Duration::from_millis(1));
+        let socket = Socket::connect_within(addr, timeout, timeout)?;
+        BlockingClient::with_socket(socket.secure(addr, security, client_id)?, client_id)
     }
 
     fn with_socket(socket: Socket, client_id: &str) -> Result<BlockingClient, BlockingError> {
