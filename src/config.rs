@@ -9,8 +9,8 @@ use serde::Deserialize;
 use crate::fetch::fetcher::FetchConfig;
 use crate::limits::{
     ARENA_SLOTS_MAX, ARENA_SLOT_BYTES_MAX, ARENA_SLOT_BYTES_MIN, FETCH_RESPONSE_BYTES_MAX,
-    FETCH_WAIT_MS_MAX, RESPONSE_OVERHEAD_BYTES_MAX, SHARDS_MAX, SOURCE_REQUEST_TIMEOUT_MS_MAX,
-    SOURCE_REQUEST_TIMEOUT_MS_MIN,
+    FETCH_WAIT_MS_MAX, RESPONSE_OVERHEAD_BYTES_MAX, SHARDS_MAX, SOURCE_FETCH_SESSIONS_MAX,
+    SOURCE_REQUEST_TIMEOUT_MS_MAX, SOURCE_REQUEST_TIMEOUT_MS_MIN,
 };
 use crate::runtime::RuntimeConfig;
 
@@ -122,6 +122,14 @@ pub struct FetchSection {
     /// How long a response may take beyond `max_wait_ms` before the connection is dropped.
     #[serde(default = "default_request_timeout_ms")]
     pub request_timeout_ms: u32,
+    /// Fetch sessions per source connection, each with one request in flight (partitions are
+    /// split between them); 1 gives Kafka's replica-fetcher behaviour.
+    #[serde(default = "default_sessions_per_connection")]
+    pub sessions_per_connection: u8,
+}
+
+fn default_sessions_per_connection() -> u8 {
+    crate::limits::SOURCE_FETCH_SESSIONS_DEFAULT
 }
 
 fn default_request_timeout_ms() -> u32 {
@@ -149,6 +157,7 @@ impl Default for FetchSection {
             max_bytes: default_max_bytes(),
             partition_max_bytes: default_partition_max_bytes(),
             request_timeout_ms: default_request_timeout_ms(),
+            sessions_per_connection: default_sessions_per_connection(),
         }
     }
 }
@@ -377,6 +386,13 @@ impl ServeConfig {
                 ),
             ));
         }
+        let sessions = usize::from(f.sessions_per_connection);
+        if !(1..=SOURCE_FETCH_SESSIONS_MAX).contains(&sessions) {
+            return Err(invalid(
+                "fetch.sessions_per_connection",
+                format!("must be in 1..={SOURCE_FETCH_SESSIONS_MAX}"),
+            ));
+        }
         if f.partition_max_bytes == 0 || f.partition_max_bytes > f.max_bytes {
             return Err(invalid(
                 "fetch.partition_max_bytes",
@@ -413,6 +429,7 @@ impl ServeConfig {
             max_bytes: self.fetch.max_bytes,
             partition_max_bytes: self.fetch.partition_max_bytes,
             sessions: true,
+            sessions_per_connection: self.fetch.sessions_per_connection,
         }
     }
 }
@@ -468,6 +485,14 @@ data_dir = "/tmp/kmirror"
             (
                 format!("{GOOD}[fetch]\npartition_max_bytes = 0\n"),
                 "fetch.partition_max_bytes",
+            ),
+            (
+                format!("{GOOD}[fetch]\nsessions_per_connection = 0\n"),
+                "fetch.sessions_per_connection",
+            ),
+            (
+                format!("{GOOD}[fetch]\nsessions_per_connection = 9\n"),
+                "fetch.sessions_per_connection",
             ),
         ];
         for (text, key) in cases {

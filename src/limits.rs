@@ -220,6 +220,20 @@ pub const RESPONSE_OVERHEAD_BYTES_MAX: usize = 1024 * 1024;
 /// bytes every time do not.
 pub const FETCH_BAD_RECORDS_RETRIES: u32 = 3;
 
+/// Fetch sessions (each with one request in flight) per source connection: a connection's
+/// partitions are split into this many groups at most. Each group keeps its own correlation
+/// ids and session; responses are matched to groups by their order on the socket.
+pub const SOURCE_FETCH_SESSIONS_MAX: usize = 8;
+/// Default `fetch.sessions_per_connection`: one, Kafka's replica-fetcher behaviour. The source
+/// answers a connection's requests one at a time, so with several groups an idle group's long
+/// poll delays the other groups' data by up to `max_wait_ms`; more groups are for catching up.
+pub const SOURCE_FETCH_SESSIONS_DEFAULT: u8 = 1;
+
+const _: () = assert!(
+    SOURCE_FETCH_SESSIONS_DEFAULT >= 1
+        && SOURCE_FETCH_SESSIONS_DEFAULT as usize <= SOURCE_FETCH_SESSIONS_MAX
+);
+
 /// Delay before reconnecting to a source broker after the connection failed or broke.
 pub const SOURCE_RECONNECT_MS: u64 = SOURCE_BACKOFF_MS_MIN;
 

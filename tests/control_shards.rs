@@ -73,6 +73,7 @@ fn open_controller(data: &std::path::Path) -> Ctl {
         max_bytes: 1024 * 1024,
         partition_max_bytes: 1024 * 1024,
         sessions: true,
+        sessions_per_connection: 1,
     };
     let plane = ShardDataPlane::start(
         data,

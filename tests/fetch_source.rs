@@ -35,6 +35,7 @@ fn small_config() -> FetchConfig {
         max_bytes: 64 * 1024,
         partition_max_bytes: 16 * 1024,
         sessions: true,
+        sessions_per_connection: 1,
     }
 }
 

@@ -12,6 +12,9 @@
 //!   so kmirror drops the connection, reconnects and fetches again from its log ends (fetch
 //!   offsets only advance when a whole response was validated): every partition ends
 //!   byte-equal to the broker, no gap, nothing stopped.
+//! * The same cut with several requests in flight: one shard (all partitions on one
+//!   connection) and `fetch.sessions_per_connection = 3`, so the cut response has others queued
+//!   behind it and every group must forget its request and refetch.
 
 mod harness;
 mod mirror_support;
@@ -101,10 +104,30 @@ fn corrupt_batch_fails_only_its_partition() {
 
 #[test]
 fn truncated_frame_reconnects_and_loses_nothing() {
+    truncated_frame(None);
+}
+
+#[test]
+fn truncated_frame_with_requests_in_flight_loses_nothing() {
+    truncated_frame(Some(3));
+}
+
+/// `sessions`: `Some(n)` runs one shard with `n` fetch groups on its connection.
+fn truncated_frame(sessions: Option<u8>) {
     let k = harness::shared();
     let (topic, proxy) = start(Fault::TruncateFrameOnce { partition: 1 }, "fault-cut");
     let work = tempfile::tempdir().unwrap();
     let (config, data_dir) = write_config(work.path(), &proxy.bootstrap(), &[&topic]);
+    if let Some(n) = sessions {
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert!(
+            text.contains("shards = 2")
+                && text.trim_end().ends_with("partition_max_bytes = 262144")
+        );
+        let text =
+            text.replace("shards = 2", "shards = 1") + &format!("sessions_per_connection = {n}\n");
+        std::fs::write(&config, text).unwrap();
+    }
     let pairs: Vec<_> = (0..3)
         .map(|p| {
             (
@@ -125,6 +148,13 @@ fn truncated_frame_reconnects_and_loses_nothing() {
     }
     wait_all_mirrored(&mut serve, &pairs);
     let text = serve.sigterm_and_wait();
+    if sessions.is_some() {
+        let max = proxy.max_in_flight.load(Ordering::Relaxed);
+        assert!(
+            max >= 2,
+            "requests were in flight together (most seen: {max})"
+        );
+    }
     assert!(
         text.contains("connection closed by the source; reconnecting"),
         "the cut frame dropped the connection:\n{text}"

@@ -5,11 +5,21 @@
 //! gap, no duplicate. Method: a dedicated real Kafka 4.1.1 KRaft broker (the restart would
 //! disturb the shared one); produce, mirror, restart the broker twice (graceful stop, then
 //! SIGKILL) with data produced while it is down-and-back, and compare `.log` bytes.
+//!
+//! Then truncation on the source: the broker is killed, the tail of partition 0's log file is
+//! cut at a batch boundary (what an unclean leader election or a lost disk write leaves: the
+//! source no longer holds offsets we mirrored), and the broker restarted. Kafka answers our
+//! next fetch (Fetch v12+, LastFetchedEpoch) with a DivergingEpoch below our log end; kmirror
+//! must stop partition 0 with that reason, keep our copy exactly as it was (never rewrite,
+//! never skip), and keep mirroring partition 1.
 
 mod harness;
 mod mirror_support;
 
-use harness::serve::{wait_all_mirrored, Serve};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use harness::serve::{log_bytes, log_files, wait_all_mirrored, Serve};
 use harness::{Kafka, ProduceOpts};
 use mirror_support::{assert_valid, write_config};
 
@@ -62,6 +72,23 @@ fn broker_restarts_do_not_stop_mirroring() {
         "leader epochs did not change: {epoch_before:?} -> {epoch_after:?}"
     );
 
+    // Truncation on the source.
+    let ours0 = pairs[0].1.clone();
+    let held = log_bytes(&ours0);
+    k.kill();
+    let cut_to = cut_last_batches(&k.partition_dir(topic, 0), 5);
+    k.restart();
+    println!("source partition 0 cut to {cut_to} records");
+    let report = wait_line(&mut serve, &format!("{topic}-0"));
+    println!("{report}");
+    assert!(
+        report.contains("diverged") && report.contains("truncated"),
+        "the report names the divergence: {report}"
+    );
+    k.produce(topic, 1, 100, &ProduceOpts::default());
+    wait_all_mirrored(&mut serve, &pairs[1..]);
+    assert_eq!(log_bytes(&ours0), held, "our copy of partition 0 changed");
+
     serve.assert_running();
     let log = serve.sigterm_and_wait();
     for line in log
@@ -74,9 +101,10 @@ fn broker_restarts_do_not_stop_mirroring() {
         log.contains("looking up the source leader"),
         "the shards asked the control thread for the leaders again:\n{log}"
     );
-    assert!(
-        !log.contains("partition stopped"),
-        "no partition stopped:\n{log}"
+    assert_eq!(
+        log.matches("partition stopped").count(),
+        1,
+        "only the truncated partition stopped:\n{log}"
     );
     assert_valid(&pairs.iter().map(|(_, o)| o.clone()).collect::<Vec<_>>());
     k.stop();
@@ -89,4 +117,51 @@ fn leader_epochs(k: &Kafka, topic: &str) -> Vec<i32> {
     (0..2)
         .map(|p| md.partition(topic, p).unwrap().leader_epoch.0)
         .collect()
+}
+
+/// Cuts the last `n` batches off the partition's active segment (the broker is down); returns
+/// the log end offset left.
+fn cut_last_batches(dir: &Path, n: usize) -> i64 {
+    let file = log_files(dir).pop().expect("a segment");
+    let bytes = std::fs::read(&file).unwrap();
+    // (position, base offset) of every batch: base offset (8 bytes), length (4), the rest.
+    let mut batches = Vec::new();
+    let mut pos = 0;
+    while pos + 12 <= bytes.len() {
+        let base = i64::from_be_bytes(bytes[pos..pos + 8].try_into().unwrap());
+        let len = i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
+        batches.push((pos, base));
+        pos += 12 + len;
+    }
+    assert!(
+        batches.len() > n,
+        "only {} batches in {}",
+        batches.len(),
+        file.display()
+    );
+    let (at, base) = batches[batches.len() - n];
+    let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    f.set_len(at as u64).unwrap();
+    f.sync_all().unwrap();
+    base
+}
+
+/// Waits for serve's "partition stopped" line naming `name`.
+fn wait_line(serve: &mut Serve, name: &str) -> String {
+    let start = Instant::now();
+    loop {
+        serve.assert_running();
+        let text = serve.log_text();
+        if let Some(line) = text
+            .lines()
+            .find(|l| l.contains("partition stopped") && l.contains(name))
+        {
+            return line.to_string();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{name} never stopped after the source was truncated:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }

@@ -49,6 +49,7 @@ fn start_shard(addr: String, dir: &std::path::Path) -> Runtime<MirrorShard> {
             max_bytes: 512 * 1024,
             partition_max_bytes: 256 * 1024,
             sessions: true,
+            sessions_per_connection: 1,
         },
         client_id: "test".to_string(),
         request_timeout_ms: 300,

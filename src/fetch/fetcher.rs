@@ -71,6 +71,10 @@ pub struct FetchConfig {
     pub partition_max_bytes: u32,
     /// Use fetch sessions when the source speaks Fetch v7+.
     pub sessions: bool,
+    /// Fetch groups (each one `Fetcher`, with its own session and one request in flight) a
+    /// shard splits one source connection's partitions into; read by the shard, not by the
+    /// fetcher.
+    pub sessions_per_connection: u8,
 }
 
 impl Default for FetchConfig {
@@ -81,6 +85,7 @@ impl Default for FetchConfig {
             max_bytes: 50 * 1024 * 1024,
             partition_max_bytes: 1024 * 1024,
             sessions: true,
+            sessions_per_connection: crate::limits::SOURCE_FETCH_SESSIONS_DEFAULT,
         }
     }
 }
@@ -421,6 +426,14 @@ impl Fetcher {
             request,
             spare_topics: Vec::new(),
         })
+    }
+
+    /// How long the source may hold this fetcher's next Fetch requests for `min_bytes`: the
+    /// configured `max_wait_ms` at most. A shard that queues a request behind another one on
+    /// the same connection sets 0, because the source answers a connection's requests one at
+    /// a time and a parked request would hold back every request queued behind it.
+    pub fn set_max_wait_ms(&mut self, ms: u32) {
+        self.request.max_wait_ms = clamp_i32(ms.min(self.config.max_wait_ms));
     }
 
     pub fn versions(&self) -> Versions {

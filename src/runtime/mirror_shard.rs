@@ -4,10 +4,20 @@
 //!
 //! Owned by one shard thread. One connection per source broker this shard fetches from (the
 //! control thread routes each partition to one shard, so a broker may have one connection per
-//! shard). The fetcher keeps one request in flight per connection, like Kafka's replica fetcher,
-//! so a connection never has more than one response arriving: a RECV may therefore ask for the
-//! whole remaining slot without reading into the next frame (a longer read is treated as a
-//! protocol violation).
+//! shard). A connection's partitions are split into up to `fetch.sessions_per_connection` fetch
+//! groups (`Group`), each a `Fetcher` with its own fetch session and at most one request in
+//! flight, so a connection may have several requests in flight while each partition is still
+//! fetched in order (it belongs to one group, and the source answers a connection's requests
+//! in the order they came). Responses are matched to groups by that order (`in_flight`).
+//! With one group (the default, like Kafka's replica fetcher) a RECV may ask for the whole
+//! slot; with several, a RECV never reads past the frame it is filling (see `ensure_recv`).
+//!
+//! The source handles one request of a connection at a time, so a request parked for
+//! `max_wait_ms` (a long poll of a group with nothing new) holds back every request behind it.
+//! Hence (`drive`): only the request at the head of an empty pipe waits at the source;
+//! requests queued behind another one ask for `max_wait_ms = 0`; nothing is queued behind a
+//! request that may park; and a group whose last response was empty queues only behind a
+//! group that is still receiving records (so idle groups do not spin on empty answers).
 //!
 //! Timing comes only from ring TIMEOUTs: the fetcher's throttle and backoff instants, reconnect
 //! delays, and retries when the arena is momentarily exhausted.
@@ -16,6 +26,7 @@
 //! is a blocking `getaddrinfo` on the shard; it runs only when (re)connecting, and brokers are
 //! usually given as addresses or /etc/hosts names.
 
+use std::collections::VecDeque;
 use std::net::{Shutdown, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
@@ -30,12 +41,14 @@ use super::shard::{ShardCx, ShardHandler};
 use super::stats::{Latency, PartitionStats};
 use super::uring_io::RingIo;
 use crate::fetch::fetcher::{
-    FetchConfig, FetchEvent, Fetcher, PartitionStart, PartitionState, Poll, Slot,
+    FetchConfig, FetchEvent, Fetcher, FetcherError, PartitionStart, PartitionState, Poll, Slot,
 };
 use crate::fetch::security::SourceSecurity;
 use crate::fetch::versions::Versions;
 use crate::ids::{LeaderEpoch, Offset, TopicPartition};
-use crate::limits::{ARENA_RETRY_MS, SHARD_SOURCES_MAX, SOURCE_RECONNECT_MS};
+use crate::limits::{
+    ARENA_RETRY_MS, SHARD_SOURCES_MAX, SOURCE_FETCH_SESSIONS_MAX, SOURCE_RECONNECT_MS,
+};
 use crate::log::partition_log::PartitionLog;
 use crate::wire::frame::{self, LENGTH_PREFIX_BYTES};
 
@@ -147,10 +160,47 @@ enum Link {
     Up,
 }
 
-/// One source broker as seen by this shard: its socket, its fetcher, and the logs it feeds.
+/// Where a partition lives on a shard: source connection, fetch group, fetcher slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Loc {
+    src: usize,
+    group: usize,
+    slot: Slot,
+}
+
+/// One fetch session on a connection: its fetcher and the partitions it fetches.
+struct Group {
+    fetcher: Fetcher,
+    /// Indexed by the fetcher's `Slot`.
+    logs: Vec<Option<PartitionLog>>,
+    /// Each log's metrics, indexed like `logs`.
+    meters: Vec<Option<Arc<PartitionStats>>>,
+    /// Indexed by `Slot`: a `LeaderWanted` went out and no `Releader` came back yet.
+    leader_wanted: Vec<bool>,
+    /// The fetcher's throttle total already added to the shard's counter.
+    throttle_seen_ms: u64,
+    /// The group's last response carried records (true until its first response): it is
+    /// catching up, so its next request will most likely be answered at once.
+    streaming: bool,
+}
+
+/// A request on the wire, oldest first in `Source::in_flight`.
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    group: usize,
+    sent_at: Instant,
+    /// It may wait `max_wait_ms` at the source (the head of an empty pipe, from a group whose
+    /// last response was empty): nothing is queued behind it.
+    may_park: bool,
+    /// Its group was streaming when it went out.
+    streaming: bool,
+}
+
+/// One source broker as seen by this shard: its socket, its fetch groups, and the logs they
+/// feed.
 struct Source {
     spec: SourceSpec,
-    fetcher: Fetcher,
+    groups: Vec<Group>,
     socket: Option<socket2::Socket>,
     /// The TLS/SASL layer of the current connection (none on PLAINTEXT).
     secure: Option<crate::fetch::security::SecureLink>,
@@ -159,22 +209,24 @@ struct Source {
     out: BytesMut,
     sending: bool,
     receiving: bool,
+    /// The posted RECV may fill its whole slot (one group, one response due); no request goes
+    /// out until it completes, so nothing can follow that response on the socket.
+    recv_unbounded: bool,
     /// A partly received frame waiting for its next RECV.
     partial: Option<SlotBuf>,
     timer_armed: bool,
-    /// When the outstanding request went out; a response must arrive within
-    /// `max_wait_ms + request_timeout_ms` or the connection is dropped (as Kafka's
-    /// `request.timeout.ms` does).
-    request_sent_at: Option<Instant>,
+    /// The requests on the wire, oldest first. The oldest must be answered within
+    /// `max_wait_ms + request_timeout_ms` of its turn (`turn_since`) or the connection is
+    /// dropped (as Kafka's `request.timeout.ms` does).
+    in_flight: VecDeque<InFlight>,
+    /// When the oldest request's turn began: when it went out, or when the response before it
+    /// arrived (the source does not start on it earlier).
+    turn_since: Instant,
+    /// When the TLS handshake or SASL exchange began (bounded like a request).
+    securing_since: Option<Instant>,
+    /// The group the next head-of-pipe request is offered to first (round robin).
+    next_head: usize,
     deadline_armed: bool,
-    /// Indexed by the fetcher's `Slot`.
-    logs: Vec<Option<PartitionLog>>,
-    /// Each log's metrics, indexed like `logs`.
-    meters: Vec<Option<Arc<PartitionStats>>>,
-    /// The fetcher's throttle total already added to the shard's counter.
-    throttle_seen_ms: u64,
-    /// Indexed by `Slot`: a `LeaderWanted` went out and no `Releader` came back yet.
-    leader_wanted: Vec<bool>,
 }
 
 /// Logs handed back to the control thread when a shard stops or drops a partition, so the
@@ -187,8 +239,8 @@ pub struct MirrorShard {
     events: Vec<FetchEvent>,
     returned: ReturnedLogs,
     progress: super::progress::ProgressBoard,
-    /// Progress cells by (source, slot), looked up once when a partition arrives.
-    cells: std::collections::HashMap<(usize, u32), Arc<super::progress::PartitionProgress>>,
+    /// Progress cells by location, looked up once when a partition arrives.
+    cells: std::collections::HashMap<Loc, Arc<super::progress::PartitionProgress>>,
 }
 
 impl MirrorShard {
@@ -239,16 +291,14 @@ impl MirrorShard {
             );
             return None;
         }
-        let fetcher = match Fetcher::new(spec.fetch, spec.versions, &spec.client_id) {
-            Ok(f) => f,
-            Err(e) => {
-                notice(cx, format!("broker {}: {e}", spec.broker_id));
-                return None;
-            }
-        };
+        // Checked here so a bad fetch config is refused before a connection is opened.
+        if let Err(e) = Fetcher::new(spec.fetch, spec.versions, &spec.client_id) {
+            notice(cx, format!("broker {}: {e}", spec.broker_id));
+            return None;
+        }
         self.sources.push(Source {
             spec,
-            fetcher,
+            groups: Vec::new(),
             socket: None,
             secure: None,
             link: Link::Down,
@@ -256,18 +306,63 @@ impl MirrorShard {
             out: BytesMut::with_capacity(64 * 1024),
             sending: false,
             receiving: false,
+            recv_unbounded: false,
             partial: None,
             timer_armed: false,
-            request_sent_at: None,
+            in_flight: VecDeque::with_capacity(SOURCE_FETCH_SESSIONS_MAX),
+            turn_since: Instant::now(),
+            securing_since: None,
+            next_head: 0,
             deadline_armed: false,
-            logs: Vec::new(),
-            meters: Vec::new(),
-            throttle_seen_ms: 0,
-            leader_wanted: Vec::new(),
         });
         let i = self.sources.len() - 1;
         self.connect(cx, i);
         Some(i)
+    }
+
+    /// The fetch group a new partition joins: an empty one, else a new one while the
+    /// connection has fewer than `sessions_per_connection`, else the one with fewest
+    /// partitions.
+    fn pick_group(src: &mut Source) -> Result<usize, FetcherError> {
+        if let Some(g) = src.groups.iter().position(|g| g.fetcher.partitions() == 0) {
+            return Ok(g);
+        }
+        let max =
+            usize::from(src.spec.fetch.sessions_per_connection).clamp(1, SOURCE_FETCH_SESSIONS_MAX);
+        if src.groups.len() < max {
+            let fetcher = Fetcher::new(src.spec.fetch, src.spec.versions, &src.spec.client_id)?;
+            src.groups.push(Group {
+                fetcher,
+                logs: Vec::new(),
+                meters: Vec::new(),
+                leader_wanted: Vec::new(),
+                throttle_seen_ms: 0,
+                streaming: true,
+            });
+            return Ok(src.groups.len() - 1);
+        }
+        let fewest = (0..src.groups.len()).min_by_key(|&g| src.groups[g].fetcher.partitions());
+        Ok(fewest.expect("a connection at its group limit has at least one group"))
+    }
+
+    /// Every location of a partition on source `i` (slots that may hold a log).
+    fn locs(&self, i: usize) -> Vec<Loc> {
+        let src = &self.sources[i];
+        src.groups
+            .iter()
+            .enumerate()
+            .flat_map(|(g, group)| {
+                (0..group.logs.len()).map(move |n| Loc {
+                    src: i,
+                    group: g,
+                    slot: Slot(n as u32),
+                })
+            })
+            .collect()
+    }
+
+    fn group_mut(&mut self, at: Loc) -> &mut Group {
+        &mut self.sources[at.src].groups[at.group]
     }
 
     fn add_partition(
@@ -289,18 +384,26 @@ impl MirrorShard {
             return;
         };
         let src = &mut self.sources[i];
-        match src.fetcher.add_partition(start) {
-            Ok(Slot(n)) => {
+        let added = Self::pick_group(src)
+            .and_then(|g| src.groups[g].fetcher.add_partition(start).map(|s| (g, s)));
+        match added {
+            Ok((g, Slot(n))) => {
+                let group = &mut src.groups[g];
                 let n = n as usize;
-                if src.logs.len() <= n {
-                    src.logs.resize_with(n + 1, || None);
-                    src.meters.resize_with(n + 1, || None);
-                    src.leader_wanted.resize(n + 1, false);
+                if group.logs.len() <= n {
+                    group.logs.resize_with(n + 1, || None);
+                    group.meters.resize_with(n + 1, || None);
+                    group.leader_wanted.resize(n + 1, false);
                 }
-                src.meters[n] = Some(cx.stats.register(tp.clone(), log.log_end_offset()));
-                src.logs[n] = Some(log);
-                src.leader_wanted[n] = false;
-                self.track_progress(i, Slot(n as u32), &tp);
+                group.meters[n] = Some(cx.stats.register(tp.clone(), log.log_end_offset()));
+                group.logs[n] = Some(log);
+                group.leader_wanted[n] = false;
+                let at = Loc {
+                    src: i,
+                    group: g,
+                    slot: Slot(n as u32),
+                };
+                self.track_progress(at, &tp);
                 let _ = cx.emit(MirrorEvent::PartitionAdded { tp });
                 self.drive(cx, i);
             }
@@ -316,23 +419,19 @@ impl MirrorShard {
     }
 
     fn remove_partition(&mut self, cx: &mut Cx<'_>, tp: TopicPartition) {
-        let found = self.sources.iter().enumerate().find_map(|(i, src)| {
-            src.logs
-                .iter()
-                .position(|l| l.as_ref().is_some_and(|l| *l.topic_partition() == tp))
-                .map(|slot| (i, slot))
-        });
-        let Some((i, slot)) = found else {
+        let Some(at) = self.find(&tp) else {
             return;
         };
-        let src = &mut self.sources[i];
-        let log = src.logs[slot].take();
-        if let Some(m) = src.meters[slot].take() {
+        self.cells.remove(&at);
+        let group = self.group_mut(at);
+        let n = at.slot.0 as usize;
+        let log = group.logs[n].take();
+        if let Some(m) = group.meters[n].take() {
             cx.stats.deregister(&m);
         }
         // The fetcher forgets the slot; a response already in flight for it is dropped by the
         // fetcher, so nothing is appended to the log after it is handed back.
-        let _ = src.fetcher.remove_partition(Slot(slot as _));
+        let _ = group.fetcher.remove_partition(at.slot);
         if let Some(log) = log {
             let log_end = log.log_end_offset();
             self.give_back(log);
@@ -357,7 +456,7 @@ impl MirrorShard {
     }
 
     /// One deadline timer per source at most: when it fires it re-arms for whatever is left of
-    /// the outstanding request's allowance, so TIMEOUTs never pile up in the slab.
+    /// the oldest outstanding request's allowance, so TIMEOUTs never pile up in the slab.
     fn arm_deadline(&mut self, cx: &mut Cx<'_>, i: usize, after: Duration) {
         let src = &mut self.sources[i];
         if src.deadline_armed {
@@ -371,11 +470,13 @@ impl MirrorShard {
     fn on_deadline(&mut self, cx: &mut Cx<'_>, i: usize) {
         let src = &mut self.sources[i];
         src.deadline_armed = false;
-        let Some(sent_at) = src.request_sent_at else {
-            return;
+        let since = match (src.in_flight.front(), src.securing_since) {
+            (Some(r), _) => r.sent_at.max(src.turn_since),
+            (None, Some(t)) => t,
+            (None, None) => return,
         };
         let limit = Self::request_limit(src);
-        let waited = sent_at.elapsed();
+        let waited = since.elapsed();
         if waited >= limit {
             let why = format!("no response within {} ms", limit.as_millis());
             self.disconnect(cx, i, why);
@@ -419,23 +520,39 @@ impl MirrorShard {
         src.link = Link::Connecting;
     }
 
-    /// Drops the connection: in-flight ops complete (shutdown wakes them) and are ignored by
-    /// generation; the fetcher forgets its session; a reconnect is scheduled.
-    fn disconnect(&mut self, cx: &mut Cx<'_>, i: usize, why: String) {
+    /// Forgets the connection's state: the socket, in-flight ops (they complete and are ignored
+    /// by generation), every group's requests and session. Fetch offsets only advance when a
+    /// whole response was validated, so the next requests fetch again from the log ends: a
+    /// response cut short loses nothing.
+    pub(super) fn reset_connection(&mut self, i: usize) {
         let src = &mut self.sources[i];
         if let Some(s) = src.socket.take() {
             let _ = s.shutdown(Shutdown::Both);
         }
         src.link = Link::Down;
         src.secure = None;
-        src.request_sent_at = None;
+        src.securing_since = None;
+        src.in_flight.clear();
         src.generation = src.generation.wrapping_add(1);
         src.sending = false;
         src.receiving = false;
+        src.recv_unbounded = false;
         src.partial = None;
         src.out.clear();
-        src.fetcher.connection_lost(Instant::now());
-        src.meters.iter().flatten().for_each(|m| m.fetch_error());
+        let now = Instant::now();
+        for group in &mut src.groups {
+            group.fetcher.connection_lost(now);
+            group.streaming = true;
+        }
+    }
+
+    /// Drops the connection and schedules a reconnect.
+    fn disconnect(&mut self, cx: &mut Cx<'_>, i: usize, why: String) {
+        self.reset_connection(i);
+        let src = &self.sources[i];
+        for group in &src.groups {
+            group.meters.iter().flatten().for_each(|m| m.fetch_error());
+        }
         notice(
             cx,
             format!("source broker {}: {why}; reconnecting", src.spec.addr),
@@ -443,58 +560,63 @@ impl MirrorShard {
         self.arm_timer(cx, i, Duration::from_millis(SOURCE_RECONNECT_MS));
         // The broker may have gone for good and its partitions moved: have the control thread
         // check each one's leader while we reconnect (an unchanged leader costs one lookup).
-        for n in 0..self.sources[i].logs.len() {
-            if self.sources[i].logs[n].is_some() {
-                let why = format!(
-                    "connection to broker {} lost",
-                    self.sources[i].spec.broker_id
-                );
-                self.want_leader(cx, i, Slot(n as u32), why);
-            }
+        let broker = self.sources[i].spec.broker_id;
+        for at in self.locs(i) {
+            self.want_leader(cx, at, format!("connection to broker {broker} lost"));
         }
     }
 
     /// Asks the control thread for the partition's leader, once until it answers.
-    fn want_leader(&mut self, cx: &mut Cx<'_>, i: usize, slot: Slot, why: String) {
-        let src = &mut self.sources[i];
-        let n = slot.0 as usize;
-        let Some(log) = src.logs.get(n).and_then(Option::as_ref) else {
+    fn want_leader(&mut self, cx: &mut Cx<'_>, at: Loc, why: String) {
+        let group = self.group_mut(at);
+        let n = at.slot.0 as usize;
+        let Some(log) = group.logs.get(n).and_then(Option::as_ref) else {
             return;
         };
-        if src.leader_wanted[n] {
+        if group.leader_wanted[n] {
             return;
         }
         let tp = log.topic_partition().clone();
         if cx.emit(MirrorEvent::LeaderWanted { tp, why }).is_ok() {
-            src.leader_wanted[n] = true;
+            group.leader_wanted[n] = true;
         } else {
             // The control thread is behind; ask again shortly (the timer re-asks every slot
             // still waiting for its leader).
-            self.arm_timer(cx, i, Duration::from_millis(SOURCE_RECONNECT_MS));
+            self.arm_timer(cx, at.src, Duration::from_millis(SOURCE_RECONNECT_MS));
         }
     }
 
     /// Re-asks for leaders whose request could not be queued.
     fn want_waiting_leaders(&mut self, cx: &mut Cx<'_>, i: usize) {
-        for n in 0..self.sources[i].logs.len() {
-            let src = &self.sources[i];
-            let waiting = src.logs[n].is_some()
-                && !src.leader_wanted[n]
-                && src.fetcher.state(Slot(n as u32)) == Some(PartitionState::AwaitingLeader);
+        for at in self.locs(i) {
+            let group = self.group_mut(at);
+            let n = at.slot.0 as usize;
+            let waiting = group.logs[n].is_some()
+                && !group.leader_wanted[n]
+                && group.fetcher.state(at.slot) == Some(PartitionState::AwaitingLeader);
             if waiting {
-                let why = "waiting for the source leader".to_string();
-                self.want_leader(cx, i, Slot(n as u32), why);
+                self.want_leader(cx, at, "waiting for the source leader".to_string());
             }
         }
     }
 
-    fn find(&self, tp: &TopicPartition) -> Option<(usize, Slot)> {
-        self.sources.iter().enumerate().find_map(|(i, src)| {
-            src.logs
-                .iter()
-                .position(|l| l.as_ref().is_some_and(|l| l.topic_partition() == tp))
-                .map(|n| (i, Slot(n as u32)))
-        })
+    fn find(&self, tp: &TopicPartition) -> Option<Loc> {
+        for (i, src) in self.sources.iter().enumerate() {
+            for (g, group) in src.groups.iter().enumerate() {
+                let n = group
+                    .logs
+                    .iter()
+                    .position(|l| l.as_ref().is_some_and(|l| l.topic_partition() == tp));
+                if let Some(n) = n {
+                    return Some(Loc {
+                        src: i,
+                        group: g,
+                        slot: Slot(n as u32),
+                    });
+                }
+            }
+        }
+        None
     }
 
     /// The control thread's answer to `LeaderWanted`.
@@ -506,32 +628,39 @@ impl MirrorShard {
         topic_id: Uuid,
         leader_epoch: LeaderEpoch,
     ) {
-        let Some((i, slot)) = self.find(&tp) else {
+        let Some(at) = self.find(&tp) else {
             return; // removed or stopped meanwhile
         };
-        self.sources[i].leader_wanted[slot.0 as usize] = false;
+        self.group_mut(at).leader_wanted[at.slot.0 as usize] = false;
         let mut events = std::mem::take(&mut self.events);
         let updated =
-            self.sources[i]
+            self.group_mut(at)
                 .fetcher
-                .update_leader(slot, topic_id, leader_epoch, &mut events);
+                .update_leader(at.slot, topic_id, leader_epoch, &mut events);
         // A changed topic id comes back as `Diverged` and stops the partition here.
-        self.apply_events(cx, i, &mut events);
+        self.apply_events(cx, at.src, at.group, &mut events);
         self.events = events;
-        if updated.is_err() || self.log_mut(i, slot).is_none() {
+        if updated.is_err() || self.log_mut(at).is_none() {
             return;
         }
-        if spec.broker_id != self.sources[i].spec.broker_id {
-            let src = &mut self.sources[i];
-            let log = src.logs[slot.0 as usize].take().expect("checked above");
-            let _ = src.fetcher.remove_partition(slot);
+        let from = self.sources[at.src].spec.broker_id;
+        if spec.broker_id != from {
+            self.cells.remove(&at);
+            let group = self.group_mut(at);
+            let n = at.slot.0 as usize;
+            let log = group.logs[n].take().expect("checked above");
+            if let Some(m) = group.meters[n].take() {
+                cx.stats.deregister(&m);
+            }
+            let _ = group.fetcher.remove_partition(at.slot);
             // Appends are synchronous, so the log end is exactly where fetching stood.
             let (log_end, last_epoch) = resume_point(&log);
             notice(
                 cx,
                 format!(
-                    "{tp}: leader moved from broker {} to broker {} ({}); fetching from {log_end}",
-                    src.spec.broker_id, spec.broker_id, spec.addr
+                    "{tp}: leader moved from broker {from} to broker {} ({}); fetching from \
+                     {log_end}",
+                    spec.broker_id, spec.addr
                 ),
             );
             let start = PartitionStart {
@@ -543,37 +672,79 @@ impl MirrorShard {
             };
             self.add_partition(cx, spec, start, log);
         } else {
-            self.drive(cx, i);
+            self.drive(cx, at.src);
         }
     }
 
-    /// Sends the next request if the fetcher has one, and keeps a RECV posted while a response
-    /// is due.
+    /// Frames the next request of every group that may send one now (see the module notes for
+    /// which), in the order they go on the wire, sends them, and keeps a RECV posted while
+    /// responses are due.
     fn drive(&mut self, cx: &mut Cx<'_>, i: usize) {
         let src = &mut self.sources[i];
-        if src.link != Link::Up || src.sending {
+        if src.link != Link::Up {
             return;
         }
         let now = Instant::now();
-        match src.fetcher.poll_request(&mut src.out, now) {
-            Ok(Poll::Sent(_)) => {
-                src.request_sent_at = Some(now);
-                let limit = Self::request_limit(src);
-                let request = src.out.split().freeze();
-                self.arm_deadline(cx, i, limit);
-                let Some(request) = self.wire_bytes(cx, i, request) else {
-                    return;
-                };
-                self.send(cx, i, request);
-                self.ensure_recv(cx, i);
+        let mut wake: Option<Instant> = None;
+        let n = src.groups.len();
+        // Streaming groups first, so a request that may park never goes out ahead of a group
+        // that has records waiting; round robin within each kind, so no group always leads.
+        let start = src.next_head % n.max(1);
+        let mut order = [0usize; SOURCE_FETCH_SESSIONS_MAX];
+        let mut len = 0;
+        for want_streaming in [true, false] {
+            for k in 0..n {
+                let g = (start + k) % n;
+                if src.groups[g].streaming == want_streaming {
+                    order[len] = g;
+                    len += 1;
+                }
             }
-            Ok(Poll::NotBefore(t)) => {
-                self.arm_timer(cx, i, t.saturating_duration_since(now));
-            }
-            Ok(Poll::AwaitingResponse) => self.ensure_recv(cx, i),
-            Ok(Poll::Idle) => {}
-            Err(e) => self.disconnect(cx, i, e.to_string()),
         }
+        for &g in &order[..len] {
+            let head = src.in_flight.is_empty();
+            let streaming = src.groups[g].streaming;
+            let allowed = head
+                || (!src.in_flight.iter().any(|r| r.may_park)
+                    && (streaming || src.in_flight.iter().any(|r| r.streaming)));
+            if !allowed {
+                continue;
+            }
+            let group = &mut src.groups[g];
+            let wait = if head { src.spec.fetch.max_wait_ms } else { 0 };
+            group.fetcher.set_max_wait_ms(wait);
+            match group.fetcher.poll_request(&mut src.out, now) {
+                Ok(Poll::Sent(_)) => {
+                    if head {
+                        src.turn_since = now;
+                        src.next_head = g + 1;
+                    }
+                    src.in_flight.push_back(InFlight {
+                        group: g,
+                        sent_at: now,
+                        may_park: head && !streaming && wait > 0,
+                        streaming,
+                    });
+                }
+                Ok(Poll::NotBefore(t)) => wake = Some(wake.map_or(t, |w| w.min(t))),
+                Ok(Poll::AwaitingResponse | Poll::Idle) => {}
+                Err(e) => return self.disconnect(cx, i, e.to_string()),
+            }
+        }
+        if let Some(t) = wake {
+            self.arm_timer(cx, i, t.saturating_duration_since(now));
+        }
+        let src = &mut self.sources[i];
+        if !src.sending && !src.recv_unbounded && !src.out.is_empty() {
+            let request = src.out.split().freeze();
+            let limit = Self::request_limit(src);
+            self.arm_deadline(cx, i, limit);
+            let Some(request) = self.wire_bytes(cx, i, request) else {
+                return;
+            };
+            self.send(cx, i, request);
+        }
+        self.ensure_recv(cx, i);
     }
 
     fn send(&mut self, cx: &mut Cx<'_>, i: usize, data: Bytes) {
@@ -592,9 +763,20 @@ impl MirrorShard {
         self.sources[i].sending = true;
     }
 
+    /// Posts a RECV while bytes are due. With one fetch group a connection has at most one
+    /// response coming, so a RECV may ask for the whole slot. With several, responses follow
+    /// each other on the socket, so a RECV never reads past the frame it is filling: first the
+    /// 4-byte length, then exactly the rest (no byte of the next response lands in this slot,
+    /// and record bytes are never copied between slots). Through TLS the slot takes
+    /// ciphertext, which the link buffers, so any amount may be read.
     fn ensure_recv(&mut self, cx: &mut Cx<'_>, i: usize) {
         let src = &mut self.sources[i];
-        if src.receiving || !matches!(src.link, Link::Up | Link::Securing) {
+        let due = match src.link {
+            Link::Securing => true,
+            Link::Up => !src.in_flight.is_empty(),
+            Link::Down | Link::Connecting => false,
+        };
+        if src.receiving || !due {
             return;
         }
         let Some(fd) = src.socket.as_ref().map(|s| s.as_raw_fd()) else {
@@ -609,7 +791,28 @@ impl MirrorShard {
                 return;
             }
         };
-        let max = slot.remaining();
+        let (max, unbounded) = if src.secure_reads() {
+            (slot.remaining(), false)
+        } else {
+            match frame::body_len(slot.filled()) {
+                Ok(Some(len)) => (
+                    (LENGTH_PREFIX_BYTES + len)
+                        .saturating_sub(slot.len())
+                        .min(slot.remaining()),
+                    false,
+                ),
+                _ if src.groups.len() > 1 || src.in_flight.len() > 1 => {
+                    (LENGTH_PREFIX_BYTES.saturating_sub(slot.len()), false)
+                }
+                _ => (slot.remaining(), true),
+            }
+        };
+        if max == 0 {
+            // A full slot with its frame incomplete; `on_recv` refuses such frames first, so
+            // this is only a guard against reading nothing forever.
+            drop(slot);
+            return self.disconnect(cx, i, "response frame exceeds the arena slot".to_string());
+        }
         if cx
             .ring
             .recv(tag(i, src.generation, KIND_RECV), fd, slot, max)
@@ -619,10 +822,12 @@ impl MirrorShard {
             return;
         }
         self.sources[i].receiving = true;
+        self.sources[i].recv_unbounded = unbounded;
     }
 
     fn on_recv(&mut self, cx: &mut Cx<'_>, i: usize, c: Completion) {
         self.sources[i].receiving = false;
+        self.sources[i].recv_unbounded = false;
         let result = c.io_result();
         let OpBuf::Slot(slot) = c.buf else {
             unreachable!("RECV completions carry their slot")
@@ -663,40 +868,64 @@ impl MirrorShard {
             self.ensure_recv(cx, i);
             return;
         }
-        if let Some(sent) = self.sources[i].request_sent_at.take() {
-            let took = sent.elapsed();
-            cx.stats.fetched(took);
-            cx.latency.record(Latency::FetchRoundTrip, took);
-        }
         let body = slot.freeze().slice(LENGTH_PREFIX_BYTES..);
-        let mut events = std::mem::take(&mut self.events);
-        let handled = self.sources[i]
-            .fetcher
-            .handle_response(body, Instant::now(), &mut events);
-        self.apply_events(cx, i, &mut events);
-        self.events = events;
+        match self.handle_frame(cx, i, body) {
+            Ok(()) => self.drive(cx, i),
+            Err(why) => self.disconnect(cx, i, why),
+        }
+    }
+
+    /// One whole response frame (without its length prefix): it answers the oldest request on
+    /// the wire, so it goes to that request's group.
+    pub(super) fn handle_frame(
+        &mut self,
+        cx: &mut Cx<'_>,
+        i: usize,
+        body: Bytes,
+    ) -> Result<(), String> {
+        let now = Instant::now();
         let src = &mut self.sources[i];
-        let throttled = src.fetcher.throttled_ms_total() - src.throttle_seen_ms;
+        let Some(request) = src.in_flight.pop_front() else {
+            return Err("response with no request outstanding".to_string());
+        };
+        src.turn_since = now;
+        let took = now.saturating_duration_since(request.sent_at);
+        cx.stats.fetched(took);
+        cx.latency.record(Latency::FetchRoundTrip, took);
+        let g = request.group;
+        let mut events = std::mem::take(&mut self.events);
+        let handled = self.sources[i].groups[g]
+            .fetcher
+            .handle_response(body, now, &mut events);
+        let streaming = events.iter().any(|e| matches!(e, FetchEvent::Records(_)));
+        self.apply_events(cx, i, g, &mut events);
+        self.events = events;
+        let group = &mut self.sources[i].groups[g];
+        group.streaming = streaming;
+        let throttled = group.fetcher.throttled_ms_total() - group.throttle_seen_ms;
         if throttled > 0 {
-            src.throttle_seen_ms += throttled;
+            group.throttle_seen_ms += throttled;
             cx.stats.throttled(throttled);
-            src.meters
+            group
+                .meters
                 .iter()
                 .flatten()
                 .for_each(|m| m.throttled(throttled));
         }
-        match handled {
-            Ok(()) => self.drive(cx, i),
-            Err(e) => self.disconnect(cx, i, e.to_string()),
-        }
+        handled.map_err(|e| e.to_string())
     }
 
-    fn apply_events(&mut self, cx: &mut Cx<'_>, i: usize, events: &mut Vec<FetchEvent>) {
+    fn apply_events(&mut self, cx: &mut Cx<'_>, i: usize, g: usize, events: &mut Vec<FetchEvent>) {
+        let at = |slot| Loc {
+            src: i,
+            group: g,
+            slot,
+        };
         for ev in events.drain(..) {
             match ev {
                 FetchEvent::Records(r) => {
                     let began = Instant::now();
-                    let result = match self.log_mut(i, r.slot) {
+                    let result = match self.log_mut(at(r.slot)) {
                         Some(log) => log
                             .append(&mut RingIo::new(cx.ring), &r.records)
                             .map(|_| log.log_end_offset()),
@@ -704,17 +933,17 @@ impl MirrorShard {
                     };
                     match result {
                         Ok(end) => {
-                            self.meter_append(cx, i, &r, began, end);
-                            self.report_append(i, &r);
+                            self.meter_append(cx, at(r.slot), &r, began, end);
+                            self.report_append(at(r.slot), &r);
                         }
                         Err(e) => {
                             let why = format!("append failed: {e}");
-                            self.stop_partition(cx, i, r.slot, why, true);
+                            self.stop_partition(cx, at(r.slot), why, true);
                         }
                     }
                 }
                 FetchEvent::LogStartMoved { slot, to, .. } => {
-                    let result = match self.log_mut(i, slot) {
+                    let result = match self.log_mut(at(slot)) {
                         Some(log) if log.log_end_offset() < to => {
                             log.truncate_fully_and_start_at(&mut RingIo::new(cx.ring), to)
                         }
@@ -722,7 +951,7 @@ impl MirrorShard {
                     };
                     if let Err(e) = result {
                         let why = format!("cannot restart at {to}: {e}");
-                        self.stop_partition(cx, i, slot, why, true);
+                        self.stop_partition(cx, at(slot), why, true);
                     }
                 }
                 FetchEvent::Diverged(d) => {
@@ -731,7 +960,7 @@ impl MirrorShard {
                          {}): {}; our log is kept as it is and fetching stopped",
                         d.fetch_offset, d.last_fetched_epoch.0, d.cause
                     );
-                    self.stop_partition(cx, i, d.slot, why, false);
+                    self.stop_partition(cx, at(d.slot), why, false);
                 }
                 FetchEvent::RefreshMetadata { slot, error, hint } => {
                     let why = match hint {
@@ -741,7 +970,7 @@ impl MirrorShard {
                         ),
                         None => format!("source error {error}"),
                     };
-                    self.want_leader(cx, i, slot, why);
+                    self.want_leader(cx, at(slot), why);
                 }
                 FetchEvent::BadRecords {
                     slot,
@@ -749,20 +978,20 @@ impl MirrorShard {
                     retrying: false,
                 } => {
                     let why = format!("bad records from the source: {error}");
-                    self.stop_partition(cx, i, slot, why, true);
+                    self.stop_partition(cx, at(slot), why, true);
                 }
                 FetchEvent::Watermarks {
                     slot,
                     high_watermark,
                     ..
                 } => {
-                    if let Some(m) = self.meter(i, slot) {
+                    if let Some(m) = self.meter(at(slot)) {
                         m.high_watermark(high_watermark);
                     }
-                    self.report_high_watermark(i, slot, high_watermark);
+                    self.report_high_watermark(at(slot), high_watermark);
                 }
                 FetchEvent::BadRecords { slot, .. } | FetchEvent::PartitionError { slot, .. } => {
-                    if let Some(m) = self.meter(i, slot) {
+                    if let Some(m) = self.meter(at(slot)) {
                         m.fetch_error();
                     }
                     let addr = &self.sources[i].spec.addr;
@@ -770,22 +999,26 @@ impl MirrorShard {
                 }
                 FetchEvent::RequestFailed { .. } => {
                     let src = &self.sources[i];
-                    src.meters.iter().flatten().for_each(|m| m.fetch_error());
+                    let group = &src.groups[g];
+                    group.meters.iter().flatten().for_each(|m| m.fetch_error());
                     notice(cx, format!("source broker {}: {ev:?}", src.spec.addr));
                 }
             }
         }
     }
 
-    fn meter(&self, i: usize, slot: Slot) -> Option<&Arc<PartitionStats>> {
-        self.sources[i].meters.get(slot.0 as usize)?.as_ref()
+    fn meter(&self, at: Loc) -> Option<&Arc<PartitionStats>> {
+        self.sources[at.src].groups[at.group]
+            .meters
+            .get(at.slot.0 as usize)?
+            .as_ref()
     }
 
     /// Counters and latencies of one successful append.
     fn meter_append(
         &self,
         cx: &mut Cx<'_>,
-        i: usize,
+        at: Loc,
         r: &crate::fetch::fetcher::FetchedRecords,
         began: Instant,
         log_end: Offset,
@@ -794,7 +1027,7 @@ impl MirrorShard {
         let bytes = r.records.len() as u64;
         cx.stats.appended(bytes, took);
         cx.latency.record(Latency::Append, took);
-        if let Some(m) = self.meter(i, r.slot) {
+        if let Some(m) = self.meter(at) {
             m.appended(bytes, u64::from(r.batches), log_end, r.max_timestamp);
             m.high_watermark(r.high_watermark);
         }
@@ -809,24 +1042,22 @@ impl MirrorShard {
         }
     }
 
-    fn log_mut(&mut self, i: usize, slot: Slot) -> Option<&mut PartitionLog> {
-        self.sources[i].logs.get_mut(slot.0 as usize)?.as_mut()
+    fn log_mut(&mut self, at: Loc) -> Option<&mut PartitionLog> {
+        self.group_mut(at)
+            .logs
+            .get_mut(at.slot.0 as usize)?
+            .as_mut()
     }
 
-    fn stop_partition(
-        &mut self,
-        cx: &mut Cx<'_>,
-        i: usize,
-        slot: Slot,
-        why: String,
-        retryable: bool,
-    ) {
-        let src = &mut self.sources[i];
-        let log = src.logs.get_mut(slot.0 as usize).and_then(Option::take);
-        if let Some(m) = src.meters.get_mut(slot.0 as usize).and_then(Option::take) {
+    fn stop_partition(&mut self, cx: &mut Cx<'_>, at: Loc, why: String, retryable: bool) {
+        self.cells.remove(&at);
+        let group = self.group_mut(at);
+        let n = at.slot.0 as usize;
+        let log = group.logs.get_mut(n).and_then(Option::take);
+        if let Some(m) = group.meters.get_mut(n).and_then(Option::take) {
             cx.stats.deregister(&m);
         }
-        let tp = match src.fetcher.remove_partition(slot) {
+        let tp = match group.fetcher.remove_partition(at.slot) {
             Ok(tp) => tp,
             Err(_) => match &log {
                 Some(l) => l.topic_partition().clone(),
@@ -892,10 +1123,7 @@ impl ShardHandler for MirrorShard {
             match src.link {
                 Link::Down => self.connect(cx, i),
                 Link::Connecting | Link::Securing => {}
-                Link::Up => {
-                    self.drive(cx, i);
-                    self.ensure_recv(cx, i);
-                }
+                Link::Up => self.drive(cx, i),
             }
             self.want_waiting_leaders(cx, i);
             return;
@@ -924,13 +1152,15 @@ impl ShardHandler for MirrorShard {
     fn stop(&mut self, cx: &mut ShardCx<'_, MirrorEvent>) {
         let mut logs = Vec::new();
         for src in &mut self.sources {
-            for m in src.meters.iter_mut().filter_map(Option::take) {
-                cx.stats.deregister(&m);
-            }
             if let Some(s) = src.socket.take() {
                 let _ = s.shutdown(Shutdown::Both);
             }
-            logs.extend(src.logs.iter_mut().filter_map(Option::take));
+            for group in &mut src.groups {
+                for m in group.meters.iter_mut().filter_map(Option::take) {
+                    cx.stats.deregister(&m);
+                }
+                logs.extend(group.logs.iter_mut().filter_map(Option::take));
+            }
         }
         for log in logs {
             self.give_back(log);

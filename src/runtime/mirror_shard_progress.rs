@@ -4,30 +4,36 @@
 
 use std::sync::Arc;
 
-use super::MirrorShard;
-use crate::fetch::fetcher::{FetchedRecords, Slot};
+use super::{Loc, MirrorShard};
+use crate::fetch::fetcher::FetchedRecords;
 use crate::ids::{Offset, TopicPartition};
 use crate::runtime::progress::PartitionProgress;
 
 impl MirrorShard {
-    /// Looks up (once) the progress cell of a partition that just arrived on source `i`.
-    pub(super) fn track_progress(&mut self, i: usize, slot: Slot, tp: &TopicPartition) {
+    /// Looks up (once) the progress cell of a partition that just arrived at `at`.
+    pub(super) fn track_progress(&mut self, at: Loc, tp: &TopicPartition) {
         let cell = self.progress.cell(tp);
-        if let Some(log) = self.log_mut(i, slot) {
+        if let Some(log) = self.log_mut(at) {
             cell.set_log_end(log.log_end_offset().0);
         }
-        self.cells.insert((i, slot.0), cell);
+        self.cells.insert(at, cell);
     }
 
-    fn cell(&self, i: usize, slot: Slot) -> Option<&Arc<PartitionProgress>> {
-        self.cells.get(&(i, slot.0))
+    fn cell(&self, at: Loc) -> Option<&Arc<PartitionProgress>> {
+        self.cells.get(&at)
     }
 
-    /// After a successful append of `r`.
-    pub(super) fn report_append(&mut self, i: usize, r: &FetchedRecords) {
-        let end = self.log_mut(i, r.slot).map(|l| l.log_end_offset());
-        let throttled = self.sources[i].fetcher.throttled_ms_total();
-        if let (Some(cell), Some(end)) = (self.cell(i, r.slot), end) {
+    fn throttled_ms(&self, at: Loc) -> u64 {
+        self.sources[at.src].groups[at.group]
+            .fetcher
+            .throttled_ms_total()
+    }
+
+    /// After a successful append of `r` at `at`.
+    pub(super) fn report_append(&mut self, at: Loc, r: &FetchedRecords) {
+        let end = self.log_mut(at).map(|l| l.log_end_offset());
+        let throttled = self.throttled_ms(at);
+        if let (Some(cell), Some(end)) = (self.cell(at), end) {
             cell.set_log_end(end.0);
             cell.set_high_watermark(r.high_watermark.0);
             cell.set_newest_timestamp(r.max_timestamp.0);
@@ -35,9 +41,9 @@ impl MirrorShard {
         }
     }
 
-    pub(super) fn report_high_watermark(&mut self, i: usize, slot: Slot, hw: Offset) {
-        let throttled = self.sources[i].fetcher.throttled_ms_total();
-        if let Some(cell) = self.cell(i, slot) {
+    pub(super) fn report_high_watermark(&mut self, at: Loc, hw: Offset) {
+        let throttled = self.throttled_ms(at);
+        if let Some(cell) = self.cell(at) {
             cell.set_high_watermark(hw.0);
             cell.set_throttled_ms(throttled);
         }

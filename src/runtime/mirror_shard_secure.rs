@@ -14,14 +14,12 @@
 //! control thread marks the partitions FAILED (not retryable) and only a new start (after
 //! the operator fixed the credentials) adds them, and so reconnects, again.
 
-use std::net::Shutdown;
 use std::time::Instant;
 
 use bytes::Bytes;
 
 use super::{notice, Cx, Link, MirrorShard, Source, SourceSpec};
 use crate::fetch::blocking::host_of;
-use crate::fetch::fetcher::Slot;
 use crate::fetch::security::{LinkStatus, SecureLink};
 use crate::runtime::arena::SlotBuf;
 
@@ -67,7 +65,7 @@ impl MirrorShard {
                 src.secure = Some(link);
                 src.link = Link::Securing;
                 // The handshake is bounded like a request: a silent broker is dropped.
-                src.request_sent_at = Some(Instant::now());
+                src.securing_since = Some(Instant::now());
                 let limit = Self::request_limit(src);
                 self.arm_deadline(cx, i, limit);
                 self.flush_secure(cx, i);
@@ -133,7 +131,7 @@ impl MirrorShard {
         let src = &mut self.sources[i];
         if src.link == Link::Securing {
             src.link = Link::Up;
-            src.request_sent_at = None;
+            src.securing_since = None;
             if !src.secure.as_ref().is_some_and(SecureLink::uses_tls) {
                 // SASL_PLAINTEXT: from here on, the zero-copy path.
                 src.secure = None;
@@ -153,16 +151,8 @@ impl MirrorShard {
                 Ok(None) => break,
                 Err(e) => return self.disconnect(cx, i, e.to_string()),
             };
-            self.sources[i].request_sent_at = None;
-            let mut events = std::mem::take(&mut self.events);
-            let handled =
-                self.sources[i]
-                    .fetcher
-                    .handle_response(body, Instant::now(), &mut events);
-            self.apply_events(cx, i, &mut events);
-            self.events = events;
-            if let Err(e) = handled {
-                return self.disconnect(cx, i, e.to_string());
+            if let Err(why) = self.handle_frame(cx, i, body) {
+                return self.disconnect(cx, i, why);
             }
         }
         if !self.flush_secure(cx, i) {
@@ -175,30 +165,13 @@ impl MirrorShard {
     /// this connection (the reason starts with "authentication failed") and stay down.
     fn refused(&mut self, cx: &mut Cx<'_>, i: usize, why: String) {
         let why = format!("{why} (source broker {})", self.sources[i].spec.addr);
-        let slots: Vec<Slot> = self.sources[i]
-            .logs
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.is_some())
-            .map(|(n, _)| Slot(n as u32))
-            .collect();
-        for slot in slots {
-            // A refused login or certificate: retrying cannot help until the operator acts.
-            self.stop_partition(cx, i, slot, why.clone(), false);
+        for at in self.locs(i) {
+            if self.log_mut(at).is_some() {
+                // A refused login or certificate: retrying cannot help until the operator acts.
+                self.stop_partition(cx, at, why.clone(), false);
+            }
         }
-        let src = &mut self.sources[i];
-        if let Some(s) = src.socket.take() {
-            let _ = s.shutdown(Shutdown::Both);
-        }
-        src.link = Link::Down;
-        src.secure = None;
-        src.request_sent_at = None;
-        src.generation = src.generation.wrapping_add(1);
-        src.sending = false;
-        src.receiving = false;
-        src.partial = None;
-        src.out.clear();
-        src.fetcher.connection_lost(Instant::now());
+        self.reset_connection(i);
         notice(cx, why);
     }
 }

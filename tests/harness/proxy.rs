@@ -38,6 +38,8 @@ pub struct FaultProxy {
     pub applied: Arc<AtomicUsize>,
     /// Most requests seen outstanding on one connection at once (sent, not yet answered).
     pub max_in_flight: Arc<AtomicUsize>,
+    /// Fetch requests forwarded, on all connections.
+    pub fetches: Arc<AtomicUsize>,
 }
 
 /// (api key, version) of each request on one connection, oldest first: Kafka answers a
@@ -53,6 +55,8 @@ impl FaultProxy {
         let applied = Arc::new(AtomicUsize::new(0));
         let max_in_flight = Arc::new(AtomicUsize::new(0));
         let max2 = Arc::clone(&max_in_flight);
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let fetches2 = Arc::clone(&fetches);
         let (stop2, applied2) = (Arc::clone(&stop), Arc::clone(&applied));
         let truncated = Arc::new(AtomicBool::new(false));
         std::thread::spawn(move || {
@@ -67,8 +71,8 @@ impl FaultProxy {
                 let pending: Pending = Arc::default();
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let p2 = Arc::clone(&pending);
-                let max = Arc::clone(&max2);
-                std::thread::spawn(move || requests(c2, s2, p2, max));
+                let counters = (Arc::clone(&max2), Arc::clone(&fetches2));
+                std::thread::spawn(move || requests(c2, s2, p2, counters));
                 let applied = Arc::clone(&applied2);
                 let truncated = Arc::clone(&truncated);
                 std::thread::spawn(move || {
@@ -81,6 +85,7 @@ impl FaultProxy {
             stop,
             applied,
             max_in_flight,
+            fetches,
         }
     }
 
@@ -117,12 +122,22 @@ fn close(a: &TcpStream, b: &TcpStream) {
     let _ = b.shutdown(Shutdown::Both);
 }
 
-/// Client → broker: note (api key, version) per correlation id, forward unchanged.
-fn requests(mut client: TcpStream, mut server: TcpStream, pending: Pending, max: Arc<AtomicUsize>) {
+/// Client → broker: note (api key, version) of each request in order, count outstanding
+/// requests and Fetches (`counters`: max in flight, fetches), forward unchanged.
+fn requests(
+    mut client: TcpStream,
+    mut server: TcpStream,
+    pending: Pending,
+    counters: (Arc<AtomicUsize>, Arc<AtomicUsize>),
+) {
+    let (max, fetches) = counters;
     while let Some(body) = read_frame(&mut client) {
         if body.len() >= 8 {
             let key = i16::from_be_bytes([body[0], body[1]]);
             let version = i16::from_be_bytes([body[2], body[3]]);
+            if key == ApiKey::Fetch as i16 {
+                fetches.fetch_add(1, Ordering::Relaxed);
+            }
             let mut p = pending.lock().unwrap();
             p.push_back((key, version));
             max.fetch_max(p.len(), Ordering::Relaxed);

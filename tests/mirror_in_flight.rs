@@ -1,0 +1,112 @@
+//! Goal: `kmirror serve` keeps several fetch requests in flight on one source connection (its
+//! partitions split into fetch groups, each with its own session) and still mirrors every
+//! partition byte-for-byte, in order. Method: a real Kafka 4.1.1 broker behind the pass-through
+//! proxy of `harness::proxy`, which counts the requests outstanding on each connection; one
+//! shard, so all 12 partitions share one connection; `sessions_per_connection = 4`.
+//!
+//! Then idle: with nothing new on the source, the groups must not spin on empty answers
+//! (requests queued behind another one ask for `max_wait_ms = 0`, so a careless client would
+//! resend them back to back). The bound below is an upper bound on the number of Fetches, not
+//! a timing claim: when every group is idle only one request at a time may wait at the source,
+//! and it waits `max_wait_ms` each time, so a window of `w` ms allows about `w / max_wait_ms`
+//! of them (plus a few answered at once when the window opens).
+
+mod harness;
+mod mirror_support;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use harness::proxy::{Fault, FaultProxy};
+use harness::serve::{wait_all_mirrored, Serve};
+use harness::ProduceOpts;
+use mirror_support::assert_valid;
+
+#[test]
+fn several_requests_in_flight_per_connection() {
+    let k = harness::shared();
+    let topic = harness::unique_topic("in-flight");
+    let partitions = 12;
+    k.create_topic(&topic, partitions, &[]);
+    for p in 0..partitions {
+        let opts = ProduceOpts {
+            seed: p as u64,
+            ..Default::default()
+        };
+        k.produce(&topic, p, 200, &opts);
+    }
+    let proxy = FaultProxy::start(k.bootstrap().parse().unwrap(), Fault::None);
+    let work = tempfile::tempdir().unwrap();
+    let data_dir = work.path().join("data");
+    let config = work.path().join("kmirror.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[source]
+bootstrap_servers = ["{bootstrap}"]
+[topics]
+names = ["{topic}"]
+[storage]
+data_dir = "{data}"
+[runtime]
+shards = 1
+arena_slot_bytes = 4194304
+arena_slots = 4
+[fetch]
+max_wait_ms = 200
+max_bytes = 2097152
+partition_max_bytes = 16384
+sessions_per_connection = 4
+"#,
+            bootstrap = proxy.bootstrap(),
+            data = data_dir.display()
+        ),
+    )
+    .unwrap();
+    let pairs: Vec<_> = (0..partitions)
+        .map(|p| {
+            (
+                k.partition_dir(&topic, p),
+                data_dir.join(format!("{topic}-{p}")),
+            )
+        })
+        .collect();
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    wait_all_mirrored(&mut serve, &pairs);
+    // More while it runs: the groups' long polls are answered and fetching goes on.
+    for p in 0..partitions {
+        k.produce(&topic, p, 100, &ProduceOpts::default());
+    }
+    wait_all_mirrored(&mut serve, &pairs);
+    let max = proxy.max_in_flight.load(Ordering::Relaxed);
+
+    // Idle: let the last answers settle, then count Fetches over a window.
+    std::thread::sleep(Duration::from_millis(1_000));
+    let before = proxy.fetches.load(Ordering::Relaxed);
+    let window = Instant::now();
+    std::thread::sleep(Duration::from_millis(3_000));
+    let idle_fetches = proxy.fetches.load(Ordering::Relaxed) - before;
+    let window_ms = window.elapsed().as_millis() as usize;
+    // 200 ms long polls, one at a time: window/200 of them; 4 groups, so allow each group a
+    // poll per long poll plus slack. A spinning client sends thousands.
+    let allowed = 4 * (window_ms / 200 + 4);
+    println!("Fetch requests in {window_ms} ms of idle: {idle_fetches} (allowed {allowed})");
+    assert!(
+        idle_fetches <= allowed,
+        "{idle_fetches} Fetch requests in {window_ms} ms with nothing to fetch: the groups spin"
+    );
+    assert!(idle_fetches > 0, "fetching stopped altogether while idle");
+    println!("most requests outstanding on one connection: {max}");
+    assert!(
+        (2..=4).contains(&max),
+        "expected 2..=4 requests in flight on the shard's connection, saw {max}"
+    );
+    let text = serve.sigterm_and_wait();
+    assert!(!text.contains("partition stopped"), "{text}");
+    assert!(
+        !text.contains("reconnecting"),
+        "no connection was dropped:\n{text}"
+    );
+    assert_valid(&pairs.iter().map(|(_, o)| o.clone()).collect::<Vec<_>>());
+}
