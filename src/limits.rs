@@ -455,3 +455,12 @@ pub const PROMOTE_POLL: std::time::Duration = std::time::Duration::from_millis(5
 
 /// ...and telling the operator what is still behind at most this often.
 pub const PROMOTE_PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Kafka's `transaction.max.timeout.ms` default: InitProducerId refuses longer timeouts.
+pub const TXN_TIMEOUT_MS_MAX: i32 = 900_000;
+
+/// Transactional ids the coordinator keeps (each is a key in `__transaction_state-0`).
+pub const TXN_IDS_MAX: usize = 100_000;
+
+/// How often the transaction timer looks for transactions past their timeout.
+pub const TXN_TIMER_TICK_MS: u64 = 1_000;

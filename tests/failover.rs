@@ -247,3 +247,121 @@ fn promote_waits_for_zero_lag_then_stops() {
     let text = serve.sigterm_and_wait();
     assert!(text.contains("stopped cleanly"), "{text}");
 }
+
+/// Goal: transactional producers work on kmirror after failover (kmirror is their transaction
+/// coordinator): commits are visible to read_committed consumers, aborts are not, a
+/// transaction left open is aborted at its timeout (the last stable offset moves on), and after
+/// a restart the same transactional id fences and continues. Method: the Java transactional
+/// producer and consumer against kmirror's listener, DumpLogSegments-style checks by
+/// `kmirror log verify`.
+#[test]
+fn transactional_producers_work_after_failover() {
+    let k = harness::shared();
+    let topic = harness::unique_topic("txn-after");
+    k.create_topic(&topic, 1, &[]);
+    k.produce(&topic, 0, 50, &ProduceOpts::default());
+    let work = tempfile::tempdir().unwrap();
+    let data_dir = work.path().join("data");
+    let admin = format!("127.0.0.1:{}", free_loopback_port());
+    let (mut serve, config) = serve_with_listener(work.path(), &admin);
+    let kmirror = listener(&mut serve);
+    let props = work.path().join("source.properties");
+    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
+    let props = props.to_str().unwrap();
+    cli_ok(
+        &admin,
+        &["create", "--mirror", "t", "--mirror-config", props],
+    );
+    cli_ok(&admin, &["start", "--mirror", "t", "--topics", &topic]);
+    let dir = data_dir.join(format!("{topic}-0"));
+    wait_all_mirrored(&mut serve, &[(k.partition_dir(&topic, 0), dir.clone())]);
+    cli_ok(&admin, &["stop", "--mirror", "t", "--topics", &topic]);
+    let mirrored = harness::consume(&kmirror, &topic, 0, 0, 50, Isolation::ReadCommitted);
+    assert_eq!(mirrored.len(), 50);
+
+    let txn = |txns: Vec<TxnEnd>, n: usize, seed: u64, timeout_ms: Option<u32>| {
+        harness::produce(
+            &kmirror,
+            &topic,
+            0,
+            n,
+            &ProduceOpts {
+                transactions: txns,
+                transactional_id: Some("app-1".into()),
+                transaction_timeout_ms: timeout_ms,
+                seed,
+                ..ProduceOpts::default()
+            },
+        )
+    };
+    // Offsets 50..=59 committed, marker at 60, 61..=70 aborted, marker at 71.
+    let both = txn(vec![TxnEnd::Commit, TxnEnd::Abort], 20, 11, None);
+    assert_eq!(both.offsets[..10], (50..60).collect::<Vec<i64>>()[..]);
+    assert_eq!(both.offsets[10..], (61..71).collect::<Vec<i64>>()[..]);
+    let committed = harness::consume(&kmirror, &topic, 0, 0, 60, Isolation::ReadCommitted);
+    assert_eq!(&committed[..50], &mirrored[..]);
+    assert_eq!(
+        committed[50..].iter().map(|r| r.offset).collect::<Vec<_>>(),
+        (50..60).collect::<Vec<i64>>()
+    );
+
+    // Left open by a producer that halts: the coordinator aborts it at its 3 s timeout, so
+    // the last stable offset moves past it and read_committed sees what comes after.
+    let open = txn(vec![TxnEnd::Open], 5, 12, Some(3_000));
+    assert_eq!(open.first_offset, 72);
+    let after = harness::produce(
+        &kmirror,
+        &topic,
+        0,
+        3,
+        &ProduceOpts {
+            idempotent: true,
+            seed: 13,
+            ..ProduceOpts::default()
+        },
+    );
+    assert_eq!(after.first_offset, 77);
+    // The consumer's own 30 s wait covers the timeout: 63 records once the open one is aborted.
+    let visible = harness::consume(&kmirror, &topic, 0, 0, 63, Isolation::ReadCommitted);
+    assert_eq!(
+        visible[60..].iter().map(|r| r.offset).collect::<Vec<_>>(),
+        after.offsets,
+        "the records written after the transaction that timed out"
+    );
+    let text = serve.sigterm_and_wait();
+    assert!(text.contains("stopped cleanly"), "{text}");
+
+    // After a restart the coordinator remembers the id: a new producer with it commits.
+    let mut serve = Serve::start(&config, work.path().join("serve2.log"));
+    wait_admin(&mut serve, &admin);
+    let kmirror = listener(&mut serve);
+    let again = harness::produce(
+        &kmirror,
+        &topic,
+        0,
+        4,
+        &ProduceOpts {
+            transactions: vec![TxnEnd::Commit],
+            transactional_id: Some("app-1".into()),
+            seed: 14,
+            ..ProduceOpts::default()
+        },
+    );
+    let all = harness::consume(&kmirror, &topic, 0, 0, 67, Isolation::ReadCommitted);
+    assert_eq!(
+        all[63..].iter().map(|r| r.offset).collect::<Vec<_>>(),
+        again.offsets
+    );
+    let text = serve.sigterm_and_wait();
+    assert!(text.contains("stopped cleanly"), "{text}");
+    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .args(["log", "verify"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+}

@@ -19,6 +19,7 @@ use crate::control::state_log::StateLog;
 use crate::limits::CONTROL_TICK_MS;
 use crate::log::read_view::ReadCatalog;
 use crate::serve::groups::GroupService;
+use crate::serve::txn::TxnService;
 
 /// Why the control plane could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +61,10 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     let build_catalog = Arc::clone(&catalog);
     let build_writer = Arc::clone(&writer);
     let build_groups = Arc::clone(&groups_slot);
+    // Transactions after failover: the coordinator is opened once the controller has put the
+    // failed-over partitions back into the leader store, so prepared transactions can finish.
+    let txn_slot: Arc<OnceLock<Arc<TxnService>>> = Arc::default();
+    let build_txn = Arc::clone(&txn_slot);
     let request_timeout_ms = config.fetch.request_timeout_ms;
     let build = move || {
         let mut plane = ShardDataPlane::start(&data_dir, &runtime, fetch, request_timeout_ms)
@@ -92,6 +97,21 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
         };
         let mut c = Controller::open(store, RetryPolicy::default(), BlockingSourceCatalog, plane)
             .map_err(|e| e.to_string())?;
+        if serve_groups {
+            let leaders: Arc<dyn crate::serve::writes::PartitionWriter> = c.data_plane().leaders();
+            match TxnService::open(&data_dir, leaders) {
+                Ok(t) => {
+                    let _ = build_txn.set(t);
+                }
+                Err(e) => {
+                    if let Some(g) = groups {
+                        let _ = g.close();
+                    }
+                    let _ = c.shutdown().map(|p| p.stop());
+                    return Err(e.to_string());
+                }
+            }
+        }
         c.set_sync_interval_ms(sync_interval_ms);
         if let Some(g) = groups {
             // Group-offset sync from each mirror's source, on the controller's tick, into the
@@ -113,10 +133,20 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     };
     let control = admin::spawn_built(listen, build, close)?;
     let groups = groups_slot.get().cloned();
-    let kafka = match crate::serve::start_configured(config, &catalog, &writer, groups.as_ref()) {
+    let txn = txn_slot.get().cloned();
+    let kafka = match crate::serve::start_configured(
+        config,
+        &catalog,
+        &writer,
+        groups.as_ref(),
+        txn.as_ref(),
+    ) {
         Ok(k) => k,
         Err(e) => {
             let _ = control.finish();
+            if let Some(t) = &txn {
+                let _ = t.close();
+            }
             if let Some(g) = groups {
                 let _ = g.close();
             }
@@ -133,6 +163,13 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     // No client reads a log once the control plane starts closing them.
     drop(kafka);
     crate::ops::sd_notify::stopping();
+    // The transaction coordinator writes markers into the leader store's logs: closed before
+    // the controller hands them back to the log dir.
+    if let Some(t) = &txn {
+        if let Err(e) = t.close() {
+            tracing::warn!("closing __transaction_state-0: {e}");
+        }
+    }
     let finished = control.finish().map_err(ControlRunError::Close);
     // After the controller: its group sync held the coordinator until now.
     if let Some(g) = groups {

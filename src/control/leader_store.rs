@@ -17,6 +17,7 @@ use crate::log::io::StdIo;
 use crate::log::partition_log::{PartitionLog, ProduceOutcome};
 use crate::log::LogError;
 use crate::serve::writes::{PartitionWriter, WriteError};
+use crate::wire::batch_builder::EndTxnMarker;
 
 pub struct LeaderStore {
     logs: Mutex<BTreeMap<TopicPartition, PartitionLog>>,
@@ -93,6 +94,43 @@ impl PartitionWriter for LeaderStore {
             .latest_epoch()
             .expect("a promoted log has a leader epoch");
         Ok(log.append_as_leader(&mut StdIo, batch, epoch, MAX_MESSAGE_BYTES_DEFAULT)?)
+    }
+
+    fn is_writable(&self, tp: &TopicPartition) -> bool {
+        self.contains(tp)
+    }
+
+    fn end_txn(
+        &self,
+        tp: &TopicPartition,
+        producer_id: ProducerId,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<bool, WriteError> {
+        let mut logs = lock(&self.logs);
+        let log = logs
+            .get_mut(tp)
+            .ok_or_else(|| WriteError::NotWritable(tp.clone()))?;
+        let open = log
+            .producer_state()
+            .ongoing_transactions()
+            .iter()
+            .any(|(pid, _, _)| *pid == producer_id);
+        if !open {
+            return Ok(false);
+        }
+        let epoch = log
+            .epoch_cache()
+            .latest_epoch()
+            .expect("a promoted log has a leader epoch");
+        let marker = if commit {
+            EndTxnMarker::Commit
+        } else {
+            EndTxnMarker::Abort
+        };
+        // One coordinator that never moves: its epoch is always 0.
+        log.write_txn_marker(&mut StdIo, producer_id, producer_epoch, marker, 0, epoch)?;
+        Ok(true)
     }
 
     fn new_producer_id(&self) -> Result<ProducerId, String> {

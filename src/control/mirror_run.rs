@@ -297,6 +297,8 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         &catalog,
         &crate::serve::writes::writer_slot(),
         groups.as_ref(),
+        // Nothing is writable in static mode: no transactions to coordinate.
+        None,
     ) {
         Ok(k) => k,
         Err(e) => {

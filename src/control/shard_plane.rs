@@ -86,6 +86,8 @@ impl ShardDataPlane {
             crate::serve::groups::offsets::TOPIC,
             0,
         )));
+        // ...and `__transaction_state` to the transaction coordinator.
+        drop(logs.take(&TopicPartition::new(crate::serve::txn::store::TOPIC, 0)));
         let returned: ReturnedLogs = Arc::new(Mutex::new(Vec::new()));
         let shard_returned = Arc::clone(&returned);
         let progress = ProgressBoard::default();

@@ -73,6 +73,7 @@ pub fn dispatcher(
         4,
         Arc::new(InitProducerIdApi {
             writer: Arc::clone(&writer),
+            txn: None,
         }),
     );
     d.register(

@@ -30,6 +30,7 @@ pub mod metadata;
 pub mod offset_for_epoch;
 pub mod produce;
 pub mod segment_reader;
+pub mod txn;
 pub mod writes;
 
 pub use listener::{KafkaListener, ListenerConfig};
@@ -43,6 +44,7 @@ pub fn start_configured(
     catalog: &std::sync::Arc<crate::log::read_view::ReadCatalog>,
     writer: &writes::WriterSlot,
     groups: Option<&std::sync::Arc<groups::GroupService>>,
+    txn: Option<&std::sync::Arc<txn::TxnService>>,
 ) -> std::io::Result<Option<KafkaListener>> {
     let Some(k) = &config.kafka else {
         return Ok(None);
@@ -58,6 +60,9 @@ pub fn start_configured(
         |d, host, port| {
             if let Some(g) = groups {
                 g.register(d, host, port);
+            }
+            if let Some(t) = txn {
+                t.register(d, writer);
             }
         },
     )

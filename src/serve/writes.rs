@@ -7,9 +7,10 @@
 //! partition never gets here: its read handle is not writable, and Produce answers with the
 //! read-only error (see `produce`).
 //!
-//! Transactions after failover are not served yet: InitProducerId with a transactional id is
-//! refused with a message, so a transactional producer fails at `initTransactions()` instead
-//! of writing data nobody can commit.
+//! InitProducerId with a transactional id goes to the transaction coordinator (`serve::txn`)
+//! when the endpoint has one (control-plane mode); without one it is refused, so a
+//! transactional producer fails at `initTransactions()` instead of writing data nobody can
+//! commit.
 
 use std::sync::{Arc, OnceLock};
 
@@ -28,6 +29,18 @@ pub trait PartitionWriter: Send + Sync {
     fn produce(&self, tp: &TopicPartition, batch: &mut [u8]) -> Result<ProduceOutcome, WriteError>;
     /// A producer id never used before and above every mirrored one.
     fn new_producer_id(&self) -> Result<ProducerId, String>;
+    /// Whether `tp` takes writes here (it was failed over to kmirror).
+    fn is_writable(&self, tp: &TopicPartition) -> bool;
+    /// Writes the COMMIT or ABORT marker of `producer_id`'s open transaction in `tp`.
+    /// `Ok(false)`, writing nothing, when the producer has no open transaction there (its
+    /// marker is already written: how a transaction left prepared by a crash is completed).
+    fn end_txn(
+        &self,
+        tp: &TopicPartition,
+        producer_id: ProducerId,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<bool, WriteError>;
 }
 
 /// Set once, when the control plane that owns writable partitions is up.
@@ -78,9 +91,11 @@ pub fn error_code(e: &WriteError) -> i16 {
     }
 }
 
-/// InitProducerId: a fresh producer id (epoch 0) for idempotent producers.
+/// InitProducerId: a fresh producer id (epoch 0) for idempotent producers; transactional ids
+/// are the transaction coordinator's, when there is one.
 pub struct InitProducerIdApi {
     pub writer: WriterSlot,
+    pub txn: Option<Arc<crate::serve::txn::TxnService>>,
 }
 
 impl ApiHandler for InitProducerIdApi {
@@ -89,9 +104,20 @@ impl ApiHandler for InitProducerIdApi {
         let mut resp = InitProducerIdResponse::default();
         resp.producer_id = WireProducerId(-1);
         resp.producer_epoch = -1;
-        if request.transactional_id.is_some() {
-            tracing::warn!("InitProducerId with a transactional id refused: transactions after failover are not served");
-            resp.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        if let Some(id) = &request.transactional_id {
+            match &self.txn {
+                Some(txn) => match txn.init_producer(id, request.transaction_timeout_ms) {
+                    Ok((pid, epoch)) => {
+                        resp.producer_id = WireProducerId(pid.0);
+                        resp.producer_epoch = epoch;
+                    }
+                    Err(code) => resp.error_code = code,
+                },
+                None => {
+                    tracing::warn!("InitProducerId with a transactional id refused: no transaction coordinator in this mode");
+                    resp.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+                }
+            }
             return Outcome::encode(req, &resp);
         }
         match self.writer.get().map(|w| w.new_producer_id()) {

@@ -1,0 +1,471 @@
+//! The rules of the transaction coordinator, per transactional id (Kafka's transaction
+//! version 1 state machine, on a single node):
+//!
+//! ```text
+//! Empty ──AddPartitions──▶ Ongoing ──EndTxn──▶ PrepareCommit ─markers─▶ CompleteCommit
+//!   ▲                         │        └─────▶ PrepareAbort  ─markers─▶ CompleteAbort
+//!   └──── InitProducerId (epoch + 1; an Ongoing transaction is aborted first) ◀──────┘
+//! ```
+//!
+//! A transaction Ongoing for longer than its timeout is aborted by the timer with the epoch
+//! raised, which fences the producer that let it run out (its next request answers
+//! INVALID_PRODUCER_EPOCH), as Kafka does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{ProducerId, TopicPartition};
+use crate::limits::{TXN_IDS_MAX, TXN_TIMEOUT_MS_MAX};
+use crate::serve::txn::store::{TxnStore, TxnStoreError};
+use crate::serve::writes::{PartitionWriter, WriteError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnState {
+    Empty,
+    Ongoing,
+    PrepareCommit,
+    PrepareAbort,
+    CompleteCommit,
+    CompleteAbort,
+}
+
+/// One transactional id's record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnMeta {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub timeout_ms: i32,
+    pub state: TxnState,
+    /// `(topic, partition)` of every partition written in the current transaction.
+    pub partitions: BTreeSet<(String, i32)>,
+    /// When the current transaction began (wall clock, ms): its timeout counts from here.
+    pub started_ms: i64,
+}
+
+impl TxnMeta {
+    fn producer(&self) -> ProducerId {
+        ProducerId(self.producer_id)
+    }
+
+    fn tps(&self) -> Vec<TopicPartition> {
+        self.partitions
+            .iter()
+            .map(|(t, p)| TopicPartition::new(t.clone(), *p))
+            .collect()
+    }
+}
+
+/// Why a request is refused, as the Kafka error the client understands.
+#[derive(Debug, thiserror::Error)]
+pub enum TxnError {
+    #[error("transaction timeout {0} ms is outside 1..={TXN_TIMEOUT_MS_MAX}")]
+    InvalidTimeout(i32),
+    #[error("no producer id {0} for this transactional id")]
+    UnknownProducer(i64),
+    #[error("producer epoch {got} is not the current {current}")]
+    Fenced { current: i16, got: i16 },
+    #[error("the transaction is completing; try again")]
+    Concurrent,
+    #[error("{op} is not valid in state {state:?}")]
+    InvalidState { op: &'static str, state: TxnState },
+    #[error("{0} is not writable on this kmirror")]
+    NotWritable(TopicPartition),
+    #[error("more than {TXN_IDS_MAX} transactional ids")]
+    TooMany,
+    #[error("no producer id: {0}")]
+    NoProducerId(String),
+    #[error("writing a transaction marker: {0}")]
+    Marker(#[from] WriteError),
+    #[error("__transaction_state: {0}")]
+    Store(#[from] TxnStoreError),
+}
+
+// Kafka error codes (org.apache.kafka.common.protocol.Errors).
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const INVALID_TXN_STATE: i16 = 48;
+const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+const CONCURRENT_TRANSACTIONS: i16 = 51;
+const KAFKA_STORAGE_ERROR: i16 = 56;
+
+impl TxnError {
+    pub fn code(&self) -> i16 {
+        match self {
+            TxnError::InvalidTimeout(_) => INVALID_TRANSACTION_TIMEOUT,
+            TxnError::UnknownProducer(_) => INVALID_PRODUCER_ID_MAPPING,
+            TxnError::Fenced { .. } => INVALID_PRODUCER_EPOCH,
+            TxnError::Concurrent => CONCURRENT_TRANSACTIONS,
+            TxnError::InvalidState { .. } => INVALID_TXN_STATE,
+            TxnError::NotWritable(_) => UNKNOWN_TOPIC_OR_PARTITION,
+            TxnError::TooMany | TxnError::NoProducerId(_) => COORDINATOR_NOT_AVAILABLE,
+            TxnError::Marker(_) | TxnError::Store(_) => KAFKA_STORAGE_ERROR,
+        }
+    }
+}
+
+pub struct TxnCoordinator<S: TxnStore> {
+    store: S,
+    writer: Arc<dyn PartitionWriter>,
+    txns: BTreeMap<String, TxnMeta>,
+}
+
+impl<S: TxnStore> TxnCoordinator<S> {
+    /// Loads every transactional id and completes the transactions a crash left between
+    /// Prepare* and Complete* (the markers still missing are written now).
+    pub fn open(store: S, writer: Arc<dyn PartitionWriter>) -> Result<Self, TxnError> {
+        let txns = store.load()?.into_iter().collect();
+        let mut c = TxnCoordinator {
+            store,
+            writer,
+            txns,
+        };
+        let unfinished: Vec<String> = c
+            .txns
+            .iter()
+            .filter(|(_, m)| matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in unfinished {
+            let commit = c.txns[&id].state == TxnState::PrepareCommit;
+            tracing::info!(transactional_id = %id, commit, "completing a transaction left prepared");
+            c.complete(&id, commit)?;
+        }
+        Ok(c)
+    }
+
+    pub fn get(&self, id: &str) -> Option<&TxnMeta> {
+        self.txns.get(id)
+    }
+
+    fn put(&mut self, id: &str, meta: TxnMeta) -> Result<(), TxnError> {
+        self.store.put(id, &meta)?;
+        self.txns.insert(id.to_owned(), meta);
+        Ok(())
+    }
+
+    /// InitProducerId with a transactional id: a producer id and a fresh epoch; any earlier
+    /// producer with this id is fenced, and its open transaction aborted.
+    pub fn init_producer(
+        &mut self,
+        id: &str,
+        timeout_ms: i32,
+        now_ms: i64,
+    ) -> Result<(ProducerId, i16), TxnError> {
+        if !(1..=TXN_TIMEOUT_MS_MAX).contains(&timeout_ms) {
+            return Err(TxnError::InvalidTimeout(timeout_ms));
+        }
+        let Some(old) = self.txns.get(id).cloned() else {
+            if self.txns.len() >= TXN_IDS_MAX {
+                return Err(TxnError::TooMany);
+            }
+            let pid = self
+                .writer
+                .new_producer_id()
+                .map_err(TxnError::NoProducerId)?;
+            let meta = TxnMeta {
+                producer_id: pid.0,
+                producer_epoch: 0,
+                timeout_ms,
+                state: TxnState::Empty,
+                partitions: BTreeSet::new(),
+                started_ms: now_ms,
+            };
+            self.put(id, meta)?;
+            return Ok((pid, 0));
+        };
+        match old.state {
+            TxnState::PrepareCommit | TxnState::PrepareAbort => return Err(TxnError::Concurrent),
+            TxnState::Ongoing => self.abort_fencing(id)?,
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {}
+        }
+        let mut meta = self.txns[id].clone();
+        if meta.producer_epoch >= i16::MAX - 1 {
+            // Epochs are exhausted: a new producer id starts again at 0.
+            meta.producer_id = self
+                .writer
+                .new_producer_id()
+                .map_err(TxnError::NoProducerId)?
+                .0;
+            meta.producer_epoch = 0;
+        } else {
+            meta.producer_epoch += 1;
+        }
+        meta.timeout_ms = timeout_ms;
+        meta.state = TxnState::Empty;
+        meta.partitions.clear();
+        meta.started_ms = now_ms;
+        let answer = (meta.producer(), meta.producer_epoch);
+        self.put(id, meta)?;
+        Ok(answer)
+    }
+
+    /// The producer must be the current one: same producer id and epoch.
+    fn check_producer(&self, id: &str, pid: i64, epoch: i16) -> Result<&TxnMeta, TxnError> {
+        let meta = self
+            .txns
+            .get(id)
+            .filter(|m| m.producer_id == pid)
+            .ok_or(TxnError::UnknownProducer(pid))?;
+        if meta.producer_epoch != epoch {
+            return Err(TxnError::Fenced {
+                current: meta.producer_epoch,
+                got: epoch,
+            });
+        }
+        Ok(meta)
+    }
+
+    /// AddPartitionsToTxn: the partitions join the current transaction (starting it).
+    pub fn add_partitions(
+        &mut self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        tps: &[TopicPartition],
+        now_ms: i64,
+    ) -> Result<(), TxnError> {
+        let mut meta = self.check_producer(id, pid, epoch)?.clone();
+        if matches!(meta.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+            return Err(TxnError::Concurrent);
+        }
+        if let Some(tp) = tps.iter().find(|tp| !self.writer.is_writable(tp)) {
+            return Err(TxnError::NotWritable(tp.clone()));
+        }
+        if meta.state != TxnState::Ongoing {
+            meta.state = TxnState::Ongoing;
+            meta.partitions.clear();
+            meta.started_ms = now_ms;
+        }
+        let before = meta.partitions.len();
+        meta.partitions
+            .extend(tps.iter().map(|tp| (tp.topic.clone(), tp.partition)));
+        if meta.partitions.len() != before || self.txns[id].state != TxnState::Ongoing {
+            self.put(id, meta)?;
+        }
+        Ok(())
+    }
+
+    /// EndTxn: commit or abort the current transaction; answers once every marker is written.
+    pub fn end(&mut self, id: &str, pid: i64, epoch: i16, commit: bool) -> Result<(), TxnError> {
+        let meta = self.check_producer(id, pid, epoch)?;
+        match (meta.state, commit) {
+            (TxnState::Ongoing, _) => {}
+            // A retry of an EndTxn that completed.
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => return Ok(()),
+            (TxnState::PrepareCommit | TxnState::PrepareAbort, _) => {
+                return Err(TxnError::Concurrent)
+            }
+            (state, _) => {
+                return Err(TxnError::InvalidState {
+                    op: if commit { "commit" } else { "abort" },
+                    state,
+                })
+            }
+        }
+        let mut prepared = meta.clone();
+        prepared.state = if commit {
+            TxnState::PrepareCommit
+        } else {
+            TxnState::PrepareAbort
+        };
+        self.put(id, prepared)?;
+        self.complete(id, commit)
+    }
+
+    /// Writes the markers (skipping partitions that already have theirs) and records the end.
+    fn complete(&mut self, id: &str, commit: bool) -> Result<(), TxnError> {
+        let meta = self.txns[id].clone();
+        for tp in meta.tps() {
+            match self
+                .writer
+                .end_txn(&tp, meta.producer(), meta.producer_epoch, commit)
+            {
+                Ok(_) => {}
+                // A partition given back (mirrored again, or deleted) has no transaction of
+                // this producer to end any more.
+                Err(WriteError::NotWritable(_)) => {
+                    tracing::warn!(transactional_id = %id, %tp, "transaction marker skipped: the partition is no longer writable here");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut done = meta;
+        done.state = if commit {
+            TxnState::CompleteCommit
+        } else {
+            TxnState::CompleteAbort
+        };
+        self.put(id, done)
+    }
+
+    /// Aborts `id`'s Ongoing transaction with the epoch raised, fencing its producer.
+    fn abort_fencing(&mut self, id: &str) -> Result<(), TxnError> {
+        let mut meta = self.txns[id].clone();
+        meta.producer_epoch = meta.producer_epoch.saturating_add(1);
+        meta.state = TxnState::PrepareAbort;
+        self.put(id, meta)?;
+        self.complete(id, false)
+    }
+
+    /// Aborts every transaction Ongoing for longer than its timeout; returns how many.
+    pub fn expire(&mut self, now_ms: i64) -> Result<usize, TxnError> {
+        let expired: Vec<String> = self
+            .txns
+            .iter()
+            .filter(|(_, m)| {
+                m.state == TxnState::Ongoing && now_ms - m.started_ms > i64::from(m.timeout_ms)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &expired {
+            tracing::info!(transactional_id = %id, "transaction timed out: aborted, producer fenced");
+            self.abort_fencing(id)?;
+        }
+        Ok(expired.len())
+    }
+
+    pub fn into_store(self) -> S {
+        self.store
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::partition_log::ProduceOutcome;
+    use std::sync::Mutex;
+
+    /// Markers as (partition, producer, epoch, commit); partition "gone" is not writable.
+    #[derive(Default)]
+    struct Markers(Mutex<Vec<(TopicPartition, i64, i16, bool)>>);
+
+    impl PartitionWriter for Markers {
+        fn produce(&self, tp: &TopicPartition, _: &mut [u8]) -> Result<ProduceOutcome, WriteError> {
+            Err(WriteError::NotWritable(tp.clone()))
+        }
+        fn new_producer_id(&self) -> Result<ProducerId, String> {
+            Ok(ProducerId(1 << 40))
+        }
+        fn is_writable(&self, tp: &TopicPartition) -> bool {
+            tp.topic != "gone"
+        }
+        fn end_txn(
+            &self,
+            tp: &TopicPartition,
+            pid: ProducerId,
+            epoch: i16,
+            commit: bool,
+        ) -> Result<bool, WriteError> {
+            self.0
+                .lock()
+                .unwrap()
+                .push((tp.clone(), pid.0, epoch, commit));
+            Ok(true)
+        }
+    }
+
+    #[derive(Default, Clone)]
+    struct Memory(Arc<Mutex<BTreeMap<String, TxnMeta>>>);
+
+    impl TxnStore for Memory {
+        fn load(&self) -> Result<Vec<(String, TxnMeta)>, TxnStoreError> {
+            Ok(self.0.lock().unwrap().clone().into_iter().collect())
+        }
+        fn put(&mut self, id: &str, meta: &TxnMeta) -> Result<(), TxnStoreError> {
+            self.0.lock().unwrap().insert(id.to_owned(), meta.clone());
+            Ok(())
+        }
+    }
+
+    fn tp(t: &str) -> TopicPartition {
+        TopicPartition::new(t, 0)
+    }
+
+    #[test]
+    fn commit_writes_markers_and_a_new_producer_fences_the_old() {
+        let markers = Arc::new(Markers::default());
+        let store = Memory::default();
+        let mut c = TxnCoordinator::open(store.clone(), markers.clone()).unwrap();
+        let (pid, e0) = c.init_producer("t", 60_000, 0).unwrap();
+        assert_eq!(e0, 0);
+        c.add_partitions("t", pid.0, 0, &[tp("a"), tp("b")], 1)
+            .unwrap();
+        assert!(matches!(
+            c.add_partitions("t", pid.0, 0, &[tp("gone")], 1),
+            Err(TxnError::NotWritable(_))
+        ));
+        c.end("t", pid.0, 0, true).unwrap();
+        assert_eq!(
+            *markers.0.lock().unwrap(),
+            vec![(tp("a"), pid.0, 0, true), (tp("b"), pid.0, 0, true)]
+        );
+        c.end("t", pid.0, 0, true)
+            .expect("a retried commit is answered again");
+        assert!(matches!(
+            c.end("t", pid.0, 0, false),
+            Err(TxnError::InvalidState { .. })
+        ));
+
+        // A second producer with the same id while a transaction is open: aborted, fenced.
+        c.add_partitions("t", pid.0, 0, &[tp("a")], 2).unwrap();
+        let (pid2, e1) = c.init_producer("t", 60_000, 3).unwrap();
+        assert_eq!(
+            (pid2, e1),
+            (pid, 2),
+            "abort raised the epoch to 1, init to 2"
+        );
+        assert_eq!(
+            markers.0.lock().unwrap().last().unwrap(),
+            &(tp("a"), pid.0, 1, false)
+        );
+        assert!(matches!(
+            c.add_partitions("t", pid.0, 0, &[tp("a")], 4),
+            Err(TxnError::Fenced { current: 2, got: 0 })
+        ));
+        assert_eq!(store.0.lock().unwrap()["t"].producer_epoch, 2);
+    }
+
+    #[test]
+    fn timeout_aborts_and_prepared_transactions_complete_at_open() {
+        let markers = Arc::new(Markers::default());
+        let store = Memory::default();
+        let mut c = TxnCoordinator::open(store.clone(), markers.clone()).unwrap();
+        let (pid, _) = c.init_producer("t", 1_000, 0).unwrap();
+        c.add_partitions("t", pid.0, 0, &[tp("a")], 10).unwrap();
+        assert_eq!(c.expire(1_000).unwrap(), 0);
+        assert_eq!(c.expire(1_011).unwrap(), 1);
+        assert_eq!(c.get("t").unwrap().state, TxnState::CompleteAbort);
+        assert!(matches!(
+            c.end("t", pid.0, 0, true),
+            Err(TxnError::Fenced { .. })
+        ));
+
+        // A crash after PrepareCommit was recorded: the next open writes the markers.
+        let mut prepared = c.get("t").unwrap().clone();
+        prepared.state = TxnState::PrepareCommit;
+        store.0.lock().unwrap().insert("t".into(), prepared);
+        markers.0.lock().unwrap().clear();
+        let c = TxnCoordinator::open(store.clone(), markers.clone()).unwrap();
+        assert_eq!(c.get("t").unwrap().state, TxnState::CompleteCommit);
+        assert_eq!(markers.0.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn timeouts_outside_the_limit_are_refused() {
+        let mut c = TxnCoordinator::open(Memory::default(), Arc::new(Markers::default())).unwrap();
+        assert_eq!(
+            c.init_producer("t", TXN_TIMEOUT_MS_MAX + 1, 0)
+                .unwrap_err()
+                .code(),
+            INVALID_TRANSACTION_TIMEOUT
+        );
+        assert_eq!(
+            c.init_producer("t", 0, 0).unwrap_err().code(),
+            INVALID_TRANSACTION_TIMEOUT
+        );
+    }
+}

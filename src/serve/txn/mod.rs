@@ -1,0 +1,29 @@
+//! The transaction coordinator for producers writing to kmirror after failover.
+//!
+//! kmirror is the only broker its clients see, so it is also their transaction coordinator:
+//! FindCoordinator (served by the group service for both key types) sends transactional
+//! producers here. The classic protocol (transaction version 1) is served: InitProducerId with
+//! a transactional id, AddPartitionsToTxn v0–3, EndTxn v0–4. kmirror does not advertise the
+//! `transaction.version` feature, so clients do not use KIP-890's implicit partition adds.
+//! AddOffsetsToTxn / TxnOffsetCommit (offsets committed inside a transaction) are not served
+//! and not advertised: `sendOffsetsToTransaction` fails with an unsupported-version error.
+//!
+//! | module        | job                                                                   |
+//! |---------------|-----------------------------------------------------------------------|
+//! | `coordinator` | per transactional id: producer id and epoch, state, partitions; rules |
+//! | `store`       | `__transaction_state-0`: one keyed JSON record per transactional id    |
+//! | `service`     | the API handlers on the endpoint and the timeout timer thread         |
+//!
+//! Every state change is written to `__transaction_state-0` before it is acted on. EndTxn
+//! writes PrepareCommit/PrepareAbort, then the markers into each partition (through the
+//! leader store), then CompleteCommit/CompleteAbort, and only then answers. A crash between
+//! the two records leaves Prepare*: the next start writes the markers still missing (a
+//! partition whose producer has no open transaction already has its marker) and completes it.
+
+pub mod coordinator;
+pub mod service;
+pub mod store;
+
+pub use coordinator::{TxnCoordinator, TxnError, TxnMeta, TxnState};
+pub use service::TxnService;
+pub use store::TxnLog;

@@ -1,0 +1,223 @@
+//! The transaction coordinator on the Kafka endpoint: API handlers that lock the coordinator
+//! for one call each (markers are written under the lock, at client rates: transactions after
+//! failover are ordinary application traffic), and a `txn-timer` thread that aborts
+//! transactions past their timeout.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse,
+};
+
+use crate::ids::{ProducerId, TopicPartition};
+use crate::limits::TXN_TIMER_TICK_MS;
+use crate::serve::dispatch::{ApiHandler, Dispatcher, Outcome, Request};
+use crate::serve::txn::coordinator::{TxnCoordinator, TxnError};
+use crate::serve::txn::store::{TxnLog, TxnStoreError};
+use crate::serve::writes::{InitProducerIdApi, PartitionWriter, WriterSlot};
+use crate::serve::ServeError;
+
+/// Kafka's OPERATION_NOT_ATTEMPTED: the other partitions of a refused AddPartitionsToTxn.
+const OPERATION_NOT_ATTEMPTED: i16 = 55;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TxnServiceError {
+    #[error("opening __transaction_state-0: {0}")]
+    Store(#[from] TxnStoreError),
+    #[error("recovering transactions: {0}")]
+    Recover(#[from] TxnError),
+    #[error("starting the transaction timer thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+pub struct TxnService {
+    coordinator: Mutex<Option<TxnCoordinator<TxnLog>>>,
+    stop: AtomicBool,
+    timer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for TxnService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxnService").finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every coordinator step records its state before acting, so a panic mid-way leaves a
+    // state that the next call (or the next start) continues from.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl TxnService {
+    /// Opens `<data_dir>/__transaction_state-0`, completes prepared transactions through
+    /// `writer` (the failed-over partitions must already be in it), and starts the timer.
+    pub fn open(
+        data_dir: &Path,
+        writer: Arc<dyn PartitionWriter>,
+    ) -> Result<Arc<TxnService>, TxnServiceError> {
+        let coordinator = TxnCoordinator::open(TxnLog::open(data_dir)?, writer)?;
+        let service = Arc::new(TxnService {
+            coordinator: Mutex::new(Some(coordinator)),
+            stop: AtomicBool::new(false),
+            timer: Mutex::new(None),
+        });
+        let me = Arc::clone(&service);
+        let timer = std::thread::Builder::new()
+            .name("txn-timer".into())
+            .spawn(move || {
+                while !me.stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(TXN_TIMER_TICK_MS));
+                    if let Some(c) = lock(&me.coordinator).as_mut() {
+                        if let Err(e) = c.expire(now_ms()) {
+                            tracing::error!("aborting timed-out transactions: {e}");
+                        }
+                    }
+                }
+            })?;
+        *lock(&service.timer) = Some(timer);
+        Ok(service)
+    }
+
+    /// Registers AddPartitionsToTxn, EndTxn and an InitProducerId that also serves
+    /// transactional ids.
+    pub fn register(self: &Arc<Self>, d: &mut Dispatcher, writer: &WriterSlot) {
+        let api = Arc::new(TxnApi {
+            service: Arc::clone(self),
+        });
+        d.register(ApiKey::AddPartitionsToTxn, 0, 3, api.clone());
+        d.register(ApiKey::EndTxn, 0, 4, api);
+        let init = InitProducerIdApi {
+            writer: Arc::clone(writer),
+            txn: Some(Arc::clone(self)),
+        };
+        d.register(ApiKey::InitProducerId, 0, 4, Arc::new(init));
+    }
+
+    /// InitProducerId for `transactional_id`: `Err(code)` is the Kafka error to answer.
+    pub fn init_producer(
+        &self,
+        transactional_id: &str,
+        timeout_ms: i32,
+    ) -> Result<(ProducerId, i16), i16> {
+        let mut c = lock(&self.coordinator);
+        let c = c.as_mut().ok_or(COORDINATOR_NOT_AVAILABLE)?;
+        c.init_producer(transactional_id, timeout_ms, now_ms())
+            .map_err(|e| refused("InitProducerId", transactional_id, &e))
+    }
+
+    /// Stops the timer and closes `__transaction_state-0` cleanly.
+    pub fn close(&self) -> Result<(), TxnStoreError> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = lock(&self.timer).take() {
+            let _ = t.join();
+        }
+        match lock(&self.coordinator).take() {
+            Some(c) => c.into_store().close(),
+            None => Ok(()),
+        }
+    }
+}
+
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+
+fn refused(api: &str, id: &str, e: &TxnError) -> i16 {
+    match e {
+        TxnError::Marker(_) | TxnError::Store(_) | TxnError::NoProducerId(_) => {
+            tracing::error!(transactional_id = %id, "{api}: {e}")
+        }
+        _ => tracing::info!(transactional_id = %id, "{api} refused: {e}"),
+    }
+    e.code()
+}
+
+struct TxnApi {
+    service: Arc<TxnService>,
+}
+
+impl ApiHandler for TxnApi {
+    fn handle(&self, req: &Request) -> Result<Outcome, ServeError> {
+        let mut guard = lock(&self.service.coordinator);
+        match req.api_key {
+            ApiKey::AddPartitionsToTxn => {
+                let r: AddPartitionsToTxnRequest = req.decode()?;
+                let id = r.v3_and_below_transactional_id.to_string();
+                let tps: Vec<TopicPartition> = r
+                    .v3_and_below_topics
+                    .iter()
+                    .flat_map(|t| {
+                        t.partitions
+                            .iter()
+                            .map(|p| TopicPartition::new(t.name.to_string(), *p))
+                    })
+                    .collect();
+                let outcome = match guard.as_mut() {
+                    Some(c) => c
+                        .add_partitions(
+                            &id,
+                            r.v3_and_below_producer_id.0,
+                            r.v3_and_below_producer_epoch,
+                            &tps,
+                            now_ms(),
+                        )
+                        .map_err(|e| (refused("AddPartitionsToTxn", &id, &e), e)),
+                    None => Err((
+                        COORDINATOR_NOT_AVAILABLE,
+                        TxnError::NoProducerId("closing".into()),
+                    )),
+                };
+                let mut resp = AddPartitionsToTxnResponse::default();
+                for t in &r.v3_and_below_topics {
+                    let mut tr = AddPartitionsToTxnTopicResult::default();
+                    tr.name = t.name.clone();
+                    for p in &t.partitions {
+                        let code = match &outcome {
+                            Ok(()) => 0,
+                            // Only the partition at fault carries the error.
+                            Err((code, TxnError::NotWritable(bad))) => {
+                                if bad.topic == t.name.as_str() && bad.partition == *p {
+                                    *code
+                                } else {
+                                    OPERATION_NOT_ATTEMPTED
+                                }
+                            }
+                            Err((code, _)) => *code,
+                        };
+                        let mut pr = AddPartitionsToTxnPartitionResult::default();
+                        pr.partition_index = *p;
+                        pr.partition_error_code = code;
+                        tr.results_by_partition.push(pr);
+                    }
+                    resp.results_by_topic_v3_and_below.push(tr);
+                }
+                Outcome::encode(req, &resp)
+            }
+            ApiKey::EndTxn => {
+                let r: EndTxnRequest = req.decode()?;
+                let id = r.transactional_id.to_string();
+                let mut resp = EndTxnResponse::default();
+                resp.error_code = match guard.as_mut() {
+                    Some(c) => match c.end(&id, r.producer_id.0, r.producer_epoch, r.committed) {
+                        Ok(()) => 0,
+                        Err(e) => refused("EndTxn", &id, &e),
+                    },
+                    None => COORDINATOR_NOT_AVAILABLE,
+                };
+                Outcome::encode(req, &resp)
+            }
+            other => Err(ServeError::UnsupportedApi { api: other as i16 }),
+        }
+    }
+}
