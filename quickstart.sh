@@ -14,9 +14,11 @@
 #      against the broker's own segment files,
 #   6. consumes the mirrored topics back from kmirror with Kafka's Java consumer and compares
 #      every record with the source's; a produce to the mirrored (read-only) topic is refused,
-#   7. fails over while a source transaction is still open: `kmirror mirrors stop` aborts it,
-#      raises the leader epoch and makes the topics writable; an idempotent producer then writes
-#      to kmirror and its records continue at the mirrored end,
+#   7. fails over while a source transaction is still open and a consumer group has read part of
+#      orders on the source: `kmirror mirrors stop` aborts the transaction, raises the leader
+#      epoch, copies the group's committed offsets and makes the topics writable; the group then
+#      continues on kmirror exactly where it stopped, and an idempotent producer writes to
+#      kmirror, its records continuing at the mirrored end,
 #   8. stops kmirror (SIGTERM, clean shutdown) and the broker.
 # The broker and kmirror are stopped and the temp dir removed however the script ends (Ctrl-C too).
 #
@@ -366,6 +368,21 @@ partitions[2]="payments:0:$((open_last + 1))"
 wait_until caught_up 120 || fail "kmirror did not mirror the open transaction in 120s"
 echo "    source transaction left open at payments-0 offsets $open_first..$open_last; kmirror holds it"
 
+# An application's consumer group reads part of orders from the source and commits.
+group_read=$((per_orders / 2 + per_orders / 5))
+tool group-consume --bootstrap "$bootstrap" --group billing --topic orders --max "$group_read" \
+  >"$work/group-source.json"
+# The next offset the group will read, per partition (the source's commits).
+group_next() { python3 -c '
+import json, sys
+nxt = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    nxt[r["partition"]] = max(nxt.get(r["partition"], 0), r["offset"] + 1)
+print(" ".join(f"{p}:{nxt.get(p, 0)}" for p in (0, 1)))' "$1"; }
+committed_at="$(group_next "$work/group-source.json")"
+echo "    consumer group billing read $group_read orders records from the source and committed (partition:next offset) $committed_at"
+
 echo "--- kmirror mirrors stop --mirror quickstart --topics 'orders,payments'   (the failover)"
 mirrors stop --mirror quickstart --topics 'orders,payments'
 echo "--- kmirror mirrors describe --mirror quickstart"
@@ -381,6 +398,35 @@ after="$(consume "$listener" payments 0 $((committed_payments + 1)) read_committ
 [ "$after" = "$committed_payments" ] || fail "read_committed after failover returned $after records"
 echo "    read_committed on payments-0 after failover: $after records (the open transaction was aborted)"
 
+echo "--- kafka-consumer-groups.sh --describe --group billing, against kmirror"
+"$java" "${tool_jvm[@]}" -cp "$libs/*" org.apache.kafka.tools.consumer.group.ConsumerGroupCommand \
+  --bootstrap-server "$listener" --describe --group billing 2>>"$work/tool.log" |
+  sed '/^$/d' | tee "$work/group-describe.txt"
+grep -q "billing" "$work/group-describe.txt" || fail "kmirror does not know group billing"
+echo "--- the group continues on kmirror"
+rest=$((2 * per_orders - group_read))
+tool group-consume --bootstrap "$listener" --group billing --topic orders --max "$rest" \
+  >"$work/group-kmirror.json"
+python3 - "$work/group-source.json" "$work/group-kmirror.json" "$per_orders" <<'EOF' ||
+import json, sys
+before = [json.loads(l) for l in open(sys.argv[1])]
+after = [json.loads(l) for l in open(sys.argv[2])]
+end = int(sys.argv[3])
+for p in (0, 1):
+    seen = sorted(r["offset"] for r in before + after if r["partition"] == p)
+    # Every offset of the partition exactly once across both sides: no gap, no duplicate.
+    assert seen == list(range(end)), f"orders-{p}: {len(seen)} offsets, not 0..{end - 1} once each"
+EOF
+  fail "the group did not continue on kmirror exactly where it stopped"
+resumed_at="$(python3 -c '
+import json, sys
+first = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    first[r["partition"]] = min(first.get(r["partition"], 1 << 62), r["offset"])
+print(" ".join(f"{p}:{first[p]}" for p in sorted(first)))' "$work/group-kmirror.json")"
+echo "    group billing resumed on kmirror at (partition:offset) $resumed_at: every orders offset read exactly once"
+
 echo "--- an idempotent Java producer writes 100 lz4 records to kmirror's orders-0"
 written="$(tool produce --bootstrap "$listener" --topic orders --partition 0 --count 100 \
   --codec lz4 --seed 9 --idempotent true)"
@@ -392,7 +438,7 @@ back="$(consume "$listener" orders 0 $((per_orders + 100)) read_committed | wc -
 [ "$back" = $((per_orders + 100)) ] || fail "consumed $back records from orders-0 after the produce"
 echo "--- the last batch of kmirror's orders-0 (written by kmirror as leader, new leader epoch)"
 "$kmirror" log dump "$mirror_dir/orders-0" | grep '^baseOffset' | tail -1 | cut -c1-220
-summary 7 "failover: open source transaction aborted, topics writable; idempotent producer wrote offsets $w_first..$w_last of orders-0, right after the mirrored end; $back records read back"
+summary 7 "failover: open source transaction aborted, group billing resumed on kmirror at its source commits ($resumed_at) with no gap or duplicate, topics writable; idempotent producer wrote offsets $w_first..$w_last of orders-0, right after the mirrored end; $back records read back"
 
 # ---------------------------------------------------------------------------------------------
 step 8 "stop kmirror (SIGTERM) and the broker"
