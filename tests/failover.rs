@@ -102,6 +102,11 @@ fn failover_completes_with_the_source_broker_dead() {
     let row = describe_rows(&admin, "m").remove(0);
     assert_eq!(row["state"], "STOPPED", "{row}");
     assert_eq!(row["lastEndOffset"], source_end, "{row}");
+    assert_eq!(
+        row["destinationOffset"],
+        source_end + 1,
+        "describe shows the failed-over log's end (the ABORT marker is the +1): {row}"
+    );
 
     // The open transaction is aborted: read_committed sees exactly the committed records, and
     // an idempotent producer continues right after the ABORT marker.
@@ -320,7 +325,8 @@ fn transactional_producers_work_after_failover() {
             ..ProduceOpts::default()
         },
     );
-    assert_eq!(after.first_offset, 77);
+    // The timer's ABORT marker lands before or after these, depending on timing.
+    assert!(after.first_offset > open.last_offset, "{after:?}");
     // The consumer's own 30 s wait covers the timeout: 63 records once the open one is aborted.
     let visible = harness::consume(&kmirror, &topic, 0, 0, 63, Isolation::ReadCommitted);
     assert_eq!(

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::control::producer_ids::ProducerIdAllocator;
-use crate::ids::{ProducerId, TopicPartition};
+use crate::ids::{Offset, ProducerId, TopicPartition};
 use crate::limits::MAX_MESSAGE_BYTES_DEFAULT;
 use crate::log::io::StdIo;
 use crate::log::partition_log::{PartitionLog, ProduceOutcome};
@@ -58,6 +58,11 @@ impl LeaderStore {
     /// Gives a partition back (read-only again), e.g. to mirror it anew.
     pub fn release(&self, tp: &TopicPartition) -> Option<PartitionLog> {
         lock(&self.logs).remove(tp).map(read_only)
+    }
+
+    /// The log end of a failed-over partition (writes after failover move it).
+    pub fn log_end(&self, tp: &TopicPartition) -> Option<Offset> {
+        lock(&self.logs).get(tp).map(|l| l.log_end_offset())
     }
 
     pub fn contains(&self, tp: &TopicPartition) -> bool {

@@ -460,6 +460,8 @@ impl DataPlane for ShardDataPlane {
                 .as_ref()
                 .and_then(|d| d.get(tp))
                 .map(|l| l.log_end_offset().0)
+                // Failed over: the leader store has it, and clients may be writing to it.
+                .or_else(|| self.leaders.log_end(tp).map(|o| o.0))
         };
         Progress {
             local_log_end: local,
