@@ -65,7 +65,8 @@ fn quickstart_mirrors_byte_for_byte() {
         "segment files mirrored byte-for-byte: OK",
         "[6/8] Java consumer on kmirror",
         "read_committed hides the aborted transaction; produce refused while mirroring",
-        "[7/8] failover: open source transaction aborted, topics writable",
+        "[7/8] failover: open source transaction aborted, group billing resumed on kmirror",
+        "with no gap or duplicate, topics writable",
         "[8/8] kmirror stopped cleanly",
         "quickstart: OK",
     ] {
