@@ -40,6 +40,10 @@ impl DataPlane for RecordingPlane {
         self.0.lock().unwrap().remove(tp);
         Ok(Offset(0))
     }
+    fn configure(&mut self, _: &str, _: &kmirror::log::config::LogConfig) -> Result<(), String> {
+        // No logs here: configs reaching the logs are tested in control_topic_configs.
+        Ok(())
+    }
     fn promote(&mut self, _: &TopicPartition) -> Result<Promotion, String> {
         // No logs here: the promotion itself is tested in control_shards and log_leader.
         Ok(Promotion {

@@ -3,7 +3,7 @@
 //! modelled independently here, never from the code under test.
 
 use kmirror::ids::{LeaderEpoch, Offset, TimestampMs, TopicPartition};
-use kmirror::log::config::{FlushPolicy, LogConfig};
+use kmirror::log::config::{CleanupPolicy, FlushPolicy, LogConfig};
 use kmirror::log::io::StdIo;
 use kmirror::log::partition_log::PartitionLog;
 use kmirror::log::recovery::LoadOptions;
@@ -399,6 +399,55 @@ fn retention_deletes_old_segments_and_moves_log_start() {
     assert!(deleted > 0);
     assert_eq!(log.log_start_offset(), Offset(120));
     assert_eq!(log.log_end_offset(), Offset(120));
+}
+
+#[test]
+fn set_config_refuses_bad_settings_and_compact_only_turns_retention_off() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("orders-0");
+    let config = LogConfig {
+        retention_ms: Some(100),
+        ..small_config()
+    };
+    let mut log = PartitionLog::create(&dir, tp(), None, config.clone()).expect("create");
+    let handle = log.attach_read_view();
+    log.append(&mut StdIo, &batches(0, 60, 2, 100).concat())
+        .expect("append");
+    let segments = log.segments().len();
+    assert!(segments > 2);
+    // An invalid config is refused and the current one stays, for the owner and for readers.
+    let bad = LogConfig {
+        segment_ms: 0,
+        ..config.clone()
+    };
+    assert!(log.set_config(bad).is_err());
+    assert_eq!(log.config(), &config);
+    assert_eq!(*handle.view().config, config);
+    // compact only (as the source's cleanup.policy says): nothing expires by time any more,
+    // and readers see the new settings.
+    let compact = LogConfig {
+        cleanup: CleanupPolicy {
+            delete: false,
+            compact: true,
+        },
+        ..config.clone()
+    };
+    log.set_config(compact.clone()).expect("valid config");
+    assert_eq!(*handle.view().config, compact);
+    let deleted = log
+        .delete_old_segments(&mut StdIo, i64::MAX / 2)
+        .expect("retention");
+    assert_eq!(deleted, 0);
+    assert_eq!(log.segments().len(), segments);
+    assert_eq!(log.log_start_offset(), Offset(0));
+    // delete again: time retention applies.
+    log.set_config(config).expect("valid config");
+    assert!(
+        log.delete_old_segments(&mut StdIo, i64::MAX / 2)
+            .expect("retention")
+            > 0
+    );
+    assert_eq!(log.log_start_offset(), Offset(120));
 }
 
 #[test]

@@ -410,7 +410,17 @@ fn control_plane_mode_serves_clients_too() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let log = serve.log_text();
+    // The admin API answers before the Kafka listener starts (control_run starts it after
+    // the control thread is up), so wait for its line too.
+    let log = loop {
+        let log = serve.log_text();
+        if log.contains("Kafka listener serving on ") {
+            break log;
+        }
+        serve.assert_running();
+        assert!(Instant::now() < deadline, "no Kafka listener line:\n{log}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let at = log
         .find("Kafka listener serving on ")
         .expect("listener line")

@@ -24,11 +24,13 @@ use crate::control::state::{
     Command, Event, Outcome, PartitionMachine, RetryPolicy, StateError, StateName,
 };
 use crate::control::state_log::{StateLog, StateLogError};
+use crate::control::topic_configs::{self, SourceConfigEntry, TopicConfigs};
 use crate::fetch::list_offsets::{Listed, OffsetQuery};
 use crate::ids::{MirrorEpoch, Offset, TopicPartition};
 use crate::limits::{
     GROUP_SYNC_FINAL_TIMEOUT_MS, GROUP_SYNC_ROUND_TIMEOUT_MS, MIRROR_SYNC_INTERVAL_MS_DEFAULT,
 };
+use crate::log::config::LogConfig;
 use crate::log::partition_log::Promotion;
 
 /// One source topic as the control plane needs it.
@@ -88,6 +90,12 @@ impl std::fmt::Display for Fault {
 /// Asks a mirror's source cluster what it has (with the mirror's own connection settings).
 pub trait SourceCatalog {
     fn describe(&mut self, mirror: &MirrorDefinition) -> Result<SourceView, Fault>;
+    /// DescribeConfigs of `topics`: each topic's entries, or the source's error for it.
+    fn topic_configs(
+        &mut self,
+        mirror: &MirrorDefinition,
+        topics: &[&str],
+    ) -> Result<BTreeMap<String, Result<Vec<SourceConfigEntry>, String>>, Fault>;
     /// ListOffsets on each partition's leader.
     fn list_offsets(
         &mut self,
@@ -120,6 +128,10 @@ pub trait DataPlane {
     ) -> Result<(), Fault>;
     /// Stop fetching `tp` and return its local log end.
     fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String>;
+    /// Sets the log config of every partition of `topic`, present and created later (already
+    /// validated: the controller builds it with `topic_configs::apply`). A partition a shard
+    /// owns gets it by message.
+    fn configure(&mut self, topic: &str, config: &LogConfig) -> Result<(), String>;
     fn progress(&self, tp: &TopicPartition) -> Progress;
     /// Failover of a partition whose fetcher is gone (KIP-1279 §9): open transactions
     /// aborted, the leader epoch raised above the source's, producer state reset, all durable
@@ -208,6 +220,11 @@ struct MirrorEntry {
     record: MirrorRecord,
     epoch: MirrorEpoch,
     partitions: BTreeMap<TopicPartition, PartEntry>,
+    /// Each topic's configs as last copied from the source (and applied).
+    configs: BTreeMap<String, TopicConfigs>,
+    /// Topics whose latest source configs could not be applied, with why (the previous
+    /// configs stay in force).
+    config_errors: BTreeMap<String, String>,
 }
 
 /// A row of `list`.
@@ -256,6 +273,9 @@ pub struct PartitionRow {
     pub error_message: Option<String>,
     pub last_mirror_epoch: Option<i32>,
     pub last_end_offset: Option<i64>,
+    /// Why the topic's latest source configs were not applied (the previous ones are).
+    #[serde(default)]
+    pub config_error: Option<String>,
 }
 
 /// What a command changed, for the operator.
@@ -330,6 +350,8 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                         record: (**rec).clone(),
                         epoch: MirrorEpoch(0),
                         partitions: BTreeMap::new(),
+                        configs: BTreeMap::new(),
+                        config_errors: BTreeMap::new(),
                     },
                 );
             }
@@ -367,6 +389,9 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                         p.last = Some(v);
                     }
                 }
+                (StateKey::TopicConfigs(_, topic), StateValue::TopicConfigs(v)) => {
+                    entry.configs.insert(topic, v.configs);
+                }
                 _ => {}
             }
         }
@@ -383,9 +408,105 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         let names: Vec<MirrorName> = c.mirrors.keys().cloned().collect();
         for name in names {
             c.bump_epoch(&name)?;
+            // The copied configs are in force before any partition is handed to a shard.
+            c.apply_stored_configs(&name);
             c.reconcile(&name)?;
         }
         Ok(c)
+    }
+
+    /// Applies each topic's stored configs to the data plane (at start).
+    fn apply_stored_configs(&mut self, name: &MirrorName) {
+        let stored: Vec<(String, TopicConfigs)> = self.mirrors[name]
+            .configs
+            .iter()
+            .map(|(t, c)| (t.clone(), c.clone()))
+            .collect();
+        for (topic, configs) in stored {
+            match topic_configs::apply(&LogConfig::default(), &configs) {
+                Ok(config) => {
+                    if let Err(why) = self.data.configure(&topic, &config) {
+                        tracing::error!(mirror = %name, %topic, %why, "stored topic configs not applied");
+                    }
+                }
+                // Stored configs were valid when copied; a newer kmirror may be stricter.
+                Err(e) => {
+                    tracing::error!(mirror = %name, %topic, "stored topic configs not applied: {e}");
+                }
+            }
+        }
+    }
+
+    /// Copies the source's configs of the mirror's live topics (those with a partition not
+    /// STOPPED and not failed as deleted): the changed ones are persisted, then applied. A
+    /// source that does not answer, or a topic it cannot describe, keeps the configs in force;
+    /// a value kmirror cannot apply keeps them too and is reported in `describe`.
+    fn sync_topic_configs(&mut self, name: &MirrorName) -> Result<(), ControlError> {
+        let entry = &self.mirrors[name];
+        let mut topics: Vec<String> = entry
+            .partitions
+            .iter()
+            .filter(|(_, p)| {
+                p.machine.state() != Some(StateName::Stopped)
+                    && p.machine
+                        .failure()
+                        .is_none_or(|f| f.message != SOURCE_TOPIC_DELETED)
+            })
+            .map(|(tp, _)| tp.topic.clone())
+            .collect();
+        topics.dedup();
+        if topics.is_empty() {
+            return Ok(());
+        }
+        let def = entry.record.definition.clone();
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let described = match self.source.topic_configs(&def, &names) {
+            Ok(d) => d,
+            Err(fault) => {
+                tracing::warn!(mirror = %name, %fault, "source sync: topic configs unavailable");
+                return Ok(());
+            }
+        };
+        for topic in topics {
+            let entries = match described.get(&topic) {
+                Some(Ok(entries)) => entries,
+                Some(Err(why)) => {
+                    tracing::warn!(mirror = %name, %topic, %why, "source sync: topic configs not described");
+                    continue;
+                }
+                None => continue,
+            };
+            let copied = topic_configs::copied(&def, entries);
+            let entry = self.entry_mut(name)?;
+            if entry.configs.get(&topic) == Some(&copied) {
+                continue;
+            }
+            let config = match topic_configs::apply(&LogConfig::default(), &copied) {
+                Ok(config) => config,
+                Err(e) => {
+                    let why = e.to_string();
+                    if entry.config_errors.get(&topic) != Some(&why) {
+                        tracing::error!(mirror = %name, %topic, "source sync: {why}; the previous configs stay");
+                    }
+                    entry.config_errors.insert(topic, why);
+                    continue;
+                }
+            };
+            entry.config_errors.remove(&topic);
+            entry.configs.insert(topic.clone(), copied.clone());
+            self.store.put(
+                &StateKey::TopicConfigs(name.clone(), topic.clone()),
+                &StateValue::TopicConfigs(crate::control::records::TopicConfigsValue {
+                    configs: copied.clone(),
+                }),
+            )?;
+            tracing::info!(mirror = %name, %topic, configs = ?copied, "source sync: topic configs copied");
+            if let Err(why) = self.data.configure(&topic, &config) {
+                tracing::error!(mirror = %name, %topic, %why, "topic configs not applied");
+                self.entry_mut(name)?.config_errors.insert(topic, why);
+            }
+        }
+        Ok(())
     }
 
     fn bump_epoch(&mut self, name: &MirrorName) -> Result<MirrorEpoch, ControlError> {
@@ -622,6 +743,8 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 record,
                 epoch: MirrorEpoch(0),
                 partitions: BTreeMap::new(),
+                configs: BTreeMap::new(),
+                config_errors: BTreeMap::new(),
             },
         );
         self.bump_epoch(&name)?;
@@ -822,6 +945,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 self.persist(&name, &tp)?;
             }
         }
+        self.sync_topic_configs(&name)?;
         self.reconcile(&name)?;
         Ok(report)
     }
@@ -994,6 +1118,10 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             self.store
                 .delete(&StateKey::LastMirrorEpoch(name.clone(), tp.clone()))?;
         }
+        for topic in entry.configs.keys() {
+            self.store
+                .delete(&StateKey::TopicConfigs(name.clone(), topic.clone()))?;
+        }
         self.store.delete(&StateKey::MirrorEpoch(name.clone()))?;
         self.store.delete(&StateKey::Mirror(name))?;
         Ok(())
@@ -1078,6 +1206,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     error_message: p.machine.failure().map(|f| f.message.clone()),
                     last_mirror_epoch: p.last.map(|l| l.mirror_epoch),
                     last_end_offset: p.last.map(|l| l.end_offset),
+                    config_error: e.config_errors.get(&tp.topic).cloned(),
                 });
             }
         }
@@ -1228,6 +1357,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 started = true;
             }
         }
+        self.sync_topic_configs(name)?;
         if started {
             self.reconcile(name)?;
         }
@@ -1379,11 +1509,33 @@ mod tests {
     use std::rc::Rc;
 
     #[derive(Clone)]
-    struct FakeSource(Rc<RefCell<Result<SourceView, Fault>>>);
+    struct FakeSource(
+        Rc<RefCell<Result<SourceView, Fault>>>,
+        /// Each topic's DescribeConfigs entries (a topic not here: the source's error).
+        Rc<RefCell<BTreeMap<String, Vec<SourceConfigEntry>>>>,
+    );
 
     impl SourceCatalog for FakeSource {
         fn describe(&mut self, _: &MirrorDefinition) -> Result<SourceView, Fault> {
             self.0.borrow().clone()
+        }
+        fn topic_configs(
+            &mut self,
+            _: &MirrorDefinition,
+            topics: &[&str],
+        ) -> Result<BTreeMap<String, Result<Vec<SourceConfigEntry>, String>>, Fault> {
+            self.0.borrow().clone()?;
+            let known = self.1.borrow();
+            Ok(topics
+                .iter()
+                .map(|t| {
+                    let e = known
+                        .get(*t)
+                        .cloned()
+                        .ok_or_else(|| "UNKNOWN_TOPIC_OR_PARTITION".to_owned());
+                    ((*t).to_owned(), e)
+                })
+                .collect())
         }
         fn list_offsets(
             &mut self,
@@ -1409,6 +1561,8 @@ mod tests {
         promoted: Rc<RefCell<Vec<TopicPartition>>>,
         fail_promotes: Rc<RefCell<bool>>,
         writable: Rc<RefCell<BTreeSet<TopicPartition>>>,
+        /// The config each topic was last given.
+        configs: Rc<RefCell<BTreeMap<String, LogConfig>>>,
     }
 
     impl DataPlane for FakeData {
@@ -1429,6 +1583,12 @@ mod tests {
         fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String> {
             self.active.borrow_mut().remove(tp);
             Ok(Offset(100))
+        }
+        fn configure(&mut self, topic: &str, config: &LogConfig) -> Result<(), String> {
+            self.configs
+                .borrow_mut()
+                .insert(topic.to_owned(), config.clone());
+            Ok(())
         }
         fn promote(&mut self, tp: &TopicPartition) -> Result<Promotion, String> {
             if *self.fail_promotes.borrow() {
@@ -1492,7 +1652,15 @@ mod tests {
         fn new() -> Rig {
             Rig {
                 dir: tempfile::tempdir().unwrap(),
-                source: FakeSource(Rc::new(RefCell::new(Ok(view("c1"))))),
+                source: FakeSource(
+                    Rc::new(RefCell::new(Ok(view("c1")))),
+                    Rc::new(RefCell::new(
+                        ["orders", "payments", "orders-eu", "refunds"]
+                            .into_iter()
+                            .map(|t| (t.to_owned(), Vec::new()))
+                            .collect(),
+                    )),
+                ),
                 data: FakeData::default(),
             }
         }
@@ -1964,5 +2132,76 @@ mod tests {
         c.tick(now_ms() + 1_000).unwrap();
         assert_eq!(state(&c, "payments", 0), Some(StateName::Mirroring));
         assert_eq!(rig.active(), ["payments-0"]);
+    }
+
+    fn dynamic(name: &str, value: &str) -> SourceConfigEntry {
+        SourceConfigEntry {
+            name: name.into(),
+            value: Some(value.into()),
+            source: topic_configs::SOURCE_DYNAMIC_TOPIC,
+        }
+    }
+
+    #[test]
+    fn topic_configs_are_copied_persisted_replayed_and_bad_ones_kept_out() {
+        let rig = Rig::new();
+        rig.source.1.borrow_mut().insert(
+            "orders".into(),
+            vec![
+                dynamic("retention.ms", "60000"),
+                dynamic("cleanup.policy", "compact"),
+                dynamic("min.insync.replicas", "2"),
+            ],
+        );
+        let mut c = rig.open();
+        c.create("m1", &props()).unwrap();
+        c.start("m1", "orders", None).unwrap();
+        let applied = rig.data.configs.borrow()["orders"].clone();
+        assert_eq!(applied.retention_ms, Some(60_000));
+        assert!(!applied.cleanup.delete && applied.cleanup.compact);
+        assert_eq!(
+            applied.topic_configs.keys().collect::<Vec<_>>(),
+            ["cleanup.policy", "retention.ms"],
+            "min.insync.replicas is never copied"
+        );
+        // A change on the source is applied by the next sync.
+        rig.source.1.borrow_mut().get_mut("orders").unwrap()[0] = dynamic("retention.ms", "120000");
+        c.sync().unwrap();
+        assert_eq!(
+            rig.data.configs.borrow()["orders"].retention_ms,
+            Some(120_000)
+        );
+        // A value kmirror cannot apply leaves the previous config and shows in describe.
+        rig.source.1.borrow_mut().get_mut("orders").unwrap()[0] = dynamic("retention.ms", "0");
+        c.sync().unwrap();
+        assert_eq!(
+            rig.data.configs.borrow()["orders"].retention_ms,
+            Some(120_000)
+        );
+        let row = c.describe(Some("m1")).unwrap().remove(0);
+        let why = row.config_error.expect("the refused config is reported");
+        assert!(why.starts_with("retention.ms=0"), "{why}");
+        assert_eq!(row.state, StateName::Mirroring);
+        // A restart applies the stored configs before the partitions get fetchers, without
+        // asking the source.
+        drop(c);
+        rig.data.configs.borrow_mut().clear();
+        *rig.source.0.borrow_mut() = Err("connection refused".into());
+        let c = rig.open();
+        assert_eq!(
+            rig.data.configs.borrow()["orders"].retention_ms,
+            Some(120_000)
+        );
+        assert_eq!(rig.active(), ["orders-0", "orders-1"]);
+        // Deleting the mirror drops its stored configs.
+        drop(c);
+        *rig.source.0.borrow_mut() = Ok(view("c1"));
+        let mut c = rig.open();
+        c.command("m1", "orders", Command::Stop).unwrap();
+        c.delete("m1").unwrap();
+        drop(c);
+        rig.data.configs.borrow_mut().clear();
+        let _c = rig.open();
+        assert!(rig.data.configs.borrow().is_empty());
     }
 }

@@ -12,7 +12,6 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::control::producer_ids::ProducerIdAllocator;
 use crate::ids::{Offset, ProducerId, TopicPartition};
-use crate::limits::MAX_MESSAGE_BYTES_DEFAULT;
 use crate::log::io::StdIo;
 use crate::log::partition_log::{PartitionLog, ProduceOutcome};
 use crate::log::LogError;
@@ -69,6 +68,26 @@ impl LeaderStore {
         lock(&self.logs).contains_key(tp)
     }
 
+    /// The led partitions of `topic`.
+    pub fn partitions_of(&self, topic: &str) -> Vec<TopicPartition> {
+        lock(&self.logs)
+            .keys()
+            .filter(|tp| tp.topic == topic)
+            .cloned()
+            .collect()
+    }
+
+    /// Applies a topic config change to a led partition; `None` when it is not led here.
+    pub fn set_config(
+        &self,
+        tp: &TopicPartition,
+        config: &crate::log::config::LogConfig,
+    ) -> Option<Result<(), crate::log::config::ConfigError>> {
+        lock(&self.logs)
+            .get_mut(tp)
+            .map(|log| log.set_config(config.clone()))
+    }
+
     /// Every log, made read-only again, for closing.
     pub fn take_all(&self) -> Vec<PartitionLog> {
         let logs = std::mem::take(&mut *lock(&self.logs));
@@ -98,7 +117,8 @@ impl PartitionWriter for LeaderStore {
             .epoch_cache()
             .latest_epoch()
             .expect("a promoted log has a leader epoch");
-        Ok(log.append_as_leader(&mut StdIo, batch, epoch, MAX_MESSAGE_BYTES_DEFAULT)?)
+        let max = log.config().max_message_bytes as usize;
+        Ok(log.append_as_leader(&mut StdIo, batch, epoch, max)?)
     }
 
     fn is_writable(&self, tp: &TopicPartition) -> bool {

@@ -16,6 +16,7 @@
 //! | `producer_ids` | producer ids for writes after failover: above every mirrored id, never reused |
 //! | `mirror_run` | resolving a configured mirror against the source and driving shards  |
 //! | `control_run` | `kmirror serve` with `[admin]`: controller, shards and admin API     |
+//! | `topic_configs` | which source topic configs are copied, and how they apply locally  |
 
 pub mod admin;
 pub mod control_run;
@@ -32,3 +33,4 @@ pub mod source_catalog;
 pub mod source_security;
 pub mod state;
 pub mod state_log;
+pub mod topic_configs;

@@ -12,9 +12,12 @@
 //! | 2    | mirror, topic, partition        | partition state (state, previous, retry...)  |
 //! | 100  | mirror                          | mirror definition + source cluster id, topics |
 //! | 101  | mirror                          | mirror epoch                                  |
+//! | 102  | mirror, topic                   | the topic configs copied from the source      |
 //!
-//! Types 1 and 2 carry the KIP's numbers and meaning; 100 and 101 are kmirror's own (the KIP
+//! Types 1 and 2 carry the KIP's numbers and meaning; 100, 101 and 102 are kmirror's own (the KIP
 //! keeps mirror definitions in the KRaft metadata log, which kmirror does not have).
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -27,6 +30,7 @@ pub const TYPE_LAST_MIRROR_EPOCH: i16 = 1;
 pub const TYPE_PARTITION_STATE: i16 = 2;
 pub const TYPE_MIRROR: i16 = 100;
 pub const TYPE_MIRROR_EPOCH: i16 = 101;
+pub const TYPE_TOPIC_CONFIGS: i16 = 102;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordCodecError {
@@ -44,6 +48,12 @@ struct MirrorKeyFields {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+struct TopicKeyFields {
+    mirror: MirrorName,
+    topic: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 struct PartitionKeyFields {
     mirror: MirrorName,
     topic: String,
@@ -57,6 +67,8 @@ pub enum StateKey {
     Partition(MirrorName, TopicPartition),
     Mirror(MirrorName),
     MirrorEpoch(MirrorName),
+    /// A mirrored topic's configs as copied from the source.
+    TopicConfigs(MirrorName, String),
 }
 
 impl StateKey {
@@ -65,7 +77,8 @@ impl StateKey {
             StateKey::LastMirrorEpoch(m, _)
             | StateKey::Partition(m, _)
             | StateKey::Mirror(m)
-            | StateKey::MirrorEpoch(m) => m,
+            | StateKey::MirrorEpoch(m)
+            | StateKey::TopicConfigs(m, _) => m,
         }
     }
 
@@ -95,6 +108,13 @@ impl StateKey {
                     serde_json::to_vec(&MirrorKeyFields { mirror: m.clone() }),
                 )
             }
+            StateKey::TopicConfigs(m, topic) => (
+                TYPE_TOPIC_CONFIGS,
+                serde_json::to_vec(&TopicKeyFields {
+                    mirror: m.clone(),
+                    topic: topic.clone(),
+                }),
+            ),
         };
         // Serialising plain structs of strings and integers cannot fail.
         let json = json.unwrap_or_default();
@@ -132,6 +152,10 @@ impl StateKey {
                     StateKey::MirrorEpoch(f.mirror)
                 })
             }
+            TYPE_TOPIC_CONFIGS => {
+                let f: TopicKeyFields = serde_json::from_slice(json).map_err(err)?;
+                Ok(StateKey::TopicConfigs(f.mirror, f.topic))
+            }
             other => Err(RecordCodecError::UnknownType(other)),
         }
     }
@@ -142,6 +166,7 @@ impl StateKey {
             StateKey::Partition(..) => TYPE_PARTITION_STATE,
             StateKey::Mirror(_) => TYPE_MIRROR,
             StateKey::MirrorEpoch(_) => TYPE_MIRROR_EPOCH,
+            StateKey::TopicConfigs(..) => TYPE_TOPIC_CONFIGS,
         }
     }
 }
@@ -214,6 +239,13 @@ pub enum StateValue {
     Partition(PartitionStateValue),
     Mirror(Box<MirrorRecord>),
     MirrorEpoch(MirrorEpoch),
+    TopicConfigs(TopicConfigsValue),
+}
+
+/// Type 102 value: the copied configs (already filtered, see `control::topic_configs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfigsValue {
+    pub configs: BTreeMap<String, String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -228,6 +260,7 @@ impl StateValue {
             StateValue::Partition(v) => serde_json::to_vec(v),
             StateValue::Mirror(v) => serde_json::to_vec(v),
             StateValue::MirrorEpoch(e) => serde_json::to_vec(&MirrorEpochJson { epoch: e.0 }),
+            StateValue::TopicConfigs(v) => serde_json::to_vec(v),
         };
         // Our value types hold only strings, numbers, enums and maps with string keys.
         json.unwrap_or_default()
@@ -250,6 +283,9 @@ impl StateValue {
             StateKey::MirrorEpoch(_) => {
                 let v: MirrorEpochJson = serde_json::from_slice(bytes).map_err(err)?;
                 StateValue::MirrorEpoch(MirrorEpoch(v.epoch))
+            }
+            StateKey::TopicConfigs(..) => {
+                StateValue::TopicConfigs(serde_json::from_slice(bytes).map_err(err)?)
             }
         })
     }
@@ -278,8 +314,9 @@ mod tests {
             StateKey::Partition(name(), TopicPartition::new("t", 3)),
             StateKey::Mirror(name()),
             StateKey::MirrorEpoch(name()),
+            StateKey::TopicConfigs(name(), "t".into()),
         ];
-        for (k, kind) in keys.iter().zip([1i16, 2, 100, 101]) {
+        for (k, kind) in keys.iter().zip([1i16, 2, 100, 101, 102]) {
             let bytes = k.encode();
             assert_eq!(i16::from_be_bytes([bytes[0], bytes[1]]), kind);
             assert_eq!(&StateKey::decode(&bytes).unwrap(), k);
@@ -293,6 +330,19 @@ mod tests {
             Err(RecordCodecError::UnknownType(9))
         );
         assert_eq!(StateKey::decode(&[0]), Err(RecordCodecError::ShortKey));
+        assert_eq!(
+            StateKey::TopicConfigs(name(), "t".into()).encode()[2..],
+            *br#"{"mirror":"m","topic":"t"}"#
+        );
+        let key = StateKey::TopicConfigs(name(), "t".into());
+        let value = StateValue::TopicConfigs(TopicConfigsValue {
+            configs: [("retention.ms".to_owned(), "60000".to_owned())].into(),
+        });
+        assert_eq!(
+            StateValue::decode(&key, &value.encode()).unwrap(),
+            value,
+            "type 102 value round-trips"
+        );
         assert!(StateKey::decode(&[0, 100, b'{', b'"', b'm']).is_err());
     }
 

@@ -67,6 +67,9 @@ pub struct ShardDataPlane {
     telemetry: Option<TelemetryThread>,
     /// Leader look-ups the shards asked for.
     refresh: LeaderRefresh,
+    /// Each topic's log config (from its copied source configs), for its partitions now and
+    /// later; topics not here use the default.
+    configs: HashMap<String, LogConfig>,
 }
 
 impl ShardDataPlane {
@@ -114,6 +117,7 @@ impl ShardDataPlane {
             failures: Vec::new(),
             leaders,
             refresh: LeaderRefresh::new(fetch),
+            configs: HashMap::new(),
         })
     }
 
@@ -141,7 +145,13 @@ impl ShardDataPlane {
             let mut r = self.returned.lock().unwrap_or_else(|p| p.into_inner());
             std::mem::take(&mut *r)
         };
-        for log in back {
+        for mut log in back {
+            // A config sent while the log was on its way back never reached it.
+            if let Some(config) = self.configs.get(&log.topic_partition().topic) {
+                if let Err(e) = log.set_config(config.clone()) {
+                    tracing::error!(partition = %log.topic_partition(), "topic configs not applied: {e}");
+                }
+            }
             self.logs().restore(log);
         }
     }
@@ -339,10 +349,17 @@ impl DataPlane for ShardDataPlane {
         let (spec, leader_epoch, start_offset) = self.source_for(mirror, tp, start)?;
         let security = Arc::clone(&spec.security);
         let id = (!topic_id.is_nil()).then_some(topic_id);
+        let config = self.configs.get(&tp.topic).cloned();
         self.logs()
-            .get_or_create(tp, id, None)
+            .get_or_create(tp, id, config.clone())
             .map_err(|e| Fault::from(e.to_string()))?;
         let mut log = self.logs().take(tp).expect("just created or found");
+        if let Some(config) = config {
+            if let Err(e) = log.set_config(config) {
+                self.logs().restore(log);
+                return Err(format!("{tp}: topic configs not applied: {e}").into());
+            }
+        }
         // Only a partition with nothing mirrored yet starts at the start position; one with
         // data resumes from its log end.
         if let Some(at) = start_offset.filter(|o| *o > Offset::ZERO) {
@@ -381,6 +398,53 @@ impl DataPlane for ShardDataPlane {
         };
         self.lent.insert(tp.clone(), (shard, access));
         Ok(())
+    }
+
+    fn configure(&mut self, topic: &str, config: &LogConfig) -> Result<(), String> {
+        self.configs.insert(topic.to_owned(), config.clone());
+        self.take_returned();
+        let mut errors = Vec::new();
+        let lent: Vec<(TopicPartition, ShardId)> = self
+            .lent
+            .iter()
+            .filter(|(tp, _)| tp.topic == topic)
+            .map(|(tp, (shard, _))| (tp.clone(), *shard))
+            .collect();
+        for (tp, shard) in lent {
+            let msg = MirrorMsg::SetConfig {
+                tp: tp.clone(),
+                config: Box::new(config.clone()),
+            };
+            if self.rt().send(shard, msg).is_err() {
+                // The log gets it when it comes back (take_returned) or is added again.
+                errors.push(format!("{tp}: shard {} mailbox is full", shard.0));
+            }
+        }
+        let here: Vec<TopicPartition> = self
+            .logs()
+            .partitions()
+            .map(|(tp, _)| tp.clone())
+            .filter(|tp| tp.topic == topic)
+            .collect();
+        for tp in here {
+            if let Some(Err(e)) = self
+                .logs()
+                .get_mut(&tp)
+                .map(|l| l.set_config(config.clone()))
+            {
+                errors.push(format!("{tp}: {e}"));
+            }
+        }
+        for tp in self.leaders.partitions_of(topic) {
+            if let Some(Err(e)) = self.leaders.set_config(&tp, config) {
+                errors.push(format!("{tp}: {e}"));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
     }
 
     fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String> {

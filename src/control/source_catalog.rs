@@ -5,15 +5,59 @@
 use crate::control::controller::{Fault, SourceCatalog, SourceTopic, SourceView};
 use crate::control::mirror_def::MirrorDefinition;
 use crate::control::source_security::{fault_of, security_of};
+use crate::control::topic_configs::{self, SourceConfigEntry, DESCRIBE_CONFIGS_VERSION};
 use crate::fetch::blocking::BlockingClient;
 use crate::fetch::list_offsets::{Listed, OffsetQuery};
 use crate::ids::TopicPartition;
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::DescribeConfigsRequest;
 
 /// Reads source metadata with a fresh blocking connection per call.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct BlockingSourceCatalog;
 
+/// Each topic's config entries as the source describes them, or why it could not.
+pub type DescribedConfigs = BTreeMap<String, Result<Vec<SourceConfigEntry>, String>>;
+
+impl BlockingSourceCatalog {
+    /// DescribeConfigs for `topics` on the first bootstrap server that answers, with the
+    /// mirror's own security and client.id (any broker answers for topic resources).
+    pub fn describe_topic_configs(
+        mirror: &MirrorDefinition,
+        topics: &[&str],
+    ) -> Result<DescribedConfigs, Fault> {
+        if topics.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let security = security_of(&mirror.source)?;
+        let req = topic_configs::describe_request(topics);
+        let mut errors = Vec::new();
+        for addr in &mirror.source.bootstrap_servers {
+            let result = BlockingClient::connect_secure(addr, &mirror.source.client_id, &security)
+                .and_then(|mut c| {
+                    c.request::<DescribeConfigsRequest>(DESCRIBE_CONFIGS_VERSION, &req)
+                });
+            match result {
+                Ok(resp) => return Ok(topic_configs::parse_response(&resp)),
+                Err(e) if e.is_authentication() => return Err(fault_of(addr, &e)),
+                Err(e) => errors.push(format!("{addr}: {e}")),
+            }
+        }
+        Err(Fault::from(errors.join("; ")))
+    }
+}
+
 impl SourceCatalog for BlockingSourceCatalog {
+    fn topic_configs(
+        &mut self,
+        mirror: &MirrorDefinition,
+        topics: &[&str],
+    ) -> Result<DescribedConfigs, Fault> {
+        BlockingSourceCatalog::describe_topic_configs(mirror, topics)
+    }
+
     /// Finds each partition's leader with a metadata request, then asks each leader once.
     fn list_offsets(
         &mut self,

@@ -1,9 +1,9 @@
 //! Per-partition log settings, named after the Kafka topic configs they mirror.
 
 use crate::limits::{
-    INDEX_INTERVAL_BYTES_DEFAULT, OFFSET_INDEX_ENTRY_BYTES, SEGMENT_BYTES_DEFAULT,
-    SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_INDEX_BYTES_DEFAULT, SEGMENT_INDEX_BYTES_MIN,
-    SEGMENT_MS_DEFAULT, TIME_INDEX_ENTRY_BYTES,
+    INDEX_INTERVAL_BYTES_DEFAULT, MAX_MESSAGE_BYTES_DEFAULT, OFFSET_INDEX_ENTRY_BYTES,
+    SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_INDEX_BYTES_DEFAULT,
+    SEGMENT_INDEX_BYTES_MIN, SEGMENT_MS_DEFAULT, TIME_INDEX_ENTRY_BYTES,
 };
 
 /// When appended data is made durable (Kafka's `flush.messages` / `flush.ms`).
@@ -18,6 +18,36 @@ pub enum FlushPolicy {
     /// Sync once `messages` offsets or `ms` milliseconds have accumulated since the last sync,
     /// whichever comes first.
     Interval { messages: u64, ms: i64 },
+}
+
+/// `cleanup.policy`. kmirror never compacts: a compacted source topic arrives already
+/// compacted (as offset gaps), so `compact` only turns time and size retention off when
+/// `delete` is absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    pub delete: bool,
+    pub compact: bool,
+}
+
+impl Default for CleanupPolicy {
+    fn default() -> Self {
+        CleanupPolicy {
+            delete: true,
+            compact: false,
+        }
+    }
+}
+
+impl CleanupPolicy {
+    /// Kafka's spelling: `delete`, `compact`, `compact,delete`, or empty.
+    pub fn kafka_value(&self) -> String {
+        match (self.compact, self.delete) {
+            (true, true) => "compact,delete".into(),
+            (true, false) => "compact".into(),
+            (false, true) => "delete".into(),
+            (false, false) => String::new(),
+        }
+    }
 }
 
 /// Settings of one partition log.
@@ -36,6 +66,14 @@ pub struct LogConfig {
     /// `retention.ms`; `None` keeps everything (Kafka's -1).
     pub retention_ms: Option<i64>,
     pub flush: FlushPolicy,
+    /// `cleanup.policy`: retention by time and size applies only with `delete`.
+    pub cleanup: CleanupPolicy,
+    /// `max.message.bytes`: the largest batch a client may produce after failover.
+    pub max_message_bytes: u32,
+    /// The topic's own configs as copied from the source (`control::topic_configs`), applied
+    /// or not: DescribeConfigs reports them as DYNAMIC_TOPIC_CONFIG. Empty for a topic with
+    /// no overrides and outside the control plane.
+    pub topic_configs: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for LogConfig {
@@ -48,6 +86,9 @@ impl Default for LogConfig {
             retention_bytes: None,
             retention_ms: Some(SEGMENT_MS_DEFAULT),
             flush: FlushPolicy::PageCache,
+            cleanup: CleanupPolicy::default(),
+            max_message_bytes: MAX_MESSAGE_BYTES_DEFAULT as u32,
+            topic_configs: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -91,6 +132,16 @@ impl LogConfig {
         Ok(())
     }
 
+    /// retention.ms and retention.bytes as retention applies them: none for a compact-only
+    /// topic (Kafka deletes its segments only by compaction, which the source did).
+    pub fn effective_retention(&self) -> (Option<i64>, Option<u64>) {
+        if self.cleanup.delete {
+            (self.retention_ms, self.retention_bytes)
+        } else {
+            (None, None)
+        }
+    }
+
     /// Entries the offset index holds before the segment must roll.
     pub fn offset_index_max_entries(&self) -> u32 {
         self.segment_index_bytes / OFFSET_INDEX_ENTRY_BYTES
@@ -132,5 +183,24 @@ mod tests {
             ..LogConfig::default()
         };
         assert_eq!(c.validate(), Err(ConfigError::FlushInterval));
+    }
+
+    #[test]
+    fn compact_only_turns_retention_off() {
+        let mut c = LogConfig {
+            retention_ms: Some(1000),
+            retention_bytes: Some(10),
+            ..LogConfig::default()
+        };
+        assert_eq!(c.effective_retention(), (Some(1000), Some(10)));
+        c.cleanup = CleanupPolicy {
+            delete: false,
+            compact: true,
+        };
+        assert_eq!(c.effective_retention(), (None, None));
+        assert_eq!(c.cleanup.kafka_value(), "compact");
+        c.cleanup.delete = true;
+        assert_eq!(c.effective_retention(), (Some(1000), Some(10)));
+        assert_eq!(c.cleanup.kafka_value(), "compact,delete");
     }
 }

@@ -190,6 +190,22 @@ impl PartitionLog {
         &self.config
     }
 
+    /// Replaces the log's settings (a topic config changed on the source). An invalid config
+    /// is refused and the current one stays. Rolls and retention use the new settings from the
+    /// next append or retention pass; readers see them in the next published view.
+    pub fn set_config(&mut self, config: LogConfig) -> Result<(), crate::log::config::ConfigError> {
+        config.validate()?;
+        if config == self.config {
+            return Ok(());
+        }
+        self.config = config;
+        if let Some(p) = self.publisher.as_mut() {
+            p.set_config(&self.config);
+        }
+        self.publish_view();
+        Ok(())
+    }
+
     pub fn segments(&self) -> &[Segment] {
         &self.segments
     }
@@ -691,11 +707,12 @@ impl PartitionLog {
                 next_base: next_base.0,
             });
         }
+        let (retention_ms, retention_bytes) = self.config.effective_retention();
         let n = deletable_prefix(
             &facts,
             now_ms,
-            self.config.retention_ms,
-            self.config.retention_bytes,
+            retention_ms,
+            retention_bytes,
             self.log_start.0,
         );
         if n == 0 {

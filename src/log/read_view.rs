@@ -257,6 +257,11 @@ impl Publisher {
         p
     }
 
+    /// The settings the next publish carries.
+    pub fn set_config(&mut self, config: &LogConfig) {
+        self.config = Arc::new(config.clone());
+    }
+
     pub fn handle(&self) -> &Arc<PartitionHandle> {
         &self.handle
     }

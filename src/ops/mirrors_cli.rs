@@ -485,7 +485,9 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                             opt(r.lag),
                             opt(r.lag_seconds.map(|s| format!("{s:.1}"))),
                             r.state.to_string(),
-                            opt(r.error_message),
+                            opt(r
+                                .error_message
+                                .or_else(|| r.config_error.map(|e| format!("topic configs: {e}")))),
                         ]
                     })
                     .collect();

@@ -49,6 +49,7 @@ use crate::ids::{LeaderEpoch, Offset, TopicPartition};
 use crate::limits::{
     ARENA_RETRY_MS, SHARD_SOURCES_MAX, SOURCE_FETCH_SESSIONS_MAX, SOURCE_RECONNECT_MS,
 };
+use crate::log::config::LogConfig;
 use crate::log::partition_log::PartitionLog;
 use crate::wire::frame::{self, LENGTH_PREFIX_BYTES};
 
@@ -81,6 +82,14 @@ pub enum MirrorMsg {
         source: SourceSpec,
         topic_id: Uuid,
         leader_epoch: LeaderEpoch,
+    },
+    /// The partition's topic configs changed on the source: use `config` from now on. A config
+    /// the log refuses is reported as a `Notice` and the log keeps its previous one. Nothing
+    /// happens when the shard does not own `tp` (the control thread applies it to the log when
+    /// it comes back).
+    SetConfig {
+        tp: TopicPartition,
+        config: Box<LogConfig>,
     },
 }
 
@@ -413,6 +422,20 @@ impl MirrorShard {
                     tp,
                     why: e.to_string(),
                     retryable: true,
+                });
+            }
+        }
+    }
+
+    fn set_config(&mut self, cx: &mut Cx<'_>, tp: &TopicPartition, config: LogConfig) {
+        let Some(at) = self.find(tp) else {
+            return;
+        };
+        let n = at.slot.0 as usize;
+        if let Some(log) = self.group_mut(at).logs[n].as_mut() {
+            if let Err(e) = log.set_config(config) {
+                let _ = cx.emit(MirrorEvent::Notice {
+                    what: format!("{tp}: topic configs not applied, the previous stay: {e}"),
                 });
             }
         }
@@ -1107,6 +1130,7 @@ impl ShardHandler for MirrorShard {
                 topic_id,
                 leader_epoch,
             } => self.releader(cx, tp, source, topic_id, leader_epoch),
+            MirrorMsg::SetConfig { tp, config } => self.set_config(cx, &tp, *config),
         }
     }
 

@@ -1,6 +1,8 @@
 //! DescribeConfigs for topics: the settings of the local log (the topic's configs as kmirror
-//! applies them). Broker resources are answered with no entries: kmirror has no broker
-//! configs a client could act on.
+//! applies them). The source topic's own overrides as copied (`LogConfig::topic_configs`,
+//! see `control::topic_configs`) are DYNAMIC_TOPIC_CONFIG, as on the source.
+//! Broker resources are answered with no entries: kmirror has no broker configs a client could
+//! act on.
 
 use std::sync::Arc;
 
@@ -23,16 +25,37 @@ const INVALID_REQUEST: i16 = 42;
 /// ConfigSource: DYNAMIC_TOPIC_CONFIG and DEFAULT_CONFIG.
 const SOURCE_TOPIC: i8 = 1;
 const SOURCE_DEFAULT: i8 = 5;
-/// ConfigType: INT, LONG, STRING.
+/// ConfigType: INT, LONG, LIST.
 const TYPE_INT: i8 = 3;
 const TYPE_LONG: i8 = 5;
+const TYPE_LIST: i8 = 7;
+/// ConfigType UNKNOWN, for copied configs kmirror does not interpret.
+const TYPE_UNKNOWN: i8 = 0;
 
 pub struct DescribeConfigsApi {
     pub catalog: Arc<ReadCatalog>,
 }
 
-/// (name, value, type, is default) of a log config, in Kafka's names and units.
-pub fn topic_configs(c: &LogConfig) -> Vec<(&'static str, String, i8, bool)> {
+/// (name, value, type, is default) of a log config, in Kafka's names and units, then the
+/// topic's other copied configs (kmirror keeps but does not act on them). A setting the
+/// topic's own configs set is never "default", even when its value equals the default.
+pub fn topic_configs(c: &LogConfig) -> Vec<(String, String, i8, bool)> {
+    let mut all: Vec<(String, String, i8, bool)> = local_configs(c)
+        .into_iter()
+        .map(|(name, value, ty, default)| {
+            let default = default && !c.topic_configs.contains_key(name);
+            (name.to_owned(), value, ty, default)
+        })
+        .collect();
+    for (name, value) in &c.topic_configs {
+        if !all.iter().any(|(n, ..)| n == name) {
+            all.push((name.clone(), value.clone(), TYPE_UNKNOWN, false));
+        }
+    }
+    all
+}
+
+fn local_configs(c: &LogConfig) -> Vec<(&'static str, String, i8, bool)> {
     let d = LogConfig::default();
     let opt = |v: Option<i64>| v.unwrap_or(-1).to_string();
     let (flush_messages, flush_ms) = match c.flush {
@@ -78,6 +101,18 @@ pub fn topic_configs(c: &LogConfig) -> Vec<(&'static str, String, i8, bool)> {
             c.retention_ms == d.retention_ms,
         ),
         (
+            "cleanup.policy",
+            c.cleanup.kafka_value(),
+            TYPE_LIST,
+            c.cleanup == d.cleanup,
+        ),
+        (
+            "max.message.bytes",
+            c.max_message_bytes.to_string(),
+            TYPE_INT,
+            c.max_message_bytes == d.max_message_bytes,
+        ),
+        (
             "flush.messages",
             flush_messages.to_string(),
             TYPE_LONG,
@@ -114,7 +149,7 @@ impl ApiHandler for DescribeConfigsApi {
                                 continue;
                             }
                             let mut e = DescribeConfigsResourceResult::default();
-                            e.name = StrBytes::from_static_str(name);
+                            e.name = StrBytes::from_string(name);
                             e.value = Some(StrBytes::from_string(value));
                             // Mirrored topic configs are kmirror's to set, not the client's.
                             e.read_only = true;

@@ -438,6 +438,37 @@ pub fn describe_topic_configs(
         .collect()
 }
 
+/// Admin `describeConfigs` of a topic: (key, value, config source such as
+/// `DYNAMIC_TOPIC_CONFIG`) for each of `keys`.
+pub fn describe_topic_config_sources(
+    bootstrap: &str,
+    topic: &str,
+    keys: &[&str],
+) -> Vec<(String, Option<String>, Option<String>)> {
+    let args = vec![
+        s("describe-configs"),
+        s("--bootstrap"),
+        s(bootstrap),
+        s("--topic"),
+        s(topic),
+        s("--keys"),
+        keys.join(","),
+    ];
+    #[derive(Deserialize)]
+    struct Entry {
+        key: String,
+        value: Option<String>,
+        source: Option<String>,
+    }
+    stdout_lines(&run_tool(&args))
+        .iter()
+        .map(|l| {
+            let e: Entry = parse_json(l);
+            (e.key, e.value, e.source)
+        })
+        .collect()
+}
+
 /// Deletes records before `before`; returns the new low watermark.
 pub fn delete_records(bootstrap: &str, topic: &str, partition: i32, before: i64) -> i64 {
     let mut args = vec![

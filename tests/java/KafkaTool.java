@@ -11,7 +11,8 @@
 //   offsets       --bootstrap B --topic T --partition P
 //   offsets-for-times --bootstrap B --topic T --partition P --timestamps T1,T2,...
 //                 (one line per timestamp, then one for the max timestamp)
-//   describe-configs --bootstrap B --topic T --keys k1,k2,...   (one line per key: value or null)
+//   describe-configs --bootstrap B --topic T --keys k1,k2,...   (one line per key: value or null,
+//                 and the ConfigEntry source, e.g. DYNAMIC_TOPIC_CONFIG)
 //   delete-records --bootstrap B --topic T --partition P --before OFFSET
 //   alter-config  --bootstrap B --topic T --set k=v...
 //   group-consume --bootstrap B --topic T --group G --max N [--timeout-ms MS]
@@ -365,7 +366,9 @@ public class KafkaTool {
             for (String key : a.get("keys").split(",")) {
                 ConfigEntry e = c.get(key);
                 String v = e == null || e.value() == null ? "null" : "\"" + e.value() + "\"";
-                System.out.println("{\"key\":\"" + key + "\",\"value\":" + v + "}");
+                String src = e == null ? "null" : "\"" + e.source().name() + "\"";
+                System.out.println("{\"key\":\"" + key + "\",\"value\":" + v
+                        + ",\"source\":" + src + "}");
             }
         }
     }

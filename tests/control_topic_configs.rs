@@ -1,0 +1,252 @@
+//! Goal: the source sync copies each mirrored topic's own configs (issue 4, item 5) and keeps
+//! them, and a source topic deleted while mirrored fails its partitions for good.
+//!
+//! Method: a real Kafka 4.1.1 KRaft broker as the source, `kmirror serve` (the binary) with an
+//! `[admin]` section, a one-second `sync_interval_ms` and a `[kafka]` listener on a fixed port,
+//! driven by the `kmirror mirrors` CLI. Configs are read back from kmirror's own Kafka listener
+//! with the Java Admin client (`describeConfigs`, through KafkaTool), which reports each
+//! entry's value and `ConfigEntry.source`. The source's configs are set with Admin at topic
+//! creation and with Kafka's own `kafka-configs --alter`.
+//!
+//! 1. A topic created with retention.ms, cleanup.policy=compact and compression.type overrides
+//!    and a leader replication throttle is mirrored: kmirror shows the three overrides as
+//!    DYNAMIC_TOPIC_CONFIG with the source's values, and no throttle (the source shows it
+//!    as DYNAMIC_TOPIC_CONFIG, so the mirror's filter dropped it); untouched settings stay
+//!    DEFAULT_CONFIG.
+//! 2. `kafka-configs --alter` changes retention.ms and max.message.bytes on the source; kmirror
+//!    shows the new values after a sync round.
+//! 3. Another mirrored topic is deleted on the source while kmirror runs: its partition becomes
+//!    FAILED, not retryable (retryAttempt -1), with the reason "source topic is deleted".
+//! 4. kmirror is stopped, the first topic is deleted on the source too, and kmirror restarted:
+//!    the configs it shows can only come from `__mirror_state` (the source has no such topic
+//!    any more), and they are the latest copied values.
+
+mod harness;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use harness::mirrors_cli::{cli_ok, describe_rows, free_loopback_port, wait_admin};
+use harness::serve::{wait_mirrored, Serve};
+use harness::ProduceOpts;
+
+/// Failure guard for a sync round to land (the interval is 1 s), not a performance claim.
+const SYNC_LIMIT: Duration = Duration::from_secs(90);
+
+const DYNAMIC: &str = "DYNAMIC_TOPIC_CONFIG";
+const DEFAULT: &str = "DEFAULT_CONFIG";
+const THROTTLE: &str = "leader.replication.throttled.replicas";
+
+fn write_config(path: &Path, admin: &str, kafka: &str, data_dir: &Path) {
+    std::fs::write(
+        path,
+        format!(
+            r#"
+[admin]
+listen = "{admin}"
+sync_interval_ms = 1000
+[kafka]
+listen = "{kafka}"
+[storage]
+data_dir = "{data}"
+[runtime]
+shards = 1
+arena_slot_bytes = 4194304
+arena_slots = 4
+[fetch]
+max_wait_ms = 100
+max_bytes = 2097152
+partition_max_bytes = 262144
+"#,
+            data = data_dir.display()
+        ),
+    )
+    .unwrap();
+}
+
+type Entry = (String, Option<String>, Option<String>);
+
+fn configs(bootstrap: &str, topic: &str, keys: &[&str]) -> Vec<Entry> {
+    harness::describe_topic_config_sources(bootstrap, topic, keys)
+}
+
+fn entry(key: &str, value: Option<&str>, source: Option<&str>) -> Entry {
+    (
+        key.to_owned(),
+        value.map(str::to_owned),
+        source.map(str::to_owned),
+    )
+}
+
+/// (state, retryAttempt, errorMessage) of `topic`-0 in `describe --json`.
+fn partition(admin: &str, topic: &str) -> (String, i64, Option<String>) {
+    let rows = describe_rows(admin, "m");
+    let r = rows
+        .iter()
+        .find(|r| r["topic"] == topic && r["partition"] == 0)
+        .unwrap_or_else(|| panic!("{topic}-0 not in describe: {rows:?}"));
+    (
+        r["state"].as_str().unwrap().to_owned(),
+        r["retryAttempt"].as_i64().unwrap_or(0),
+        r["errorMessage"].as_str().map(str::to_owned),
+    )
+}
+
+#[test]
+fn source_topic_configs_are_copied_followed_and_replayed() {
+    let k = harness::shared();
+    let topic = harness::unique_topic("cfg-sync");
+    let doomed = harness::unique_topic("cfg-gone");
+    k.create_topic(
+        &topic,
+        1,
+        &[
+            ("retention.ms", "3600000"),
+            ("cleanup.policy", "compact"),
+            ("compression.type", "producer"),
+            (THROTTLE, "*"),
+        ],
+    );
+    k.create_topic(&doomed, 1, &[]);
+    k.produce(&topic, 0, 200, &ProduceOpts::default());
+    k.produce(&doomed, 0, 50, &ProduceOpts::default());
+
+    let work = tempfile::tempdir().unwrap();
+    let data_dir = work.path().join("data");
+    let config = work.path().join("kmirror.toml");
+    let admin = format!("127.0.0.1:{}", free_loopback_port());
+    let kafka = format!("127.0.0.1:{}", free_loopback_port());
+    write_config(&config, &admin, &kafka, &data_dir);
+    let props = work.path().join("source.properties");
+    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
+
+    let mut serve = Serve::start(&config, work.path().join("serve1.log"));
+    wait_admin(&mut serve, &admin);
+    let props = props.to_str().unwrap();
+    cli_ok(
+        &admin,
+        &["create", "--mirror", "m", "--mirror-config", props],
+    );
+    cli_ok(&admin, &["start", "--mirror", "m", "--topics", &topic]);
+    cli_ok(&admin, &["start", "--mirror", "m", "--topics", &doomed]);
+    wait_mirrored(
+        &mut serve,
+        &k.partition_dir(&topic, 0),
+        &data_dir.join(format!("{topic}-0")),
+    );
+
+    // 1. Copied at start, before the data arrived; the throttle is not.
+    let keys = [
+        "retention.ms",
+        "cleanup.policy",
+        "compression.type",
+        THROTTLE,
+        "segment.bytes",
+    ];
+    let source = configs(&k.bootstrap(), &topic, &keys);
+    assert_eq!(
+        source[3],
+        entry(THROTTLE, Some("*"), Some(DYNAMIC)),
+        "{source:?}"
+    );
+    let ours = configs(&kafka, &topic, &keys);
+    assert_eq!(
+        ours,
+        [
+            entry("retention.ms", Some("3600000"), Some(DYNAMIC)),
+            entry("cleanup.policy", Some("compact"), Some(DYNAMIC)),
+            entry("compression.type", Some("producer"), Some(DYNAMIC)),
+            entry(THROTTLE, None, None),
+            entry("segment.bytes", Some("1073741824"), Some(DEFAULT)),
+        ],
+        "{}",
+        serve.log_text()
+    );
+
+    // 2. A change on the source arrives with a sync round.
+    harness::kafka_configs(
+        &k.bootstrap(),
+        &[
+            "--alter",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            &topic,
+            "--add-config",
+            "retention.ms=7200000,max.message.bytes=2000000",
+        ],
+    );
+    let want = [
+        entry("retention.ms", Some("7200000"), Some(DYNAMIC)),
+        entry("max.message.bytes", Some("2000000"), Some(DYNAMIC)),
+    ];
+    let start = Instant::now();
+    loop {
+        serve.assert_running();
+        let ours = configs(&kafka, &topic, &["retention.ms", "max.message.bytes"]);
+        if ours == want {
+            break;
+        }
+        assert!(
+            start.elapsed() < SYNC_LIMIT,
+            "source config change not copied: {ours:?}\n{}",
+            serve.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    // 3. A source topic deleted while mirrored: FAILED for good, with the reason.
+    k.delete_topic(&doomed);
+    let start = Instant::now();
+    let failed = loop {
+        serve.assert_running();
+        let p = partition(&admin, &doomed);
+        if p.0 == "FAILED" {
+            break p;
+        }
+        assert!(
+            start.elapsed() < SYNC_LIMIT,
+            "deleted topic's partition not FAILED: {p:?}\n{}",
+            serve.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert_eq!(
+        failed,
+        ("FAILED".into(), -1, Some("source topic is deleted".into())),
+        "{}",
+        serve.log_text()
+    );
+    assert_eq!(partition(&admin, &topic).0, "MIRRORING");
+    let text = serve.sigterm_and_wait();
+    assert!(text.contains("stopped cleanly"), "{text}");
+
+    // 4. Restart without the topic on the source: only __mirror_state can supply the configs.
+    k.delete_topic(&topic);
+    let mut serve = Serve::start(&config, work.path().join("serve2.log"));
+    wait_admin(&mut serve, &admin);
+    let ours = configs(
+        &kafka,
+        &topic,
+        &[
+            "retention.ms",
+            "max.message.bytes",
+            "cleanup.policy",
+            THROTTLE,
+        ],
+    );
+    assert_eq!(
+        ours,
+        [
+            entry("retention.ms", Some("7200000"), Some(DYNAMIC)),
+            entry("max.message.bytes", Some("2000000"), Some(DYNAMIC)),
+            entry("cleanup.policy", Some("compact"), Some(DYNAMIC)),
+            entry(THROTTLE, None, None),
+        ],
+        "{}",
+        serve.log_text()
+    );
+    let gone = partition(&admin, &doomed);
+    assert_eq!((gone.0.as_str(), gone.1), ("FAILED", -1), "{gone:?}");
+    serve.sigterm_and_wait();
+}
