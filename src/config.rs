@@ -173,6 +173,13 @@ pub struct AdminSection {
     /// How often each mirror's source is read for new topics, partitions, configs, deletions.
     #[serde(default = "default_sync_interval_ms")]
     pub sync_interval_ms: u64,
+    /// How often the partition logs' retention (retention.ms / retention.bytes) is applied.
+    #[serde(default = "default_retention_check_interval_ms")]
+    pub retention_check_interval_ms: u64,
+}
+
+fn default_retention_check_interval_ms() -> u64 {
+    crate::limits::RETENTION_CHECK_INTERVAL_MS_DEFAULT
 }
 
 fn default_sync_interval_ms() -> u64 {
@@ -261,6 +268,16 @@ impl ServeConfig {
                         format!(
                             "must be {MIRROR_SYNC_INTERVAL_MS_MIN}..={MIRROR_SYNC_INTERVAL_MS_MAX}"
                         ),
+                    ));
+                }
+                use crate::limits::{
+                    RETENTION_CHECK_INTERVAL_MS_MAX as RMAX,
+                    RETENTION_CHECK_INTERVAL_MS_MIN as RMIN,
+                };
+                if !(RMIN..=RMAX).contains(&a.retention_check_interval_ms) {
+                    return Err(invalid(
+                        "admin.retention_check_interval_ms",
+                        format!("must be {RMIN}..={RMAX}"),
                     ));
                 }
                 if !a.listen.ip().is_loopback() {
@@ -517,6 +534,10 @@ data_dir = "/tmp/kmirror"
             "127.0.0.1:9190".parse().unwrap()
         );
         assert!(c.static_mirror().is_none());
+        assert_eq!(
+            c.admin.unwrap().retention_check_interval_ms,
+            crate::limits::RETENTION_CHECK_INTERVAL_MS_DEFAULT
+        );
     }
 
     // Goal: the admin API is never exposed beyond loopback, and the two modes do not mix.
@@ -532,6 +553,10 @@ data_dir = "/tmp/kmirror"
             (
                 ADMIN.replace("[admin]\nlisten = \"127.0.0.1:9190\"\n", ""),
                 "source",
+            ),
+            (
+                ADMIN.replace("[admin]\n", "[admin]\nretention_check_interval_ms = 10\n"),
+                "admin.retention_check_interval_ms",
             ),
         ];
         for (text, key) in cases {

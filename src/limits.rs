@@ -284,6 +284,16 @@ const _: () = assert!(KEYED_LOG_SEGMENT_BYTES <= SEGMENT_BYTES_MAX);
 /// backoff starts at 1 s, so a finer tick only burns CPU.
 pub const CONTROL_TICK_MS: u64 = 250;
 
+/// Default period of retention passes over the partition logs (Kafka's
+/// `log.retention.check.interval.ms`), and its bounds for `admin.retention_check_interval_ms`.
+pub const RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
+pub const RETENTION_CHECK_INTERVAL_MS_MIN: u64 = 1_000;
+pub const RETENTION_CHECK_INTERVAL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+const _: () = assert!(
+    RETENTION_CHECK_INTERVAL_MS_MIN <= RETENTION_CHECK_INTERVAL_MS_DEFAULT
+        && RETENTION_CHECK_INTERVAL_MS_DEFAULT <= RETENTION_CHECK_INTERVAL_MS_MAX
+);
+
 /// Default period of the source sync (new topics, partition growth, deletions, cluster id).
 pub const MIRROR_SYNC_INTERVAL_MS_DEFAULT: u64 = 30_000;
 /// Bounds of `admin.sync_interval_ms`: below a second the source sees a metadata storm; above a

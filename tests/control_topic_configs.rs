@@ -45,6 +45,7 @@ fn write_config(path: &Path, admin: &str, kafka: &str, data_dir: &Path) {
 [admin]
 listen = "{admin}"
 sync_interval_ms = 1000
+retention_check_interval_ms = 1000
 [kafka]
 listen = "{kafka}"
 [storage]
@@ -248,5 +249,89 @@ fn source_topic_configs_are_copied_followed_and_replayed() {
     );
     let gone = partition(&admin, &doomed);
     assert_eq!((gone.0.as_str(), gone.1), ("FAILED", -1), "{gone:?}");
+    serve.sigterm_and_wait();
+}
+
+// Goal: the copied retention is enforced on kmirror's own logs, and a compact-only topic is
+// never deleted by time. Method: two topics mirrored; `kafka-configs --alter` sets retention.ms
+// to 1 s on the first after it is mirrored; the second was created with cleanup.policy=compact
+// and retention.ms=1000. With retention passes every second, kmirror's log start of the first
+// (ListOffsets earliest on kmirror's listener, Java client) reaches its log end and its first
+// segment file is gone, while the compact-only topic still starts at 0.
+#[test]
+fn copied_retention_deletes_old_segments_but_not_of_compact_topics() {
+    let k = harness::shared();
+    let expiring = harness::unique_topic("cfg-ret");
+    let compacted = harness::unique_topic("cfg-cmp");
+    k.create_topic(&expiring, 1, &[]);
+    k.create_topic(
+        &compacted,
+        1,
+        &[("cleanup.policy", "compact"), ("retention.ms", "1000")],
+    );
+    k.produce(&expiring, 0, 100, &ProduceOpts::default());
+    k.produce(&compacted, 0, 100, &ProduceOpts::default());
+
+    let work = tempfile::tempdir().unwrap();
+    let data_dir = work.path().join("data");
+    let config = work.path().join("kmirror.toml");
+    let admin = format!("127.0.0.1:{}", free_loopback_port());
+    let kafka = format!("127.0.0.1:{}", free_loopback_port());
+    write_config(&config, &admin, &kafka, &data_dir);
+    let props = work.path().join("source.properties");
+    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    wait_admin(&mut serve, &admin);
+    let props = props.to_str().unwrap();
+    cli_ok(
+        &admin,
+        &["create", "--mirror", "m", "--mirror-config", props],
+    );
+    cli_ok(&admin, &["start", "--mirror", "m", "--topics", &expiring]);
+    cli_ok(&admin, &["start", "--mirror", "m", "--topics", &compacted]);
+    let ours = data_dir.join(format!("{expiring}-0"));
+    wait_mirrored(&mut serve, &k.partition_dir(&expiring, 0), &ours);
+    wait_mirrored(
+        &mut serve,
+        &k.partition_dir(&compacted, 0),
+        &data_dir.join(format!("{compacted}-0")),
+    );
+    assert_eq!(harness::offsets(&kafka, &expiring, 0).log_start_offset, 0);
+
+    harness::kafka_configs(
+        &k.bootstrap(),
+        &[
+            "--alter",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            &expiring,
+            "--add-config",
+            "retention.ms=1000",
+        ],
+    );
+    let start = Instant::now();
+    loop {
+        serve.assert_running();
+        let o = harness::offsets(&kafka, &expiring, 0);
+        if o.log_start_offset == 100 {
+            break;
+        }
+        assert!(
+            start.elapsed() < SYNC_LIMIT,
+            "retention never deleted the old segment: {o:?}\n{}",
+            serve.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        !ours.join("00000000000000000000.log").exists(),
+        "the expired segment file is still there"
+    );
+    let c = harness::offsets(&kafka, &compacted, 0);
+    assert_eq!(
+        c.log_start_offset, 0,
+        "a compact-only topic lost data to time retention"
+    );
     serve.sigterm_and_wait();
 }

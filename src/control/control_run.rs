@@ -44,6 +44,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     let admin_section = config.admin.as_ref().ok_or(ControlRunError::NoAdmin)?;
     let listen = admin_section.listen;
     let sync_interval_ms = admin_section.sync_interval_ms;
+    let retention_every = Duration::from_millis(admin_section.retention_check_interval_ms);
     let data_dir = config.storage.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|source| ControlRunError::DataDir {
         path: data_dir.display().to_string(),
@@ -70,6 +71,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
         let mut plane = ShardDataPlane::start(&data_dir, &runtime, fetch, request_timeout_ms)
             .map_err(|e| e.to_string())?;
         plane.attach_read_catalog(Arc::clone(&build_catalog));
+        plane.set_retention_check_interval(retention_every);
         // Failed-over partitions take client writes through the endpoint from now on.
         let leaders: Arc<dyn crate::serve::writes::PartitionWriter> = plane.leaders();
         let _ = build_writer.set(leaders);

@@ -68,6 +68,18 @@ impl LeaderStore {
         lock(&self.logs).contains_key(tp)
     }
 
+    /// A retention pass over the led partitions; returns the failures.
+    pub fn enforce_retention(&self, now_ms: i64) -> Vec<String> {
+        let mut logs = lock(&self.logs);
+        logs.values_mut()
+            .filter_map(|log| {
+                log.delete_old_segments(&mut StdIo, now_ms)
+                    .err()
+                    .map(|e| format!("{}: retention failed: {e}", log.topic_partition()))
+            })
+            .collect()
+    }
+
     /// The led partitions of `topic`.
     pub fn partitions_of(&self, topic: &str) -> Vec<TopicPartition> {
         lock(&self.logs)

@@ -23,7 +23,7 @@ use crate::fetch::fetcher::{FetchConfig, PartitionStart};
 use crate::fetch::list_offsets::{Listed, OffsetQuery};
 use crate::fetch::security::AUTHENTICATION_FAILED;
 use crate::ids::{LeaderEpoch, Offset, ShardId, TopicPartition};
-use crate::limits::SHARD_REMOVE_WAIT_MS;
+use crate::limits::{RETENTION_CHECK_INTERVAL_MS_DEFAULT, SHARD_REMOVE_WAIT_MS};
 use crate::log::config::LogConfig;
 use crate::log::io::StdIo;
 use crate::log::log_dir::LogDir;
@@ -70,6 +70,9 @@ pub struct ShardDataPlane {
     /// Each topic's log config (from its copied source configs), for its partitions now and
     /// later; topics not here use the default.
     configs: HashMap<String, LogConfig>,
+    /// Retention passes: how often, and when the next one is due.
+    retention_every: Duration,
+    next_retention: Instant,
 }
 
 impl ShardDataPlane {
@@ -118,7 +121,46 @@ impl ShardDataPlane {
             leaders,
             refresh: LeaderRefresh::new(fetch),
             configs: HashMap::new(),
+            retention_every: Duration::from_millis(RETENTION_CHECK_INTERVAL_MS_DEFAULT),
+            next_retention: Instant::now()
+                + Duration::from_millis(RETENTION_CHECK_INTERVAL_MS_DEFAULT),
         })
+    }
+
+    /// How often retention runs (`admin.retention_check_interval_ms`).
+    pub fn set_retention_check_interval(&mut self, every: Duration) {
+        self.retention_every = every;
+        self.next_retention = Instant::now() + every;
+    }
+
+    /// A retention pass over every partition log: the shards get `EnforceRetention` for the
+    /// logs they own (they delete between fetches, no lock), the logs held here (paused,
+    /// failed) and the failed-over ones are done on this thread.
+    pub fn enforce_retention(&mut self, now_ms: i64) {
+        for shard in 0..self.rt().shard_count() {
+            let shard = ShardId(shard as _);
+            if self
+                .rt()
+                .send(shard, MirrorMsg::EnforceRetention { now_ms })
+                .is_err()
+            {
+                tracing::warn!(shard = shard.0, "retention pass skipped: mailbox full");
+            }
+        }
+        self.take_returned();
+        let tps: Vec<TopicPartition> = self.logs().partitions().map(|(tp, _)| tp.clone()).collect();
+        for tp in tps {
+            if let Some(Err(e)) = self
+                .logs()
+                .get_mut(&tp)
+                .map(|l| l.delete_old_segments(&mut StdIo, now_ms))
+            {
+                tracing::error!(partition = %tp, "retention failed: {e}");
+            }
+        }
+        for why in self.leaders.enforce_retention(now_ms) {
+            tracing::error!("{why}");
+        }
     }
 
     /// The failed-over partitions, for the Kafka endpoint's writes.
@@ -511,6 +553,11 @@ impl DataPlane for ShardDataPlane {
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         self.pump(Duration::ZERO, |_| false);
         self.answer_leaders();
+        let now = Instant::now();
+        if now >= self.next_retention {
+            self.next_retention = now + self.retention_every;
+            self.enforce_retention(crate::log::partition_log::now_ms());
+        }
         std::mem::take(&mut self.failures)
     }
 

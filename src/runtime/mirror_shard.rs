@@ -91,6 +91,9 @@ pub enum MirrorMsg {
         tp: TopicPartition,
         config: Box<LogConfig>,
     },
+    /// A retention pass: every owned log deletes the segments its retention.ms and
+    /// retention.bytes (and log start) make deletable at `now_ms`.
+    EnforceRetention { now_ms: i64 },
 }
 
 /// How to reach and talk to one source broker.
@@ -424,6 +427,22 @@ impl MirrorShard {
                     retryable: true,
                 });
             }
+        }
+    }
+
+    fn enforce_retention(&mut self, cx: &mut Cx<'_>, now_ms: i64) {
+        let mut failed = Vec::new();
+        for src in &mut self.sources {
+            for group in &mut src.groups {
+                for log in group.logs.iter_mut().flatten() {
+                    if let Err(e) = log.delete_old_segments(&mut RingIo::new(cx.ring), now_ms) {
+                        failed.push(format!("{}: retention failed: {e}", log.topic_partition()));
+                    }
+                }
+            }
+        }
+        for what in failed {
+            let _ = cx.emit(MirrorEvent::Notice { what });
         }
     }
 
@@ -1131,6 +1150,7 @@ impl ShardHandler for MirrorShard {
                 leader_epoch,
             } => self.releader(cx, tp, source, topic_id, leader_epoch),
             MirrorMsg::SetConfig { tp, config } => self.set_config(cx, &tp, *config),
+            MirrorMsg::EnforceRetention { now_ms } => self.enforce_retention(cx, now_ms),
         }
     }
 
