@@ -322,5 +322,25 @@ fn source_sync_picks_up_new_matching_topics() {
         "the new topic was not picked up by the source sync"
     );
     assert_eq!(plane.0.lock().unwrap().len(), 2);
+
+    // Partitions added on the source are followed by the next sync round.
+    harness::kafka_topics(
+        &k.bootstrap(),
+        &["--alter", "--topic", &topic, "--partitions", "3"],
+    );
+    let mut expected = expected;
+    expected.push((topic.clone(), 2, "MIRRORING".to_owned()));
+    for _ in 0..240 {
+        seen = states(&ctl, "auto");
+        if seen == expected {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    assert_eq!(
+        seen, expected,
+        "the added partition was not picked up by the source sync"
+    );
+    assert_eq!(plane.0.lock().unwrap().len(), 3);
     ctl.stop();
 }

@@ -504,11 +504,32 @@ pub fn alter_config(bootstrap: &str, topic: &str, configs: &[(&str, &str)]) {
 /// Kafka's own `kafka-configs` (ConfigCommand) against `bootstrap`, e.g. to change a SCRAM
 /// user's password or set a client quota.
 pub fn kafka_configs(bootstrap: &str, args: &[&str]) -> String {
+    kafka_admin_tool(
+        "kafka.admin.ConfigCommand",
+        "kafka-configs",
+        bootstrap,
+        args,
+    )
+}
+
+/// `kafka-topics.sh` (e.g. `--alter --topic T --partitions N`) against `bootstrap`.
+pub fn kafka_topics(bootstrap: &str, args: &[&str]) -> String {
+    kafka_admin_tool(
+        "org.apache.kafka.tools.TopicCommand",
+        "kafka-topics",
+        bootstrap,
+        args,
+    )
+}
+
+/// Runs one of Kafka's admin command-line tools (its main class) and fails the test if it
+/// fails; returns what it printed.
+fn kafka_admin_tool(main: &str, name: &str, bootstrap: &str, args: &[&str]) -> String {
     let mut cmd = std::process::Command::new(super::jars::java());
     cmd.args(super::jars::tool_jvm_flags())
         .arg("-cp")
         .arg(super::jars::classpath(super::KafkaVersion::DEFAULT.name()))
-        .arg("kafka.admin.ConfigCommand")
+        .arg(main)
         .args(["--bootstrap-server", bootstrap])
         .args(args);
     let out = super::process::run_bounded(&mut cmd, std::time::Duration::from_secs(120));
@@ -517,10 +538,7 @@ pub fn kafka_configs(bootstrap: &str, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        out.status.success(),
-        "kafka-configs {args:?} failed:\n{text}"
-    );
+    assert!(out.status.success(), "{name} {args:?} failed:\n{text}");
     text
 }
 
