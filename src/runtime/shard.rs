@@ -205,6 +205,7 @@ pub(crate) fn run<H: ShardHandler>(
     }
     handler.stop(&mut cx);
     drop(handler);
+    latency.finish(&stats);
     // Dropping the ring cancels and reaps every op still in flight before the arena can go.
     drop(ring);
 }

@@ -228,7 +228,9 @@ impl ShardStats {
             arena_slots_in_use: AtomicU64::new(0),
             arena_slots: AtomicU64::new(0),
             partitions: Mutex::new(Vec::new()),
-            filled: ArrayQueue::new(LATENCY_EXCHANGE_DEPTH),
+            // Room for every set in circulation (the blanks plus the one recording), so the
+            // final hand-over at shutdown never finds the queue full.
+            filled: ArrayQueue::new(LATENCY_EXCHANGE_DEPTH + 1),
             blank,
         }
     }
@@ -342,9 +344,20 @@ impl LatencyRecorder {
         next.end = wall;
         self.since = now;
         if let Err(back) = stats.filled.push(next) {
-            // Cannot happen while both queues share one depth; keep the samples regardless.
+            // Cannot happen: the hand-over queue has room for every set; keep the samples anyway.
             let _ = stats.blank.push(back);
         }
+    }
+
+    /// Hands the current, partial interval over when the shard stops, so every sample the
+    /// shard counted reaches the interval log (the telemetry thread drains after the shards).
+    pub fn finish(mut self, stats: &ShardStats) {
+        self.current.end = std::time::SystemTime::now();
+        let pushed = stats.filled.push(self.current);
+        assert!(
+            pushed.is_ok(),
+            "the hand-over queue holds every set in circulation"
+        );
     }
 }
 
@@ -378,6 +391,28 @@ mod tests {
         stats.recycle_latency(set);
         // All sets in circulation: the queues never lose or grow one.
         assert_eq!(stats.blank.len(), LATENCY_EXCHANGE_DEPTH);
+    }
+
+    #[test]
+    fn finish_hands_over_the_partial_interval_even_when_the_control_side_is_behind() {
+        let stats = ShardStats::new(ShardId(0));
+        let mut rec = LatencyRecorder::new();
+        let mut at = Instant::now();
+        // The control side takes nothing: every blank set ends up handed over.
+        for _ in 0..LATENCY_EXCHANGE_DEPTH {
+            rec.record(Latency::Append, Duration::from_micros(10));
+            at += Duration::from_millis(LATENCY_INTERVAL_MS);
+            rec.maybe_rotate(&stats, at);
+        }
+        assert!(stats.blank.is_empty());
+        rec.record(Latency::Append, Duration::from_micros(10));
+        rec.record(Latency::Append, Duration::from_micros(20));
+        rec.finish(&stats);
+        let mut samples = 0;
+        while let Some(set) = stats.take_latency() {
+            samples += set.get(Latency::Append).len();
+        }
+        assert_eq!(samples, LATENCY_EXCHANGE_DEPTH as u64 + 2);
     }
 
     #[test]
