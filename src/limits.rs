@@ -412,6 +412,20 @@ pub const SERVE_WRITE_TIMEOUT_MS: u64 = 30_000;
 /// How often a connection thread blocked in a read checks whether the server is stopping.
 pub const SERVE_READ_POLL_MS: u64 = 500;
 
+/// Fetch sessions (KIP-227) the endpoint keeps at once, over all clients (Kafka's
+/// `max.incremental.fetch.session.cache.slots` default). When all are taken a full fetch gets
+/// session id 0 (the client keeps sending full fetches) unless a session can be evicted.
+pub const SERVE_FETCH_SESSIONS_MAX: usize = 1_000;
+
+/// A session unused this long may be evicted for a new one; a session created longer ago than
+/// this may also give way to a new one with more partitions (Kafka's fixed 120 s).
+pub const SERVE_FETCH_SESSION_EVICTION_MS: u64 = 120_000;
+
+/// Partitions one fetch session may hold: a full fetch asking for more gets no session, and
+/// an incremental fetch growing a session past it closes the session. Bounds the memory a
+/// client can pin with partitions added one request at a time.
+pub const SERVE_FETCH_SESSION_PARTITIONS_MAX: usize = 100_000;
+
 const _: () = assert!(SERVE_REQUEST_BYTES_MAX <= FRAME_BYTES_MAX);
 const _: () = assert!(SERVE_FETCH_RESPONSE_BYTES_MAX < i32::MAX as u64);
 /// SCRAM iteration counts a source may ask for: Kafka's own bounds (below 4096 is too weak to

@@ -14,6 +14,7 @@
 //! | `dispatch` | API registry, ApiVersions, request header decoding; no I/O |
 //! | `catalog_apis` | builds the dispatcher with every API this module implements |
 //! | `metadata`, `fetch`, `list_offsets`, `describe_configs`, `produce`, `offset_for_epoch` | one API each |
+//! | `fetch_sessions` | the fetch session cache (KIP-227) and its rules, sans-IO |
 //! | `writes` | Produce and InitProducerId for failed-over partitions, through the control plane's leader store |
 //! | `segment_reader` | offset/time/txn index lookups on a published segment, by `pread` |
 //! | `groups` | the consumer-group coordinator (sans-IO), registered on the dispatcher |
@@ -23,6 +24,7 @@ pub mod conn;
 pub mod describe_configs;
 pub mod dispatch;
 pub mod fetch;
+pub mod fetch_sessions;
 pub mod groups;
 pub mod list_offsets;
 pub mod listener;
