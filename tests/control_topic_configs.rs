@@ -26,7 +26,9 @@ mod harness;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use harness::mirrors_cli::{cli_ok, describe_rows, free_loopback_port, wait_admin};
+use harness::mirrors_cli::{
+    cli_ok, describe_rows, free_loopback_port, wait_admin, write_serving_config,
+};
 use harness::serve::{wait_mirrored, Serve};
 use harness::ProduceOpts;
 
@@ -38,31 +40,8 @@ const DEFAULT: &str = "DEFAULT_CONFIG";
 const THROTTLE: &str = "leader.replication.throttled.replicas";
 
 fn write_config(path: &Path, admin: &str, kafka: &str, data_dir: &Path) {
-    std::fs::write(
-        path,
-        format!(
-            r#"
-[admin]
-listen = "{admin}"
-sync_interval_ms = 1000
-retention_check_interval_ms = 1000
-[kafka]
-listen = "{kafka}"
-[storage]
-data_dir = "{data}"
-[runtime]
-shards = 1
-arena_slot_bytes = 4194304
-arena_slots = 4
-[fetch]
-max_wait_ms = 100
-max_bytes = 2097152
-partition_max_bytes = 262144
-"#,
-            data = data_dir.display()
-        ),
-    )
-    .unwrap();
+    let fast = "sync_interval_ms = 1000\nretention_check_interval_ms = 1000";
+    write_serving_config(path, admin, Some(kafka), data_dir, fast);
 }
 
 type Entry = (String, Option<String>, Option<String>);

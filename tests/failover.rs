@@ -12,19 +12,16 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use harness::mirrors_cli::{
-    cli, cli_ok, describe_rows, free_loopback_port, wait_admin, write_admin_config,
+    cli, cli_ok, describe_rows, free_loopback_port, wait_admin, write_serving_config,
 };
 use harness::serve::{wait_all_mirrored, Serve};
 use harness::{Isolation, Kafka, ProduceOpts, TxnEnd};
 
-/// `kmirror serve` with `[admin]` and a `[kafka]` listener, and its listener address.
+/// `kmirror serve` with `[admin]` and a `[kafka]` listener on an OS-chosen port.
 fn serve_with_listener(work: &std::path::Path, admin: &str) -> (Serve, std::path::PathBuf) {
     let data_dir = work.join("data");
     let config = work.join("kmirror.toml");
-    write_admin_config(&config, admin, &data_dir, "");
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("[kafka]\nlisten = \"127.0.0.1:0\"\n");
-    std::fs::write(&config, text).unwrap();
+    write_serving_config(&config, admin, Some("127.0.0.1:0"), &data_dir, "");
     let mut serve = Serve::start(&config, work.join("serve.log"));
     wait_admin(&mut serve, admin);
     (serve, config)
@@ -33,23 +30,6 @@ fn serve_with_listener(work: &std::path::Path, admin: &str) -> (Serve, std::path
 /// Failure guard for `stop` against a dead source, not a performance claim: the source calls a
 /// stop makes (the last group-offset sync) are bounded and skipped when nobody answers.
 const STOP_LIMIT: Duration = Duration::from_secs(120);
-
-/// The Kafka listener's address, from `kmirror serve`'s start-up line.
-fn listener(serve: &mut Serve) -> String {
-    let start = Instant::now();
-    loop {
-        serve.assert_running();
-        let log = serve.log_text();
-        if let Some(at) = log.find("Kafka listener serving on ") {
-            return log[at + "Kafka listener serving on ".len()..]
-                .chars()
-                .take_while(|c| !c.is_whitespace())
-                .collect();
-        }
-        assert!(start.elapsed() < STOP_LIMIT, "no listener line:\n{log}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 #[test]
 fn failover_completes_with_the_source_broker_dead() {
@@ -75,7 +55,7 @@ fn failover_completes_with_the_source_broker_dead() {
     let data_dir = work.path().join("data");
     let admin = format!("127.0.0.1:{}", free_loopback_port());
     let (mut serve, config) = serve_with_listener(work.path(), &admin);
-    let kmirror = listener(&mut serve);
+    let kmirror = serve.kafka_listener();
     let props = work.path().join("source.properties");
     std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
     let props = props.to_str().unwrap();
@@ -138,7 +118,7 @@ fn failover_completes_with_the_source_broker_dead() {
     // A restart with the source still dead: the partition stays STOPPED and writable.
     let mut serve = Serve::start(&config, work.path().join("serve2.log"));
     wait_admin(&mut serve, &admin);
-    let kmirror = listener(&mut serve);
+    let kmirror = serve.kafka_listener();
     let row = describe_rows(&admin, "m").remove(0);
     assert_eq!(row["state"], "STOPPED", "{row}");
     let again = harness::consume(&kmirror, topic, 0, 0, 50, Isolation::ReadCommitted);
@@ -269,7 +249,7 @@ fn transactional_producers_work_after_failover() {
     let data_dir = work.path().join("data");
     let admin = format!("127.0.0.1:{}", free_loopback_port());
     let (mut serve, config) = serve_with_listener(work.path(), &admin);
-    let kmirror = listener(&mut serve);
+    let kmirror = serve.kafka_listener();
     let props = work.path().join("source.properties");
     std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
     let props = props.to_str().unwrap();
@@ -340,7 +320,7 @@ fn transactional_producers_work_after_failover() {
     // After a restart the coordinator remembers the id: a new producer with it commits.
     let mut serve = Serve::start(&config, work.path().join("serve2.log"));
     wait_admin(&mut serve, &admin);
-    let kmirror = listener(&mut serve);
+    let kmirror = serve.kafka_listener();
     let again = harness::produce(
         &kmirror,
         &topic,

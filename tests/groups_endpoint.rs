@@ -27,7 +27,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use harness::groups::{describe_group, group_consume, group_member, Consumed, DescribeRow};
-use harness::serve::{wait_all_mirrored, Serve};
+use harness::mirrors_cli::{cli_ok, free_loopback_port, wait_admin, write_serving_config};
+use harness::serve::{add_kafka_listener, wait_all_mirrored, Serve};
 use harness::{unique_topic, ProduceOpts};
 
 /// Failure guard for the server and the sync to come up, not a performance claim.
@@ -109,24 +110,11 @@ fn mirrored_pairs(topic: &str, data_dir: &Path) -> Vec<(PathBuf, PathBuf)> {
 // ---- static mode, kafka-python ----
 
 /// Starts `kmirror serve` with `config`, logging to `log`; returns it and the Kafka
-/// listener's `host:port` (read from its log line: the port is chosen by the OS).
+/// listener's `host:port` (the port is chosen by the OS).
 fn serve_static(config: &Path, log: PathBuf) -> (Serve, String) {
     let mut serve = Serve::start(config, log);
-    let start = Instant::now();
-    loop {
-        serve.assert_running();
-        let text = serve.log_text();
-        if let Some(at) = text.find("Kafka listener serving on ") {
-            let rest = &text[at + "Kafka listener serving on ".len()..];
-            let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
-            return (serve, addr);
-        }
-        assert!(
-            start.elapsed() < LIMIT,
-            "no Kafka listener line in:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let addr = serve.kafka_listener();
+    (serve, addr)
 }
 
 /// Runs the kafka-python group member; fails (never skips) when kafka-python is missing.
@@ -156,9 +144,7 @@ fn a_kafka_python_group_resumes_at_its_commit_after_a_restart() {
     let work = tempfile::tempdir().unwrap();
     let (config, data_dir) =
         mirror_support::write_config(work.path(), &k.bootstrap(), &[topic.as_str()]);
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("[kafka]\nlisten = \"127.0.0.1:0\"\n");
-    std::fs::write(&config, text).unwrap();
+    add_kafka_listener(&config);
 
     let (mut serve, kmirror) = serve_static(&config, work.path().join("serve1.log"));
     wait_all_mirrored(&mut serve, &mirrored_pairs(&topic, &data_dir));
@@ -192,26 +178,6 @@ fn a_kafka_python_group_resumes_at_its_commit_after_a_restart() {
 
 // ---- control-plane mode, Java clients ----
 
-fn cli(admin: &str, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_kmirror"))
-        .arg("mirrors")
-        .args(args)
-        .args(["--admin", admin])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mirrors {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// A control-plane config with the Kafka listener on a fixed port, so a restart keeps it.
 struct Rig {
     work: tempfile::TempDir,
@@ -226,31 +192,9 @@ impl Rig {
         let work = tempfile::tempdir().unwrap();
         let data_dir = work.path().join("data");
         let config = work.path().join("kmirror.toml");
-        let admin = format!("127.0.0.1:{}", free_port());
-        let kafka = format!("127.0.0.1:{}", free_port());
-        std::fs::write(
-            &config,
-            format!(
-                r#"
-[admin]
-listen = "{admin}"
-[kafka]
-listen = "{kafka}"
-[storage]
-data_dir = "{data}"
-[runtime]
-shards = 1
-arena_slot_bytes = 4194304
-arena_slots = 4
-[fetch]
-max_wait_ms = 100
-max_bytes = 2097152
-partition_max_bytes = 262144
-"#,
-                data = data_dir.display()
-            ),
-        )
-        .unwrap();
+        let admin = format!("127.0.0.1:{}", free_loopback_port());
+        let kafka = format!("127.0.0.1:{}", free_loopback_port());
+        write_serving_config(&config, &admin, Some(&kafka), &data_dir, "");
         Rig {
             work,
             config,
@@ -262,25 +206,8 @@ partition_max_bytes = 262144
 
     fn serve(&self, log: &str) -> Serve {
         let mut serve = Serve::start(&self.config, self.work.path().join(log));
-        let start = Instant::now();
-        loop {
-            serve.assert_running();
-            let up = Command::new(env!("CARGO_BIN_EXE_kmirror"))
-                .args(["mirrors", "list", "--admin", &self.admin])
-                .output()
-                .unwrap()
-                .status
-                .success();
-            if up {
-                return serve;
-            }
-            assert!(
-                start.elapsed() < LIMIT,
-                "admin API never answered:\n{}",
-                serve.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        wait_admin(&mut serve, &self.admin);
+        serve
     }
 
     /// Creates mirror "m" from the shared broker with `extra` properties and starts `topic`.
@@ -289,15 +216,15 @@ partition_max_bytes = 262144
         let bootstrap = harness::shared().bootstrap();
         std::fs::write(&props, format!("bootstrap.servers={bootstrap}\n{extra}")).unwrap();
         let props = props.to_str().unwrap();
-        cli(
+        cli_ok(
             &self.admin,
             &["create", "--mirror", "m", "--mirror-config", props],
         );
-        cli(&self.admin, &["start", "--mirror", "m", "--topics", topic]);
+        cli_ok(&self.admin, &["start", "--mirror", "m", "--topics", topic]);
     }
 
     fn states(&self) -> Vec<String> {
-        let json = cli(&self.admin, &["describe", "--mirror", "m", "--json"]);
+        let json = cli_ok(&self.admin, &["describe", "--mirror", "m", "--json"]);
         let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
         rows.as_array()
             .unwrap()
@@ -344,7 +271,7 @@ fn a_group_moves_from_the_source_to_kmirror_without_gap_or_duplicate() {
     }
 
     // Failover, then the group carries on from kmirror.
-    cli(&rig.admin, &["stop", "--mirror", "m", "--topics", &topic]);
+    cli_ok(&rig.admin, &["stop", "--mirror", "m", "--topics", &topic]);
     let start = Instant::now();
     while rig.states().iter().any(|s| s != "STOPPED") {
         assert!(start.elapsed() < LIMIT, "{}", serve.log_text());
@@ -388,7 +315,7 @@ fn the_last_sync_at_failover_carries_the_commits_made_since_the_periodic_one() {
     let on_source = offsets(&describe_group(&k.bootstrap(), &group));
     assert_eq!(on_source, next_offsets(&consumed));
 
-    cli(&rig.admin, &["stop", "--mirror", "m", "--topics", &topic]);
+    cli_ok(&rig.admin, &["stop", "--mirror", "m", "--topics", &topic]);
     let start = Instant::now();
     while rig.states().iter().any(|s| s != "STOPPED") {
         assert!(start.elapsed() < LIMIT, "{}", serve.log_text());

@@ -16,9 +16,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use harness::serve::{wait_mirrored, Serve};
+use harness::mirrors_cli::{cli_ok, free_loopback_port, wait_admin, write_serving_config};
+use harness::serve::{add_kafka_listener, wait_mirrored, Serve};
 use harness::{Codec, ConsumedRecord, Isolation, ProduceOpts, TxnEnd};
 use mirror_support::write_config;
 
@@ -30,25 +31,10 @@ fn start_serving(
     topics: &[&str],
 ) -> (Serve, std::path::PathBuf, String) {
     let (config, data_dir) = write_config(work, bootstrap, topics);
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("[kafka]\nlisten = \"127.0.0.1:0\"\n");
-    std::fs::write(&config, text).unwrap();
+    add_kafka_listener(&config);
     let mut serve = Serve::start(&config, work.join("serve.log"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        serve.assert_running();
-        let log = serve.log_text();
-        if let Some(at) = log.find("Kafka listener serving on ") {
-            let rest = &log[at + "Kafka listener serving on ".len()..];
-            let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
-            return (serve, data_dir, addr);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Kafka listener line in:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let addr = serve.kafka_listener();
+    (serve, data_dir, addr)
 }
 
 /// Runs the kafka-python helper; the test fails (never skips) when kafka-python is missing.
@@ -353,15 +339,6 @@ fn malformed_requests_close_only_their_connection() {
     assert!(text.contains("stopped cleanly"), "{text}");
 }
 
-fn mirrors_cli(admin: &str, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kmirror"))
-        .arg("mirrors")
-        .args(args)
-        .args(["--admin", admin])
-        .output()
-        .unwrap()
-}
-
 // Goal: the listener also runs in control-plane mode (`[admin]`), where partitions appear when
 // a mirror is started through the CLI. Method: start a mirror with `kmirror mirrors`, wait
 // until the bytes equal the broker's, and compare the Java consumer's records from kmirror
@@ -382,53 +359,14 @@ fn control_plane_mode_serves_clients_too() {
     );
     let work = tempfile::tempdir().unwrap();
     let data_dir = work.path().join("data");
-    let admin = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
-    };
+    let admin = format!("127.0.0.1:{}", free_loopback_port());
     let config = work.path().join("kmirror.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[admin]\nlisten = \"{admin}\"\n[kafka]\nlisten = \"127.0.0.1:0\"\n[storage]\n\
-             data_dir = \"{}\"\n[runtime]\nshards = 1\narena_slot_bytes = 4194304\n\
-             arena_slots = 4\n[fetch]\nmax_wait_ms = 100\nmax_bytes = 2097152\n",
-            data_dir.display()
-        ),
-    )
-    .unwrap();
+    write_serving_config(&config, &admin, Some("127.0.0.1:0"), &data_dir, "");
     let props = work.path().join("source.properties");
     std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !mirrors_cli(&admin, &["list"]).status.success() {
-        serve.assert_running();
-        assert!(
-            Instant::now() < deadline,
-            "admin API never answered:\n{}",
-            serve.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    // The admin API answers before the Kafka listener starts (control_run starts it after
-    // the control thread is up), so wait for its line too.
-    let log = loop {
-        let log = serve.log_text();
-        if log.contains("Kafka listener serving on ") {
-            break log;
-        }
-        serve.assert_running();
-        assert!(Instant::now() < deadline, "no Kafka listener line:\n{log}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let at = log
-        .find("Kafka listener serving on ")
-        .expect("listener line")
-        + 26;
-    let kmirror: String = log[at..]
-        .chars()
-        .take_while(|c| !c.is_whitespace())
-        .collect();
+    wait_admin(&mut serve, &admin);
+    let kmirror = serve.kafka_listener();
     let create = [
         "create",
         "--mirror",
@@ -436,12 +374,8 @@ fn control_plane_mode_serves_clients_too() {
         "--mirror-config",
         props.to_str().unwrap(),
     ];
-    assert!(mirrors_cli(&admin, &create).status.success());
-    assert!(
-        mirrors_cli(&admin, &["start", "--mirror", "m", "--topics", &topic])
-            .status
-            .success()
-    );
+    cli_ok(&admin, &create);
+    cli_ok(&admin, &["start", "--mirror", "m", "--topics", &topic]);
     wait_mirrored(
         &mut serve,
         &k.partition_dir(&topic, 0),
@@ -455,12 +389,7 @@ fn control_plane_mode_serves_clients_too() {
 
     // Failover: after `stop` the partition is writable; an idempotent Java producer writes to
     // kmirror and its records continue at the mirrored end.
-    let stop = mirrors_cli(&admin, &["stop", "--mirror", "m", "--topics", &topic]);
-    assert!(
-        stop.status.success(),
-        "{}",
-        String::from_utf8_lossy(&stop.stderr)
-    );
+    cli_ok(&admin, &["stop", "--mirror", "m", "--topics", &topic]);
     let opts = ProduceOpts {
         idempotent: true,
         seed: 7,
@@ -476,26 +405,8 @@ fn control_plane_mode_serves_clients_too() {
 
     // After a restart the written records are still there and the partition is still writable.
     let mut serve = Serve::start(&config, work.path().join("serve2.log"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let kmirror = loop {
-        serve.assert_running();
-        let log = serve.log_text();
-        if let Some(at) = log.find("Kafka listener serving on ") {
-            let addr: String = log[at + 26..]
-                .chars()
-                .take_while(|c| !c.is_whitespace())
-                .collect();
-            if mirrors_cli(&admin, &["list"]).status.success() {
-                break addr;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no restart:\n{}",
-            serve.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    wait_admin(&mut serve, &admin);
+    let kmirror = serve.kafka_listener();
     let again = harness::consume(&kmirror, &topic, 0, 0, 150, Isolation::ReadCommitted);
     assert_eq!(again, all, "the failed-over partition survived the restart");
     let more = harness::produce(&kmirror, &topic, 0, 5, &ProduceOpts { seed: 8, ..opts });

@@ -9,65 +9,18 @@
 
 mod harness;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use harness::dump::{dump_log_segments, segment_files, DumpFlags};
+use harness::mirrors_cli::{
+    cli_ok, describe_rows, free_loopback_port, wait_admin, write_admin_config,
+};
 use harness::serve::{log_bytes, wait_mirrored, Serve};
 use harness::ProduceOpts;
 
-/// Failure guard for the admin API to come up, not a performance claim.
-const ADMIN_UP_LIMIT: Duration = Duration::from_secs(60);
-
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-fn cli(admin: &str, args: &[&str]) -> Out {
-    let out = Command::new(env!("CARGO_BIN_EXE_kmirror"))
-        .arg("mirrors")
-        .args(args)
-        .args(["--admin", admin])
-        .output()
-        .unwrap();
-    Out {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn ok(admin: &str, args: &[&str]) -> String {
-    let o = cli(admin, args);
-    assert!(o.ok, "{args:?} failed: {}", o.stderr);
-    o.stdout
-}
-
-fn wait_admin(serve: &mut Serve, admin: &str) {
-    let start = Instant::now();
-    loop {
-        serve.assert_running();
-        if cli(admin, &["list"]).ok {
-            return;
-        }
-        assert!(
-            start.elapsed() < ADMIN_UP_LIMIT,
-            "admin API never answered:\n{}",
-            serve.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// (topic, partition, state, destination offset) of every partition of the mirror.
 fn describe(admin: &str, mirror: &str) -> Vec<(String, i64, String, Option<i64>)> {
-    let json = ok(admin, &["describe", "--mirror", mirror, "--json"]);
-    let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
-    rows.as_array()
-        .unwrap()
+    describe_rows(admin, mirror)
         .iter()
         .map(|r| {
             (
@@ -82,7 +35,7 @@ fn describe(admin: &str, mirror: &str) -> Vec<(String, i64, String, Option<i64>)
 
 /// (name and source as JSON, mirror epoch) of every mirror.
 fn mirrors(admin: &str) -> Vec<(String, i64)> {
-    let json = ok(admin, &["list", "--json"]);
+    let json = cli_ok(admin, &["list", "--json"]);
     let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
     rows.as_array()
         .unwrap()
@@ -93,35 +46,6 @@ fn mirrors(admin: &str) -> Vec<(String, i64)> {
             (r.to_string(), epoch)
         })
         .collect()
-}
-
-fn free_loopback_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-fn write_config(path: &Path, admin: &str, data_dir: &Path) {
-    std::fs::write(
-        path,
-        format!(
-            r#"
-[admin]
-listen = "{admin}"
-[storage]
-data_dir = "{data}"
-[runtime]
-shards = 1
-arena_slot_bytes = 4194304
-arena_slots = 4
-[fetch]
-max_wait_ms = 100
-max_bytes = 2097152
-partition_max_bytes = 262144
-"#,
-            data = data_dir.display()
-        ),
-    )
-    .unwrap();
 }
 
 #[test]
@@ -135,7 +59,7 @@ fn serve_runs_the_control_plane_for_the_cli() {
     let data_dir = work.path().join("data");
     let config = work.path().join("kmirror.toml");
     let admin = format!("127.0.0.1:{}", free_loopback_port());
-    write_config(&config, &admin, &data_dir);
+    write_admin_config(&config, &admin, &data_dir, "");
     let props = work.path().join("source.properties");
     std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
     let ours = data_dir.join(format!("{topic}-0"));
@@ -143,7 +67,7 @@ fn serve_runs_the_control_plane_for_the_cli() {
 
     let mut serve = Serve::start(&config, work.path().join("serve1.log"));
     wait_admin(&mut serve, &admin);
-    let created = ok(
+    let created = cli_ok(
         &admin,
         &[
             "create",
@@ -154,12 +78,12 @@ fn serve_runs_the_control_plane_for_the_cli() {
         ],
     );
     assert!(created.starts_with("Created mirror m"), "{created}");
-    ok(&admin, &["start", "--mirror", "m", "--topics", &topic]);
+    cli_ok(&admin, &["start", "--mirror", "m", "--topics", &topic]);
     wait_mirrored(&mut serve, &theirs, &ours);
 
     // Paused: the log is back on the control thread, its end is exactly what was mirrored, and
     // records produced now are not fetched.
-    ok(&admin, &["pause", "--mirror", "m", "--topics", &topic]);
+    cli_ok(&admin, &["pause", "--mirror", "m", "--topics", &topic]);
     let paused = describe(&admin, "m");
     assert_eq!(
         paused,
@@ -176,11 +100,11 @@ fn serve_runs_the_control_plane_for_the_cli() {
         "a paused partition was written to"
     );
 
-    ok(&admin, &["resume", "--mirror", "m", "--topics", &topic]);
+    cli_ok(&admin, &["resume", "--mirror", "m", "--topics", &topic]);
     wait_mirrored(&mut serve, &theirs, &ours);
     // Pause again so the exact log end is known for the restart check.
-    ok(&admin, &["pause", "--mirror", "m", "--topics", &topic]);
-    ok(&admin, &["resume", "--mirror", "m", "--topics", &topic]);
+    cli_ok(&admin, &["pause", "--mirror", "m", "--topics", &topic]);
+    cli_ok(&admin, &["resume", "--mirror", "m", "--topics", &topic]);
     let running = describe(&admin, "m");
     assert_eq!(running[0].2, "MIRRORING");
     let list_before = mirrors(&admin);
@@ -223,7 +147,7 @@ fn serve_runs_the_control_plane_for_the_cli() {
     // The restarted server hands the partition back to a shard, which keeps mirroring.
     k.produce(&topic, 0, 100, &ProduceOpts::default());
     wait_mirrored(&mut serve, &theirs, &ours);
-    ok(&admin, &["pause", "--mirror", "m", "--topics", &topic]);
+    cli_ok(&admin, &["pause", "--mirror", "m", "--topics", &topic]);
     assert_eq!(
         describe(&admin, "m"),
         [(topic.clone(), 0, "PAUSED".into(), Some(600))]
@@ -243,7 +167,7 @@ fn serve_runs_the_control_plane_for_the_cli() {
 
 /// (state, retry attempt, error message) of one partition from `describe --json`.
 fn failure(admin: &str, mirror: &str) -> (String, i64, Option<String>) {
-    let json = ok(admin, &["describe", "--mirror", mirror, "--json"]);
+    let json = cli_ok(admin, &["describe", "--mirror", mirror, "--json"]);
     let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
     let r = &rows.as_array().unwrap()[0];
     (
@@ -268,7 +192,7 @@ fn recreated_source_topic_fails_the_partition_in_describe() {
     let data_dir = work.path().join("data");
     let config = work.path().join("kmirror.toml");
     let admin = format!("127.0.0.1:{}", free_loopback_port());
-    write_config(&config, &admin, &data_dir);
+    write_admin_config(&config, &admin, &data_dir, "");
     let props = work.path().join("source.properties");
     std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
     let ours = data_dir.join(format!("{topic}-0"));
@@ -276,11 +200,11 @@ fn recreated_source_topic_fails_the_partition_in_describe() {
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     wait_admin(&mut serve, &admin);
     let mirror_config = props.to_str().unwrap();
-    ok(
+    cli_ok(
         &admin,
         &["create", "--mirror", "m", "--mirror-config", mirror_config],
     );
-    ok(&admin, &["start", "--mirror", "m", "--topics", &topic]);
+    cli_ok(&admin, &["start", "--mirror", "m", "--topics", &topic]);
     wait_mirrored(&mut serve, &k.partition_dir(&topic, 0), &ours);
     let held = log_bytes(&ours);
 

@@ -20,7 +20,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use harness::mirrors_cli::{
-    cli, cli_ok, describe_rows, free_loopback_port, wait_admin, write_admin_config,
+    cli, cli_ok, describe_rows, free_loopback_port, wait_admin, write_serving_config,
 };
 use harness::serve::{wait_all_mirrored, Serve};
 use harness::{Kafka, ProduceOpts, SaslSslSetup};
@@ -79,11 +79,9 @@ fn sasl_ssl_mirrors_and_a_refused_login_fails_only_its_mirror() {
     let config = work.path().join("kmirror.toml");
     let admin = format!("127.0.0.1:{}", free_loopback_port());
     // A long sync interval: only the data path's own reconnect can notice the new password.
-    write_admin_config(&config, &admin, &data_dir, "sync_interval_ms = 3600000");
     let kafka = format!("127.0.0.1:{}", free_loopback_port());
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str(&format!("[kafka]\nlisten = \"{kafka}\"\n"));
-    std::fs::write(&config, text).unwrap();
+    let slow = "sync_interval_ms = 3600000";
+    write_serving_config(&config, &admin, Some(&kafka), &data_dir, slow);
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     wait_admin(&mut serve, &admin);
 

@@ -66,6 +66,21 @@ pub fn free_loopback_port() -> u16 {
 
 /// A `kmirror serve` config with an `[admin]` section (`admin_extra` lines go into it).
 pub fn write_admin_config(path: &Path, admin: &str, data_dir: &Path, admin_extra: &str) {
+    write_serving_config(path, admin, None, data_dir, admin_extra);
+}
+
+/// As `write_admin_config`, plus a `[kafka]` listener on `kafka` ("127.0.0.1:0" lets the OS
+/// pick the port; `Serve::kafka_listener` reads it back).
+pub fn write_serving_config(
+    path: &Path,
+    admin: &str,
+    kafka: Option<&str>,
+    data_dir: &Path,
+    admin_extra: &str,
+) {
+    let kafka = kafka
+        .map(|k| format!("[kafka]\nlisten = \"{k}\"\n"))
+        .unwrap_or_default();
     std::fs::write(
         path,
         format!(
@@ -73,6 +88,7 @@ pub fn write_admin_config(path: &Path, admin: &str, data_dir: &Path, admin_extra
 [admin]
 listen = "{admin}"
 {admin_extra}
+{kafka}
 [storage]
 data_dir = "{data}"
 [runtime]

@@ -34,6 +34,22 @@ pub fn log_files(dir: &Path) -> Vec<PathBuf> {
 pub struct Serve {
     pub child: Child,
     pub log: PathBuf,
+    /// Length of `log` when this process started: earlier runs appended what precedes it.
+    log_start: usize,
+}
+
+/// What `kmirror serve` logs once its Kafka listener accepts connections.
+const LISTENER_LINE: &str = "Kafka listener serving on ";
+
+/// Failure guard for a start-up (log dir recovery, control thread, listener) on a loaded
+/// machine; not a performance claim.
+pub const START_LIMIT: Duration = Duration::from_secs(120);
+
+/// Adds a `[kafka]` listener on an OS-chosen loopback port to a config file.
+pub fn add_kafka_listener(config: &Path) {
+    let mut text = std::fs::read_to_string(config).unwrap();
+    text.push_str("[kafka]\nlisten = \"127.0.0.1:0\"\n");
+    std::fs::write(config, text).unwrap();
 }
 
 impl Serve {
@@ -44,6 +60,7 @@ impl Serve {
             .append(true)
             .open(&log)
             .unwrap();
+        let log_start = out.metadata().unwrap().len() as usize;
         let child = Command::new(env!("CARGO_BIN_EXE_kmirror"))
             .args(["serve", "--config"])
             .arg(config)
@@ -52,11 +69,36 @@ impl Serve {
             .stderr(out)
             .spawn()
             .unwrap();
-        Serve { child, log }
+        Serve {
+            child,
+            log,
+            log_start,
+        }
     }
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The Kafka listener's `host:port` from this process's start-up line, waiting for it.
+    pub fn kafka_listener(&mut self) -> String {
+        let start = Instant::now();
+        loop {
+            self.assert_running();
+            let text = self.log_text();
+            let ours = text.get(self.log_start..).unwrap_or_default();
+            if let Some(at) = ours.find(LISTENER_LINE) {
+                return ours[at + LISTENER_LINE.len()..]
+                    .chars()
+                    .take_while(|c| !c.is_whitespace())
+                    .collect();
+            }
+            assert!(
+                start.elapsed() < START_LIMIT,
+                "no Kafka listener line in:\n{ours}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     pub fn assert_running(&mut self) {
