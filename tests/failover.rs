@@ -11,6 +11,7 @@ mod harness;
 
 use std::time::{Duration, Instant};
 
+use harness::groups::{describe_group, txn_transform};
 use harness::mirrors_cli::{
     cli, cli_ok, describe_rows, free_loopback_port, wait_admin, write_serving_config,
 };
@@ -350,4 +351,116 @@ fn transactional_producers_work_after_failover() {
         "{}",
         String::from_utf8_lossy(&verify.stderr)
     );
+}
+
+/// Goal: consume-transform-produce applications work on kmirror after failover: the offsets a
+/// transaction sends with `sendOffsetsToTransaction` become the group's committed offsets when
+/// it commits, an aborted one leaves them unchanged, and they survive `kill -9` of kmirror.
+/// Method: two mirrored topics failed over with `kmirror mirrors stop`, the Java consumer (group
+/// member, read_committed) and transactional producer against kmirror's listener (commit,
+/// commit, abort), Kafka's `kafka-consumer-groups --describe` before and after a kill -9 and
+/// restart, and the group resuming from there.
+#[test]
+fn consume_transform_produce_commits_offsets_with_the_transaction() {
+    let k = harness::shared();
+    let input = harness::unique_topic("ctp-in");
+    let output = harness::unique_topic("ctp-out");
+    k.create_topic(&input, 1, &[]);
+    k.create_topic(&output, 1, &[]);
+    k.produce(&input, 0, 30, &ProduceOpts::default());
+    k.produce(&output, 0, 2, &ProduceOpts::default());
+    let work = tempfile::tempdir().unwrap();
+    let data_dir = work.path().join("data");
+    let admin = format!("127.0.0.1:{}", free_loopback_port());
+    let (mut serve, config) = serve_with_listener(work.path(), &admin);
+    let kmirror = serve.kafka_listener();
+    let props = work.path().join("source.properties");
+    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
+    let props = props.to_str().unwrap();
+    let topics = format!("^({input}|{output})$");
+    cli_ok(
+        &admin,
+        &["create", "--mirror", "ctp", "--mirror-config", props],
+    );
+    cli_ok(&admin, &["start", "--mirror", "ctp", "--topics", &topics]);
+    wait_all_mirrored(
+        &mut serve,
+        &[
+            (
+                k.partition_dir(&input, 0),
+                data_dir.join(format!("{input}-0")),
+            ),
+            (
+                k.partition_dir(&output, 0),
+                data_dir.join(format!("{output}-0")),
+            ),
+        ],
+    );
+    cli_ok(&admin, &["stop", "--mirror", "ctp", "--topics", &topics]);
+    let inputs = harness::consume(&kmirror, &input, 0, 0, 30, Isolation::ReadCommitted);
+    assert_eq!(inputs.len(), 30);
+
+    let group = "ctp-app";
+    let rounds = txn_transform(
+        &kmirror,
+        &input,
+        group,
+        &output,
+        &["commit", "commit", "abort"],
+        10,
+    );
+    assert_eq!(
+        rounds
+            .iter()
+            .map(|r| (r.txn.as_str(), r.partition, r.next))
+            .collect::<Vec<_>>(),
+        [("commit", 0, 10), ("commit", 0, 20), ("abort", 0, 30)]
+    );
+    let committed_at = |bootstrap: &str| -> Option<i64> {
+        let rows = describe_group(bootstrap, group);
+        let row = rows
+            .iter()
+            .find(|r| r.topic == input && r.partition == 0)
+            .unwrap_or_else(|| panic!("no row for {input}-0: {rows:?}"));
+        row.current_offset
+    };
+    assert_eq!(
+        committed_at(&kmirror),
+        Some(20),
+        "the committed transactions' offsets, not the aborted one's"
+    );
+    // The output holds the two committed transactions' records after the mirrored ones, each
+    // the reversed value of the input record at the same position.
+    let out = harness::consume(&kmirror, &output, 0, 0, 22, Isolation::ReadCommitted);
+    let produced: Vec<i64> = rounds[..2]
+        .iter()
+        .flat_map(|r| r.produced.clone())
+        .collect();
+    assert_eq!(
+        out[2..].iter().map(|r| r.offset).collect::<Vec<_>>(),
+        produced
+    );
+    for (o, i) in out[2..].iter().zip(&inputs) {
+        let mut reversed = i.value.clone().unwrap();
+        reversed.reverse();
+        assert_eq!(o.value.as_ref(), Some(&reversed));
+    }
+
+    // kill -9 and restart: the group's offsets are still the committed transactions', and the
+    // application resumes there (its next transaction reads 20..29 and sends 30).
+    serve.kill9();
+    let mut serve = Serve::start(&config, work.path().join("serve2.log"));
+    wait_admin(&mut serve, &admin);
+    let kmirror = serve.kafka_listener();
+    assert_eq!(committed_at(&kmirror), Some(20));
+    let resumed = txn_transform(&kmirror, &input, group, &output, &["commit"], 10);
+    assert_eq!(
+        resumed
+            .iter()
+            .map(|r| (r.txn.as_str(), r.next))
+            .collect::<Vec<_>>(),
+        [("commit", 30)]
+    );
+    let text = serve.sigterm_and_wait();
+    assert!(text.contains("stopped cleanly"), "{text}");
 }

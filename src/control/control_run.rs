@@ -99,9 +99,9 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
         };
         let mut c = Controller::open(store, RetryPolicy::default(), BlockingSourceCatalog, plane)
             .map_err(|e| e.to_string())?;
-        if serve_groups {
+        if let Some(g) = &groups {
             let leaders: Arc<dyn crate::serve::writes::PartitionWriter> = c.data_plane().leaders();
-            match TxnService::open(&data_dir, leaders) {
+            match TxnService::open(&data_dir, leaders, Arc::clone(g)) {
                 Ok(t) => {
                     let _ = build_txn.set(t);
                 }

@@ -132,3 +132,52 @@ pub fn describe_group(bootstrap: &str, group: &str) -> Vec<DescribeRow> {
     rows.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
     rows
 }
+
+/// One transaction of a `txn-transform` run, per input partition it consumed from.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TxnRound {
+    /// "commit" or "abort".
+    pub txn: String,
+    pub partition: i32,
+    /// The offset sent with sendOffsetsToTransaction (the next one to read).
+    pub next: i64,
+    /// Offsets of the transformed records in the output topic's partition 0.
+    pub produced: Vec<i64>,
+}
+
+/// A consume-transform-produce loop with the Java clients: a read_committed member of `group`
+/// reads `topic`; per outcome in `txns` one transaction writes the next `per_txn` records
+/// (values reversed) to `out` partition 0, sends the consumed offsets with
+/// `sendOffsetsToTransaction`, then commits or aborts.
+pub fn txn_transform(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    out: &str,
+    txns: &[&str],
+    per_txn: usize,
+) -> Vec<TxnRound> {
+    let args: Vec<String> = [
+        "txn-transform",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--out",
+        out,
+        "--txns",
+        &txns.join(","),
+        "--per-txn",
+        &per_txn.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let out = run_tool(&args);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}

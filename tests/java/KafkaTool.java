@@ -21,6 +21,13 @@
 //   group-member  --bootstrap B --topic T --group G --run-ms MS
 //                 subscribes as a member of G for MS, prints {"assigned":[p...]} after each
 //                 rebalance and {"record":{"partition","offset"}} per record, then leaves
+//   txn-transform --bootstrap B --topic IN --group G --out OUT --txns commit,abort,... --per-txn N
+//                 [--txn-id ID]
+//                 consume-transform-produce: a read_committed member of G reads IN; per listed
+//                 outcome one transaction writes the next N records, values reversed, to OUT
+//                 partition 0, sends the consumed offsets with sendOffsetsToTransaction and
+//                 commits or aborts; prints {"txn","partition","next","produced":[...]} per
+//                 transaction
 //
 // `produce --txns` splits the records evenly over one transaction per listed outcome. The outcome
 // `open` leaves the last transaction open: the tool flushes, prints its result and halts the JVM
@@ -75,6 +82,7 @@ public class KafkaTool {
             case "alter-config" -> alterConfig(a);
             case "group-consume" -> groupConsume(a);
             case "group-member" -> groupMember(a);
+            case "txn-transform" -> txnTransform(a);
             case "delete-topic" -> deleteTopic(a);
             default -> throw new IllegalArgumentException("unknown command " + argv[0]);
         }
@@ -316,6 +324,68 @@ public class KafkaTool {
             while (System.currentTimeMillis() < deadline) {
                 for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
                     System.out.println("{\"record\":{\"partition\":" + r.partition() + ",\"offset\":" + r.offset() + "}}");
+                }
+                System.out.flush();
+            }
+        }
+    }
+
+    static void txnTransform(Args a) throws Exception {
+        String out = a.get("out");
+        int perTxn = Integer.parseInt(a.get("per-txn"));
+        String[] txns = a.get("txns").split(",");
+        Properties cp = groupProps(a);
+        cp.put("isolation.level", "read_committed");
+        Properties pp = new Properties();
+        pp.put("bootstrap.servers", a.get("bootstrap"));
+        pp.put("key.serializer", ByteArraySerializer.class.getName());
+        pp.put("value.serializer", ByteArraySerializer.class.getName());
+        pp.put("transactional.id", a.get("txn-id", "kmirror-transform-" + a.get("group")));
+        pp.put("transaction.timeout.ms", "60000");
+        java.util.ArrayDeque<ConsumerRecord<byte[], byte[]>> buffered = new java.util.ArrayDeque<>();
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(cp);
+                KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp)) {
+            c.subscribe(List.of(a.get("topic")));
+            producer.initTransactions();
+            for (String outcome : txns) {
+                long deadline = System.currentTimeMillis() + 60000;
+                while (buffered.size() < perTxn) {
+                    if (System.currentTimeMillis() > deadline) {
+                        throw new IllegalStateException("consumed " + buffered.size() + " of " + perTxn);
+                    }
+                    for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) buffered.add(r);
+                }
+                producer.beginTransaction();
+                Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> next = new HashMap<>();
+                List<Future<RecordMetadata>> sent = new ArrayList<>();
+                for (int i = 0; i < perTxn; i++) {
+                    ConsumerRecord<byte[], byte[]> r = buffered.poll();
+                    byte[] v = r.value().clone();
+                    for (int x = 0, y = v.length - 1; x < y; x++, y--) {
+                        byte t = v[x]; v[x] = v[y]; v[y] = t;
+                    }
+                    sent.add(producer.send(new ProducerRecord<>(out, 0, r.key(), v)));
+                    next.put(new TopicPartition(r.topic(), r.partition()),
+                            new org.apache.kafka.clients.consumer.OffsetAndMetadata(r.offset() + 1,
+                                    r.leaderEpoch(), ""));
+                }
+                producer.sendOffsetsToTransaction(next, c.groupMetadata());
+                switch (outcome) {
+                    case "commit" -> producer.commitTransaction();
+                    case "abort" -> {
+                        producer.flush();
+                        producer.abortTransaction();
+                    }
+                    default -> throw new IllegalArgumentException("txn outcome " + outcome);
+                }
+                StringBuilder offs = new StringBuilder();
+                for (Future<RecordMetadata> f : sent) {
+                    if (offs.length() > 0) offs.append(',');
+                    offs.append(f.get(60, TimeUnit.SECONDS).offset());
+                }
+                for (Map.Entry<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> e : next.entrySet()) {
+                    System.out.println("{\"txn\":\"" + outcome + "\",\"partition\":" + e.getKey().partition()
+                            + ",\"next\":" + e.getValue().offset() + ",\"produced\":[" + offs + "]}");
                 }
                 System.out.flush();
             }

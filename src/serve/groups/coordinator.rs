@@ -1,5 +1,6 @@
 //! The group coordinator as the endpoint sees it: decoded `kafka-protocol` requests in,
 //! response structs out, for FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+//! TxnOffsetCommit (its offsets held pending until the transaction coordinator ends them),
 //! OffsetCommit, OffsetFetch, DescribeGroups and ListGroups. No sockets and no clock: the
 //! caller passes `now` (ms, monotonic) and drives `tick` at `next_deadline`.
 //!
@@ -23,17 +24,21 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::{
     BrokerId, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
     FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
     JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest,
     ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
-    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
+    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::ids::{LeaderEpoch, Offset, TimestampMs, TopicPartition};
+use crate::ids::{LeaderEpoch, Offset, ProducerId, TimestampMs, TopicPartition};
 use crate::limits::{
     GROUPS_MAX, GROUP_ID_BYTES_MAX, GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT,
     GROUP_MEMBER_BLOB_BYTES_MAX, GROUP_REBALANCE_TIMEOUT_MS_MAX, GROUP_SESSION_TIMEOUT_MS_MAX,
@@ -42,7 +47,9 @@ use crate::limits::{
 use crate::serve::groups::group::{
     Group, GroupState, JoinArgs, JoinResult, Reply, SyncResult, Waiter,
 };
-use crate::serve::groups::offsets::{CommittedOffset, OffsetKey, OffsetStore, OffsetStoreError};
+use crate::serve::groups::offsets::{
+    CommittedOffset, OffsetKey, OffsetStore, OffsetStoreError, PendingOffset,
+};
 
 /// Where clients find the coordinator (kmirror itself) and how groups behave.
 #[derive(Debug, Clone)]
@@ -100,10 +107,16 @@ pub enum SyncWriteError {
     Store(#[from] OffsetStoreError),
 }
 
+/// One OffsetFetch answer row: partition, offset, error code.
+type FetchRow = (i32, CommittedOffset, i16);
+
 pub struct GroupCoordinator<S> {
     config: CoordinatorConfig,
     groups: BTreeMap<String, Group>,
     offsets: BTreeMap<String, BTreeMap<TopicPartition, CommittedOffset>>,
+    /// Offsets committed inside open transactions, per producer id: invisible to OffsetFetch
+    /// until the transaction coordinator commits them (`end_txn_offsets`).
+    pending: BTreeMap<ProducerId, BTreeMap<OffsetKey, CommittedOffset>>,
     store: S,
     replies: Vec<Reply>,
 }
@@ -130,10 +143,19 @@ impl<S: OffsetStore> GroupCoordinator<S> {
         for (k, v) in store.load()? {
             offsets.entry(k.group).or_default().insert(k.tp, v);
         }
+        let mut pending: BTreeMap<ProducerId, BTreeMap<OffsetKey, CommittedOffset>> =
+            BTreeMap::new();
+        for p in store.load_pending()? {
+            pending
+                .entry(p.producer)
+                .or_default()
+                .insert(p.key, p.value);
+        }
         Ok(GroupCoordinator {
             config,
             groups: BTreeMap::new(),
             offsets,
+            pending,
             store,
             replies: Vec::new(),
         })
@@ -141,6 +163,11 @@ impl<S: OffsetStore> GroupCoordinator<S> {
 
     pub fn store(&self) -> &S {
         &self.store
+    }
+
+    #[cfg(test)]
+    pub(crate) fn store_mut(&mut self) -> &mut S {
+        &mut self.store
     }
 
     /// Where FindCoordinator sends clients: known only once the endpoint has bound its port.
@@ -505,6 +532,140 @@ impl<S: OffsetStore> GroupCoordinator<S> {
         }
     }
 
+    /// TxnOffsetCommit: the offsets are held as pending for `producer` (recorded in the store
+    /// first) until the transaction coordinator ends its transaction. The caller (the
+    /// transaction coordinator) has already checked that `producer` is the current producer of
+    /// the transactional id, with this group in its open transaction.
+    pub fn txn_offset_commit(
+        &mut self,
+        catalog: &dyn PartitionCatalog,
+        producer: ProducerId,
+        req: &TxnOffsetCommitRequest,
+    ) -> TxnOffsetCommitResponse {
+        let group_id = req.group_id.0.as_str();
+        let group_error = if !group_id_ok(group_id) {
+            Some(ResponseError::InvalidGroupId.code())
+        } else {
+            match self.groups.get(group_id) {
+                // v0-2 carry no generation (-1, ""): accepted, the producer epoch fences.
+                Some(g) => g
+                    .check_txn_commit(req.generation_id, req.member_id.as_str())
+                    .err(),
+                None if req.generation_id < 0 => (self.known_groups() >= GROUPS_MAX
+                    && !self.offsets.contains_key(group_id))
+                .then(|| ResponseError::CoordinatorNotAvailable.code()),
+                None => Some(ResponseError::IllegalGeneration.code()),
+            }
+        };
+        let now_wall = TimestampMs(wall_ms());
+        let mut topics = Vec::with_capacity(req.topics.len());
+        for t in &req.topics {
+            let mut parts = Vec::with_capacity(t.partitions.len());
+            for p in &t.partitions {
+                let tp = TopicPartition::new(t.name.0.as_str(), p.partition_index);
+                let metadata = p.committed_metadata.as_deref().unwrap_or("");
+                let error = if let Some(e) = group_error {
+                    e
+                } else if metadata.len() > OFFSET_METADATA_BYTES_MAX {
+                    ResponseError::OffsetMetadataTooLarge.code()
+                } else if !catalog.exists(&tp) {
+                    ResponseError::UnknownTopicOrPartition.code()
+                } else {
+                    let pending = PendingOffset {
+                        producer,
+                        key: OffsetKey {
+                            group: group_id.to_owned(),
+                            tp,
+                        },
+                        value: CommittedOffset {
+                            offset: Offset(p.committed_offset),
+                            leader_epoch: LeaderEpoch(p.committed_leader_epoch.max(-1)),
+                            metadata: metadata.to_owned(),
+                            commit_timestamp: now_wall,
+                        },
+                    };
+                    match self.store.put_pending(&pending) {
+                        Ok(()) => {
+                            self.pending
+                                .entry(producer)
+                                .or_default()
+                                .insert(pending.key, pending.value);
+                            0
+                        }
+                        Err(e) => {
+                            tracing::error!(
+                                group = group_id,
+                                "cannot store a transactional offset: {e}"
+                            );
+                            ResponseError::CoordinatorNotAvailable.code()
+                        }
+                    }
+                };
+                parts.push(
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(error),
+                );
+            }
+            topics.push(
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(parts),
+            );
+        }
+        TxnOffsetCommitResponse::default().with_topics(topics)
+    }
+
+    /// The end of `producer`'s transaction: on commit its pending offsets become the committed
+    /// ones, on abort they are dropped. Each offset is written, then its pending record
+    /// deleted, so a failure part-way leaves the rest pending and a repeat finishes the job.
+    /// Returns how many pending offsets there were.
+    pub fn end_txn_offsets(
+        &mut self,
+        producer: ProducerId,
+        commit: bool,
+    ) -> Result<usize, OffsetStoreError> {
+        let Some(mut held) = self.pending.remove(&producer) else {
+            return Ok(0);
+        };
+        let n = held.len();
+        while let Some((key, value)) = held.pop_first() {
+            let step = (|| {
+                if commit {
+                    self.store.put(&key, &value)?;
+                }
+                self.store.delete_pending(producer, &key)
+            })();
+            if let Err(e) = step {
+                held.insert(key, value);
+                self.pending.insert(producer, held);
+                return Err(e);
+            }
+            if commit {
+                self.offsets
+                    .entry(key.group)
+                    .or_default()
+                    .insert(key.tp, value);
+            }
+        }
+        Ok(n)
+    }
+
+    /// Producers holding pending transactional offsets (checked against the transaction
+    /// coordinator at start).
+    pub fn pending_producers(&self) -> Vec<ProducerId> {
+        self.pending.keys().copied().collect()
+    }
+
+    /// True when an open transaction holds an offset for `group`'s `tp`.
+    pub fn has_pending(&self, group: &str, tp: &TopicPartition) -> bool {
+        let key = OffsetKey {
+            group: group.to_owned(),
+            tp: tp.clone(),
+        };
+        self.pending.values().any(|m| m.contains_key(&key))
+    }
+
     /// Writes an offset taken from a mirror's source (group-offset sync). Refused while the
     /// group has members on kmirror: their own commits win.
     pub fn sync_offset(
@@ -549,7 +710,10 @@ impl<S: OffsetStore> GroupCoordinator<S> {
         Ok(true)
     }
 
+    /// OffsetFetch. With `require_stable` (v7+) a partition whose offset an open transaction
+    /// holds answers UNSTABLE_OFFSET_COMMIT (the client retries once the transaction ends).
     pub fn offset_fetch(&self, version: i16, req: &OffsetFetchRequest) -> OffsetFetchResponse {
+        let stable = version >= 7 && req.require_stable;
         let mut resp = OffsetFetchResponse::default();
         if version >= 8 {
             resp.groups = req
@@ -561,7 +725,7 @@ impl<S: OffsetStore> GroupCoordinator<S> {
                             .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
                             .collect()
                     });
-                    let rows = self.fetch_rows(g.group_id.0.as_str(), wanted);
+                    let rows = self.fetch_rows(g.group_id.0.as_str(), wanted, stable);
                     OffsetFetchResponseGroup::default()
                         .with_group_id(g.group_id.clone())
                         .with_topics(
@@ -572,7 +736,7 @@ impl<S: OffsetStore> GroupCoordinator<S> {
                                         .with_partitions(
                                             parts
                                                 .into_iter()
-                                                .map(|(p, c)| {
+                                                .map(|(p, c, error)| {
                                                     OffsetFetchResponsePartitions::default()
                                                         .with_partition_index(p)
                                                         .with_committed_offset(c.offset.0)
@@ -580,6 +744,7 @@ impl<S: OffsetStore> GroupCoordinator<S> {
                                                             c.leader_epoch.0,
                                                         )
                                                         .with_metadata(Some(s(&c.metadata)))
+                                                        .with_error_code(error)
                                                 })
                                                 .collect(),
                                         )
@@ -594,7 +759,7 @@ impl<S: OffsetStore> GroupCoordinator<S> {
                     .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
                     .collect()
             });
-            let rows = self.fetch_rows(req.group_id.0.as_str(), wanted);
+            let rows = self.fetch_rows(req.group_id.0.as_str(), wanted, stable);
             resp.topics = rows
                 .into_iter()
                 .map(|(topic, parts)| {
@@ -603,12 +768,13 @@ impl<S: OffsetStore> GroupCoordinator<S> {
                         .with_partitions(
                             parts
                                 .into_iter()
-                                .map(|(p, c)| {
+                                .map(|(p, c, error)| {
                                     OffsetFetchResponsePartition::default()
                                         .with_partition_index(p)
                                         .with_committed_offset(c.offset.0)
                                         .with_committed_leader_epoch(c.leader_epoch.0)
                                         .with_metadata(Some(s(&c.metadata)))
+                                        .with_error_code(error)
                                 })
                                 .collect(),
                         )
@@ -618,13 +784,15 @@ impl<S: OffsetStore> GroupCoordinator<S> {
         resp
     }
 
-    /// The offsets asked for (all of the group's when `wanted` is `None`); a partition with no
-    /// commit reads as offset -1 with empty metadata, as Kafka answers.
+    /// The offsets asked for (all of the group's when `wanted` is `None`), each with its error
+    /// code; a partition with no commit reads as offset -1 with empty metadata, as Kafka
+    /// answers, and so does one held by an open transaction when `stable` is asked for.
     fn fetch_rows(
         &self,
         group: &str,
         wanted: Option<Vec<(String, Vec<i32>)>>,
-    ) -> Vec<(String, Vec<(i32, CommittedOffset)>)> {
+        stable: bool,
+    ) -> Vec<(String, Vec<FetchRow>)> {
         let none = CommittedOffset {
             offset: Offset(-1),
             leader_epoch: LeaderEpoch::NONE,
@@ -632,6 +800,17 @@ impl<S: OffsetStore> GroupCoordinator<S> {
             commit_timestamp: TimestampMs::NONE,
         };
         let table = self.offsets.get(group);
+        let row = |tp: &TopicPartition, c: Option<&CommittedOffset>| {
+            if stable && self.has_pending(group, tp) {
+                (
+                    tp.partition,
+                    none.clone(),
+                    ResponseError::UnstableOffsetCommit.code(),
+                )
+            } else {
+                (tp.partition, c.cloned().unwrap_or_else(|| none.clone()), 0)
+            }
+        };
         match wanted {
             Some(topics) => topics
                 .into_iter()
@@ -640,23 +819,19 @@ impl<S: OffsetStore> GroupCoordinator<S> {
                         .into_iter()
                         .map(|p| {
                             let tp = TopicPartition::new(topic.as_str(), p);
-                            let c = table
-                                .and_then(|t| t.get(&tp))
-                                .cloned()
-                                .unwrap_or_else(|| none.clone());
-                            (p, c)
+                            row(&tp, table.and_then(|t| t.get(&tp)))
                         })
                         .collect();
                     (topic, rows)
                 })
                 .collect(),
             None => {
-                let mut by_topic: BTreeMap<String, Vec<(i32, CommittedOffset)>> = BTreeMap::new();
+                let mut by_topic: BTreeMap<String, Vec<FetchRow>> = BTreeMap::new();
                 for (tp, c) in table.into_iter().flatten() {
                     by_topic
                         .entry(tp.topic.clone())
                         .or_default()
-                        .push((tp.partition, c.clone()));
+                        .push(row(tp, Some(c)));
                 }
                 by_topic.into_iter().collect()
             }
@@ -778,6 +953,27 @@ impl<S: OffsetStore> GroupCoordinator<S> {
 }
 
 /// A JoinGroup error answer (for a parked request that could not wait any longer).
+/// The transaction coordinator ends transactional offsets through the shared coordinator.
+impl<S: OffsetStore + Send> crate::serve::txn::TxnOffsets
+    for std::sync::Mutex<GroupCoordinator<S>>
+{
+    fn end_offsets(&self, producer: ProducerId, commit: bool) -> Result<(), String> {
+        // A panic elsewhere under this lock leaves every offset either written or pending, and
+        // ending them again is safe.
+        self.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .end_txn_offsets(producer, commit)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn pending_producers(&self) -> Vec<ProducerId> {
+        self.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pending_producers()
+    }
+}
+
 pub fn join_error(version: i16, error: ResponseError, member_id: &str) -> JoinGroupResponse {
     join_response(version, JoinResult::error(error, member_id))
 }
@@ -836,6 +1032,9 @@ mod tests {
         OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
     };
     use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
     use kafka_protocol::protocol::Encodable;
 
     fn coord() -> GroupCoordinator<MemoryStore> {
@@ -1326,5 +1525,106 @@ mod tests {
         assert!(c.group("g").is_none(), "no offsets, no members: forgotten");
         let l = c.list_groups(5, &ListGroupsRequest::default());
         assert!(l.groups.is_empty());
+    }
+
+    fn txn_req(gen: i32, member: &str, partition: i32) -> TxnOffsetCommitRequest {
+        TxnOffsetCommitRequest::default()
+            .with_group_id(GroupId(s("g")))
+            .with_generation_id(gen)
+            .with_member_id(s(member))
+            .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+                .with_name(TopicName(s("orders")))
+                .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                    .with_partition_index(partition)
+                    .with_committed_offset(77)
+                    .with_committed_leader_epoch(2)])])
+    }
+
+    fn txn_errors(r: &TxnOffsetCommitResponse) -> Vec<i16> {
+        r.topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+            .collect()
+    }
+
+    #[test]
+    fn txn_offset_commit_checks_the_member_and_holds_offsets_until_the_end() {
+        let mut c = coord();
+        let pid = ProducerId(1 << 40);
+        // No group: only a commit without a generation may write (and create it).
+        let r = c.txn_offset_commit(&all, pid, &txn_req(3, "m", 0));
+        assert_eq!(txn_errors(&r), [ResponseError::IllegalGeneration.code()]);
+        let id = join_stable(&mut c);
+        let r = c.txn_offset_commit(&all, pid, &txn_req(0, &id, 0));
+        assert_eq!(txn_errors(&r), [ResponseError::IllegalGeneration.code()]);
+        let r = c.txn_offset_commit(&all, pid, &txn_req(1, "stranger", 0));
+        assert_eq!(txn_errors(&r), [ResponseError::UnknownMemberId.code()]);
+        let only_orders_0 = |tp: &TopicPartition| tp.partition == 0;
+        let r = c.txn_offset_commit(&only_orders_0, pid, &txn_req(1, &id, 1));
+        assert_eq!(
+            txn_errors(&r),
+            [ResponseError::UnknownTopicOrPartition.code()]
+        );
+        assert!(c.pending_producers().is_empty());
+        // The member at its generation, and a v0-2 request without one (the epoch fences).
+        let r = c.txn_offset_commit(&all, pid, &txn_req(1, &id, 0));
+        assert_eq!(txn_errors(&r), [0]);
+        let r = c.txn_offset_commit(&all, ProducerId(5), &txn_req(-1, "", 1));
+        assert_eq!(txn_errors(&r), [0]);
+        for v in 0..=4 {
+            encodes(&r, v);
+        }
+        let orders0 = TopicPartition::new("orders", 0);
+        assert!(c.committed("g", &orders0).is_none());
+        assert!(c.has_pending("g", &orders0));
+        assert_eq!(c.store().pending.len(), 2);
+        // All-partitions fetch with require_stable: a committed row held by a transaction
+        // answers UNSTABLE_OFFSET_COMMIT.
+        c.offset_commit(&all, &commit_req(1, &id, 42));
+        let req = OffsetFetchRequest::default()
+            .with_require_stable(true)
+            .with_groups(vec![OffsetFetchRequestGroup::default()
+                .with_group_id(GroupId(s("g")))
+                .with_topics(None)]);
+        let r = c.offset_fetch(9, &req);
+        let p = &r.groups[0].topics[0].partitions[0];
+        assert_eq!(
+            (p.committed_offset, p.error_code),
+            (-1, ResponseError::UnstableOffsetCommit.code())
+        );
+        let r = c.offset_fetch(9, &req.clone().with_require_stable(false));
+        assert_eq!(r.groups[0].topics[0].partitions[0].committed_offset, 42);
+        // Commit moves them into the table; abort of the other drops its one.
+        assert_eq!(c.end_txn_offsets(pid, true).unwrap(), 1);
+        assert_eq!(c.committed("g", &orders0).unwrap().offset, Offset(77));
+        assert_eq!(c.end_txn_offsets(ProducerId(5), false).unwrap(), 1);
+        assert!(c
+            .committed("g", &TopicPartition::new("orders", 1))
+            .is_none());
+        assert!(c.store().pending.is_empty());
+        assert_eq!(c.end_txn_offsets(pid, true).unwrap(), 0, "repeatable");
+    }
+
+    #[test]
+    fn a_failed_store_keeps_transactional_offsets_pending() {
+        let mut c = coord();
+        let pid = ProducerId(9);
+        let r = c.txn_offset_commit(&all, pid, &txn_req(-1, "", 0));
+        assert_eq!(txn_errors(&r), [0]);
+        c.store_mut().fail = true;
+        assert!(c.end_txn_offsets(pid, true).is_err());
+        assert_eq!(
+            c.pending_producers(),
+            vec![pid],
+            "still pending, to finish later"
+        );
+        c.store_mut().fail = false;
+        assert_eq!(c.end_txn_offsets(pid, true).unwrap(), 1);
+        assert_eq!(
+            c.committed("g", &TopicPartition::new("orders", 0))
+                .unwrap()
+                .offset,
+            Offset(77)
+        );
     }
 }

@@ -617,6 +617,17 @@ impl Group {
         Ok(())
     }
 
+    /// Whether a TxnOffsetCommit may write for `member_id` at `generation`. Clients older than
+    /// KIP-447 (TxnOffsetCommit v0-2) send no generation: accepted, since the transaction's
+    /// producer epoch fences them. Unlike a plain commit, one during CompletingRebalance is
+    /// accepted (Kafka's rule: the transaction holds it until it ends).
+    pub fn check_txn_commit(&self, generation: i32, member_id: &str) -> Result<(), i16> {
+        if generation < 0 && member_id.is_empty() {
+            return Ok(());
+        }
+        self.check_member(generation, member_id)
+    }
+
     pub fn leave(&mut self, now: i64, member_id: &str, out: &mut Vec<Reply>) -> i16 {
         if self.pending.remove(member_id).is_some() {
             self.maybe_complete_join(now, out);

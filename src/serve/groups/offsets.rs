@@ -3,6 +3,16 @@
 //! records use Kafka's own `__consumer_offsets` schemas (offset-commit key version 1, value
 //! version 3), so Kafka's `DumpLogSegments --offsets-decoder` reads it.
 //!
+//! Offsets committed inside a transaction (TxnOffsetCommit) are *pending* until the
+//! transaction ends. They live in the same log under kmirror's own key type
+//! (`PENDING_KEY_VERSION`, far above the key versions Kafka uses, so `decode_key` and Kafka's
+//! tools pass them by): key = version, producer id, group, topic, partition; value = the
+//! offset-commit value v3. Commit writes each as an ordinary offset-commit record and then a
+//! tombstone for the pending key; abort writes only the tombstones. Both steps can be repeated,
+//! which is what the transaction coordinator does after a crash. (Kafka instead writes them as
+//! transactional records and lets a COMMIT/ABORT marker decide; our keyed log has no producer
+//! state to attach markers to, and keeping the decision in `__transaction_state-0` needs none.)
+//!
 //! Appends stay on the page cache (Kafka's own `__consumer_offsets` relies on replication, not
 //! fsync): a commit survives `kill -9` of kmirror, and a power cut may lose the last commits,
 //! which a consumer then re-reads (at-least-once). Closing the log fsyncs it.
@@ -10,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::ids::{LeaderEpoch, Offset, TimestampMs, TopicPartition};
+use crate::ids::{LeaderEpoch, Offset, ProducerId, TimestampMs, TopicPartition};
 use crate::limits::COMMITTED_OFFSETS_MAX;
 use crate::log::config::FlushPolicy;
 use crate::log::keyed_log::{KeyedLog, KeyedLogError};
@@ -63,12 +73,29 @@ pub trait OffsetStore {
     fn load(&self) -> Result<Vec<(OffsetKey, CommittedOffset)>, OffsetStoreError>;
     fn put(&mut self, key: &OffsetKey, value: &CommittedOffset) -> Result<(), OffsetStoreError>;
     fn delete(&mut self, key: &OffsetKey) -> Result<(), OffsetStoreError>;
+    /// Every pending transactional offset the store holds, at start.
+    fn load_pending(&self) -> Result<Vec<PendingOffset>, OffsetStoreError>;
+    fn put_pending(&mut self, pending: &PendingOffset) -> Result<(), OffsetStoreError>;
+    fn delete_pending(
+        &mut self,
+        producer: ProducerId,
+        key: &OffsetKey,
+    ) -> Result<(), OffsetStoreError>;
+}
+
+/// An offset committed inside producer `producer`'s open transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingOffset {
+    pub producer: ProducerId,
+    pub key: OffsetKey,
+    pub value: CommittedOffset,
 }
 
 /// A store that keeps nothing: for tests and tools that need no durability.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     pub map: BTreeMap<OffsetKey, CommittedOffset>,
+    pub pending: BTreeMap<(ProducerId, OffsetKey), CommittedOffset>,
     /// When set, every put fails (to test the coordinator's error path).
     pub fail: bool,
 }
@@ -90,6 +117,33 @@ impl OffsetStore for MemoryStore {
     }
     fn delete(&mut self, key: &OffsetKey) -> Result<(), OffsetStoreError> {
         self.map.remove(key);
+        Ok(())
+    }
+    fn load_pending(&self) -> Result<Vec<PendingOffset>, OffsetStoreError> {
+        Ok(self
+            .pending
+            .iter()
+            .map(|((producer, key), value)| PendingOffset {
+                producer: *producer,
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect())
+    }
+    fn put_pending(&mut self, p: &PendingOffset) -> Result<(), OffsetStoreError> {
+        if self.fail {
+            return Err(OffsetStoreError::Full);
+        }
+        self.pending
+            .insert((p.producer, p.key.clone()), p.value.clone());
+        Ok(())
+    }
+    fn delete_pending(
+        &mut self,
+        producer: ProducerId,
+        key: &OffsetKey,
+    ) -> Result<(), OffsetStoreError> {
+        self.pending.remove(&(producer, key.clone()));
         Ok(())
     }
 }
@@ -142,12 +196,46 @@ impl OffsetStore for OffsetsLog {
     fn delete(&mut self, key: &OffsetKey) -> Result<(), OffsetStoreError> {
         Ok(self.log.delete(&encode_key(key))?)
     }
+
+    fn load_pending(&self) -> Result<Vec<PendingOffset>, OffsetStoreError> {
+        let mut out = Vec::new();
+        for (k, v) in self.log.live() {
+            if let Some((producer, key)) = decode_pending_key(k)? {
+                out.push(PendingOffset {
+                    producer,
+                    key,
+                    value: decode_value(v)?,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn put_pending(&mut self, p: &PendingOffset) -> Result<(), OffsetStoreError> {
+        if self.log.live().len() >= COMMITTED_OFFSETS_MAX {
+            return Err(OffsetStoreError::Full);
+        }
+        Ok(self.log.put(
+            encode_pending_key(p.producer, &p.key),
+            encode_value(&p.value),
+        )?)
+    }
+
+    fn delete_pending(
+        &mut self,
+        producer: ProducerId,
+        key: &OffsetKey,
+    ) -> Result<(), OffsetStoreError> {
+        Ok(self.log.delete(&encode_pending_key(producer, key))?)
+    }
 }
 
 // ---- Kafka's __consumer_offsets schemas (big-endian, int16-length strings) ----
 
 const KEY_VERSION_OFFSET: i16 = 1;
 const VALUE_VERSION: i16 = 3;
+/// kmirror's own key type for pending transactional offsets (Kafka's key versions are small).
+pub const PENDING_KEY_VERSION: i16 = 0x7f00;
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
     // Our own bounds keep every string far below i16::MAX.
@@ -173,6 +261,37 @@ pub fn encode_value(v: &CommittedOffset) -> Vec<u8> {
     put_str(&mut out, &v.metadata);
     out.extend_from_slice(&v.commit_timestamp.0.to_be_bytes());
     out
+}
+
+/// A pending transactional offset's key: version, producer id, group, topic, partition.
+pub fn encode_pending_key(producer: ProducerId, key: &OffsetKey) -> Vec<u8> {
+    let mut out = Vec::with_capacity(18 + key.group.len() + key.tp.topic.len());
+    out.extend_from_slice(&PENDING_KEY_VERSION.to_be_bytes());
+    out.extend_from_slice(&producer.0.to_be_bytes());
+    put_str(&mut out, &key.group);
+    put_str(&mut out, &key.tp.topic);
+    out.extend_from_slice(&key.tp.partition.to_be_bytes());
+    out
+}
+
+/// A pending-offset key, or `None` for every other key type.
+pub fn decode_pending_key(bytes: &[u8]) -> Result<Option<(ProducerId, OffsetKey)>, CodecError> {
+    let mut r = Reader(bytes);
+    if r.i16()? != PENDING_KEY_VERSION {
+        return Ok(None);
+    }
+    let producer = ProducerId(r.i64()?);
+    let group = r.string()?;
+    let topic = r.string()?;
+    let partition = r.i32()?;
+    r.end()?;
+    Ok(Some((
+        producer,
+        OffsetKey {
+            group,
+            tp: TopicPartition::new(topic, partition),
+        },
+    )))
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -294,6 +413,19 @@ mod tests {
         assert_eq!(decode_value(&v).unwrap(), value(7));
         // A group-metadata key (version 2) is not an offset.
         assert_eq!(decode_key(&[0, 2, 0, 1, b'g']).unwrap(), None);
+        // A pending key is neither read as an offset nor confused with one.
+        let pk = encode_pending_key(ProducerId(1 << 40), &key("g", 2));
+        assert_eq!(&pk[..2], &PENDING_KEY_VERSION.to_be_bytes());
+        assert_eq!(&pk[2..10], &(1i64 << 40).to_be_bytes());
+        assert_eq!(decode_key(&pk).unwrap(), None);
+        assert_eq!(decode_pending_key(&k).unwrap(), None);
+        assert_eq!(
+            decode_pending_key(&pk).unwrap(),
+            Some((ProducerId(1 << 40), key("g", 2)))
+        );
+        for cut in 2..pk.len() {
+            assert!(decode_pending_key(&pk[..cut]).is_err(), "cut at {cut}");
+        }
     }
 
     #[test]
@@ -331,6 +463,26 @@ mod tests {
         let mut got = log.load().unwrap();
         got.sort_by(|a, b| a.0.cmp(&b.0));
         assert_eq!(got, vec![(key("a", 0), value(49)), (key("a", 1), value(3))]);
+        log.close().unwrap();
+    }
+
+    #[test]
+    fn pending_offsets_survive_kill_9_apart_from_committed_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = OffsetsLog::open(dir.path()).unwrap();
+        log.put(&key("a", 0), &value(5)).unwrap();
+        let p = |pid: i64, o: i64| PendingOffset {
+            producer: ProducerId(pid),
+            key: key("a", 0),
+            value: value(o),
+        };
+        log.put_pending(&p(7, 9)).unwrap();
+        log.put_pending(&p(8, 11)).unwrap();
+        log.delete_pending(ProducerId(8), &key("a", 0)).unwrap();
+        std::mem::forget(log);
+        let log = OffsetsLog::open(dir.path()).unwrap();
+        assert_eq!(log.load().unwrap(), vec![(key("a", 0), value(5))]);
+        assert_eq!(log.load_pending().unwrap(), vec![p(7, 9)]);
         log.close().unwrap();
     }
 }

@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::{
     ApiKey, DescribeGroupsRequest, FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest,
     LeaveGroupRequest, ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest,
-    SyncGroupRequest,
+    SyncGroupRequest, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::ResponseError;
 
-use crate::ids::TopicPartition;
+use crate::ids::{ProducerId, TopicPartition};
 use crate::limits::{
     GROUP_CLOSE_WAIT_MS, GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT, GROUP_PARK_MAX_MS,
     GROUP_TIMER_MAX_SLEEP_MS,
@@ -39,6 +39,7 @@ use crate::serve::groups::group::Waiter;
 use crate::serve::groups::offsets::{OffsetStoreError, OffsetsLog};
 use crate::serve::groups::versions::GROUP_APIS;
 use crate::serve::groups::SharedCoordinator;
+use crate::serve::txn::TxnOffsets;
 use crate::serve::ServeError;
 
 /// Why the group service could not start.
@@ -229,6 +230,28 @@ impl GroupService {
                 }
             }
         }
+    }
+}
+
+impl GroupService {
+    /// TxnOffsetCommit for `producer`, whose transaction the caller has checked.
+    pub fn txn_offset_commit(
+        &self,
+        producer: ProducerId,
+        req: &TxnOffsetCommitRequest,
+    ) -> TxnOffsetCommitResponse {
+        let exists = |tp: &TopicPartition| self.catalog.get(tp).is_some();
+        lock(&self.coordinator).txn_offset_commit(&exists, producer, req)
+    }
+}
+
+impl TxnOffsets for GroupService {
+    fn end_offsets(&self, producer: ProducerId, commit: bool) -> Result<(), String> {
+        self.coordinator.end_offsets(producer, commit)
+    }
+
+    fn pending_producers(&self) -> Vec<ProducerId> {
+        self.coordinator.pending_producers()
     }
 }
 

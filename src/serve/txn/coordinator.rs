@@ -7,6 +7,12 @@
 //!   └──── InitProducerId (epoch + 1; an Ongoing transaction is aborted first) ◀──────┘
 //! ```
 //!
+//! AddOffsetsToTxn adds a consumer group to the transaction (Kafka adds the group's
+//! `__consumer_offsets` partition); TxnOffsetCommit then holds that group's offsets as pending
+//! in the group coordinator under the producer id (`TxnOffsets`), and the end of the
+//! transaction (EndTxn, the timer, fencing, or completion at open) makes them committed or
+//! drops them, after the partition markers and before Complete* is recorded.
+//!
 //! A transaction Ongoing for longer than its timeout is aborted by the timer with the epoch
 //! raised, which fences the producer that let it run out (its next request answers
 //! INVALID_PRODUCER_EPOCH), as Kafka does.
@@ -42,6 +48,10 @@ pub struct TxnMeta {
     pub partitions: BTreeSet<(String, i32)>,
     /// When the current transaction began (wall clock, ms): its timeout counts from here.
     pub started_ms: i64,
+    /// Consumer groups whose offsets the current transaction may commit (AddOffsetsToTxn).
+    /// Absent in records written before offsets were served.
+    #[serde(default)]
+    pub groups: BTreeSet<String>,
 }
 
 impl TxnMeta {
@@ -55,6 +65,14 @@ impl TxnMeta {
             .map(|(t, p)| TopicPartition::new(t.clone(), *p))
             .collect()
     }
+}
+
+/// The group coordinator's side of offsets committed inside transactions.
+pub trait TxnOffsets: Send + Sync {
+    /// Ends `producer`'s pending offsets: committed when `commit`, else dropped. Repeatable.
+    fn end_offsets(&self, producer: ProducerId, commit: bool) -> Result<(), String>;
+    /// Producers holding pending offsets.
+    fn pending_producers(&self) -> Vec<ProducerId>;
 }
 
 /// Why a request is refused, as the Kafka error the client understands.
@@ -76,8 +94,12 @@ pub enum TxnError {
     TooMany,
     #[error("no producer id: {0}")]
     NoProducerId(String),
+    #[error("group id {0:?} is invalid")]
+    InvalidGroup(String),
     #[error("writing a transaction marker: {0}")]
     Marker(#[from] WriteError),
+    #[error("ending transactional offsets: {0}")]
+    Offsets(String),
     #[error("__transaction_state: {0}")]
     Store(#[from] TxnStoreError),
 }
@@ -85,6 +107,7 @@ pub enum TxnError {
 // Kafka error codes (org.apache.kafka.common.protocol.Errors).
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+const INVALID_GROUP_ID: i16 = 24;
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 const INVALID_TXN_STATE: i16 = 48;
 const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
@@ -102,7 +125,8 @@ impl TxnError {
             TxnError::InvalidState { .. } => INVALID_TXN_STATE,
             TxnError::NotWritable(_) => UNKNOWN_TOPIC_OR_PARTITION,
             TxnError::TooMany | TxnError::NoProducerId(_) => COORDINATOR_NOT_AVAILABLE,
-            TxnError::Marker(_) | TxnError::Store(_) => KAFKA_STORAGE_ERROR,
+            TxnError::InvalidGroup(_) => INVALID_GROUP_ID,
+            TxnError::Marker(_) | TxnError::Store(_) | TxnError::Offsets(_) => KAFKA_STORAGE_ERROR,
         }
     }
 }
@@ -110,17 +134,24 @@ impl TxnError {
 pub struct TxnCoordinator<S: TxnStore> {
     store: S,
     writer: Arc<dyn PartitionWriter>,
+    offsets: Arc<dyn TxnOffsets>,
     txns: BTreeMap<String, TxnMeta>,
 }
 
 impl<S: TxnStore> TxnCoordinator<S> {
     /// Loads every transactional id and completes the transactions a crash left between
-    /// Prepare* and Complete* (the markers still missing are written now).
-    pub fn open(store: S, writer: Arc<dyn PartitionWriter>) -> Result<Self, TxnError> {
+    /// Prepare* and Complete* (the markers and offsets still missing are written now); then
+    /// drops pending offsets of producers with no open transaction.
+    pub fn open(
+        store: S,
+        writer: Arc<dyn PartitionWriter>,
+        offsets: Arc<dyn TxnOffsets>,
+    ) -> Result<Self, TxnError> {
         let txns = store.load()?.into_iter().collect();
         let mut c = TxnCoordinator {
             store,
             writer,
+            offsets,
             txns,
         };
         let unfinished: Vec<String> = c
@@ -133,6 +164,23 @@ impl<S: TxnStore> TxnCoordinator<S> {
             let commit = c.txns[&id].state == TxnState::PrepareCommit;
             tracing::info!(transactional_id = %id, commit, "completing a transaction left prepared");
             c.complete(&id, commit)?;
+        }
+        // Complete* is recorded only after the offsets were ended, so pending offsets of a
+        // producer without an Ongoing transaction belong to nothing that can still commit.
+        let open: BTreeSet<i64> = c
+            .txns
+            .values()
+            .filter(|m| m.state == TxnState::Ongoing)
+            .map(|m| m.producer_id)
+            .collect();
+        for p in c.offsets.pending_producers() {
+            if !open.contains(&p.0) {
+                tracing::info!(
+                    producer_id = p.0,
+                    "dropping transactional offsets of no open transaction"
+                );
+                c.offsets.end_offsets(p, false).map_err(TxnError::Offsets)?;
+            }
         }
         Ok(c)
     }
@@ -173,6 +221,7 @@ impl<S: TxnStore> TxnCoordinator<S> {
                 state: TxnState::Empty,
                 partitions: BTreeSet::new(),
                 started_ms: now_ms,
+                groups: BTreeSet::new(),
             };
             self.put(id, meta)?;
             return Ok((pid, 0));
@@ -197,6 +246,7 @@ impl<S: TxnStore> TxnCoordinator<S> {
         meta.timeout_ms = timeout_ms;
         meta.state = TxnState::Empty;
         meta.partitions.clear();
+        meta.groups.clear();
         meta.started_ms = now_ms;
         let answer = (meta.producer(), meta.producer_epoch);
         self.put(id, meta)?;
@@ -228,25 +278,81 @@ impl<S: TxnStore> TxnCoordinator<S> {
         tps: &[TopicPartition],
         now_ms: i64,
     ) -> Result<(), TxnError> {
+        if let Some(tp) = tps.iter().find(|tp| !self.writer.is_writable(tp)) {
+            self.check_producer(id, pid, epoch)?;
+            return Err(TxnError::NotWritable(tp.clone()));
+        }
+        self.join(id, pid, epoch, now_ms, |meta| {
+            meta.partitions
+                .extend(tps.iter().map(|tp| (tp.topic.clone(), tp.partition)));
+        })
+    }
+
+    /// AddOffsetsToTxn: `group`'s offsets join the current transaction (starting it), so
+    /// TxnOffsetCommit may hold offsets of that group for it.
+    pub fn add_offsets(
+        &mut self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        group: &str,
+        now_ms: i64,
+    ) -> Result<(), TxnError> {
+        if group.is_empty() || group.len() > crate::limits::GROUP_ID_BYTES_MAX {
+            self.check_producer(id, pid, epoch)?;
+            return Err(TxnError::InvalidGroup(group.to_owned()));
+        }
+        self.join(id, pid, epoch, now_ms, |meta| {
+            meta.groups.insert(group.to_owned());
+        })
+    }
+
+    /// Adds to the current transaction what `add` puts into it, starting the transaction if
+    /// none is Ongoing; records the change before answering.
+    fn join(
+        &mut self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        now_ms: i64,
+        add: impl FnOnce(&mut TxnMeta),
+    ) -> Result<(), TxnError> {
         let mut meta = self.check_producer(id, pid, epoch)?.clone();
         if matches!(meta.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
             return Err(TxnError::Concurrent);
         }
-        if let Some(tp) = tps.iter().find(|tp| !self.writer.is_writable(tp)) {
-            return Err(TxnError::NotWritable(tp.clone()));
-        }
         if meta.state != TxnState::Ongoing {
             meta.state = TxnState::Ongoing;
             meta.partitions.clear();
+            meta.groups.clear();
             meta.started_ms = now_ms;
         }
-        let before = meta.partitions.len();
-        meta.partitions
-            .extend(tps.iter().map(|tp| (tp.topic.clone(), tp.partition)));
-        if meta.partitions.len() != before || self.txns[id].state != TxnState::Ongoing {
+        add(&mut meta);
+        if meta != self.txns[id] {
             self.put(id, meta)?;
         }
         Ok(())
+    }
+
+    /// Whether TxnOffsetCommit may hold offsets of `group` for this producer: it must be the
+    /// current producer, with an Ongoing transaction that `group` was added to. Returns the
+    /// producer id the offsets are held under.
+    pub fn check_offsets(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        group: &str,
+    ) -> Result<ProducerId, TxnError> {
+        let meta = self.check_producer(id, pid, epoch)?;
+        match meta.state {
+            TxnState::Ongoing if meta.groups.contains(group) => Ok(meta.producer()),
+            TxnState::PrepareCommit | TxnState::PrepareAbort => Err(TxnError::Concurrent),
+            state => Err(TxnError::InvalidState {
+                op: "TxnOffsetCommit for a group not added to the transaction",
+                state,
+            }),
+        }
     }
 
     /// EndTxn: commit or abort the current transaction; answers once every marker is written.
@@ -293,6 +399,11 @@ impl<S: TxnStore> TxnCoordinator<S> {
                 Err(e) => return Err(e.into()),
             }
         }
+        // Always asked (cheap when nothing is pending): the group side is the authority on
+        // what it holds.
+        self.offsets
+            .end_offsets(meta.producer(), commit)
+            .map_err(TxnError::Offsets)?;
         let mut done = meta;
         done.state = if commit {
             TxnState::CompleteCommit
@@ -337,6 +448,16 @@ impl<S: TxnStore> TxnCoordinator<S> {
 mod tests {
     use super::*;
     use crate::log::partition_log::ProduceOutcome;
+    use crate::serve::groups::{CoordinatorConfig, GroupCoordinator, MemoryStore};
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{
+        GroupId, OffsetFetchRequest, ProducerId as KProducerId, TopicName, TransactionalId,
+        TxnOffsetCommitRequest,
+    };
+    use kafka_protocol::protocol::StrBytes;
     use std::sync::Mutex;
 
     /// Markers as (partition, producer, epoch, commit); partition "gone" is not writable.
@@ -385,11 +506,69 @@ mod tests {
         TopicPartition::new(t, 0)
     }
 
+    type Groups = Mutex<GroupCoordinator<MemoryStore>>;
+
+    fn groups_over(store: MemoryStore) -> Arc<Groups> {
+        let config = CoordinatorConfig::new(0, "kmirror", 9092);
+        Arc::new(Mutex::new(GroupCoordinator::open(config, store).unwrap()))
+    }
+
+    fn no_groups() -> Arc<Groups> {
+        groups_over(MemoryStore::default())
+    }
+
+    fn all(_: &TopicPartition) -> bool {
+        true
+    }
+
+    /// TxnOffsetCommit as the service runs it: the transaction check, then the group side.
+    fn txn_commit(
+        c: &TxnCoordinator<Memory>,
+        g: &Groups,
+        pid: i64,
+        epoch: i16,
+        offset: i64,
+    ) -> Result<Vec<i16>, i16> {
+        let producer = c
+            .check_offsets("t", pid, epoch, "g")
+            .map_err(|e| e.code())?;
+        let req = TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_static_str("t")))
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_producer_id(KProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_generation_id(-1)
+            .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("in")))
+                .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(offset)])]);
+        let r = g.lock().unwrap().txn_offset_commit(&all, producer, &req);
+        Ok(r.topics[0]
+            .partitions
+            .iter()
+            .map(|p| p.error_code)
+            .collect())
+    }
+
+    /// OffsetFetch v7 of `g`'s `in-0`: (offset, error), stable or not.
+    fn fetched(g: &Groups, require_stable: bool) -> (i64, i16) {
+        let req = OffsetFetchRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_require_stable(require_stable)
+            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("in")))
+                .with_partition_indexes(vec![0])]));
+        let r = g.lock().unwrap().offset_fetch(7, &req);
+        let p = &r.topics[0].partitions[0];
+        (p.committed_offset, p.error_code)
+    }
+
     #[test]
     fn commit_writes_markers_and_a_new_producer_fences_the_old() {
         let markers = Arc::new(Markers::default());
         let store = Memory::default();
-        let mut c = TxnCoordinator::open(store.clone(), markers.clone()).unwrap();
+        let mut c = TxnCoordinator::open(store.clone(), markers.clone(), no_groups()).unwrap();
         let (pid, e0) = c.init_producer("t", 60_000, 0).unwrap();
         assert_eq!(e0, 0);
         c.add_partitions("t", pid.0, 0, &[tp("a"), tp("b")], 1)
@@ -433,7 +612,7 @@ mod tests {
     fn timeout_aborts_and_prepared_transactions_complete_at_open() {
         let markers = Arc::new(Markers::default());
         let store = Memory::default();
-        let mut c = TxnCoordinator::open(store.clone(), markers.clone()).unwrap();
+        let mut c = TxnCoordinator::open(store.clone(), markers.clone(), no_groups()).unwrap();
         let (pid, _) = c.init_producer("t", 1_000, 0).unwrap();
         c.add_partitions("t", pid.0, 0, &[tp("a")], 10).unwrap();
         assert_eq!(c.expire(1_000).unwrap(), 0);
@@ -449,14 +628,16 @@ mod tests {
         prepared.state = TxnState::PrepareCommit;
         store.0.lock().unwrap().insert("t".into(), prepared);
         markers.0.lock().unwrap().clear();
-        let c = TxnCoordinator::open(store.clone(), markers.clone()).unwrap();
+        let c = TxnCoordinator::open(store.clone(), markers.clone(), no_groups()).unwrap();
         assert_eq!(c.get("t").unwrap().state, TxnState::CompleteCommit);
         assert_eq!(markers.0.lock().unwrap().len(), 1);
     }
 
     #[test]
     fn timeouts_outside_the_limit_are_refused() {
-        let mut c = TxnCoordinator::open(Memory::default(), Arc::new(Markers::default())).unwrap();
+        let mut c =
+            TxnCoordinator::open(Memory::default(), Arc::new(Markers::default()), no_groups())
+                .unwrap();
         assert_eq!(
             c.init_producer("t", TXN_TIMEOUT_MS_MAX + 1, 0)
                 .unwrap_err()
@@ -467,5 +648,133 @@ mod tests {
             c.init_producer("t", 0, 0).unwrap_err().code(),
             INVALID_TRANSACTION_TIMEOUT
         );
+    }
+
+    #[test]
+    fn transactional_offsets_show_only_when_the_transaction_commits() {
+        let g = no_groups();
+        let mut c =
+            TxnCoordinator::open(Memory::default(), Arc::new(Markers::default()), g.clone())
+                .unwrap();
+        let (pid, _) = c.init_producer("t", 60_000, 0).unwrap();
+        // Not added to the transaction yet: refused, nothing held.
+        assert_eq!(txn_commit(&c, &g, pid.0, 0, 5), Err(INVALID_TXN_STATE));
+        assert!(matches!(
+            c.add_offsets("t", pid.0, 0, "", 1),
+            Err(TxnError::InvalidGroup(_))
+        ));
+        assert_eq!(
+            c.add_offsets("t", pid.0, 1, "g", 1).unwrap_err().code(),
+            INVALID_PRODUCER_EPOCH
+        );
+        assert_eq!(
+            c.add_offsets("t", pid.0 + 1, 0, "g", 1).unwrap_err().code(),
+            INVALID_PRODUCER_ID_MAPPING
+        );
+        c.add_offsets("t", pid.0, 0, "g", 1).unwrap();
+        assert_eq!(c.get("t").unwrap().state, TxnState::Ongoing);
+        assert_eq!(txn_commit(&c, &g, pid.0, 0, 10), Ok(vec![0]));
+        assert_eq!(
+            fetched(&g, false),
+            (-1, 0),
+            "pending offsets are not visible"
+        );
+        assert_eq!(fetched(&g, true), (-1, 88), "UNSTABLE_OFFSET_COMMIT");
+        c.end("t", pid.0, 0, true).unwrap();
+        assert_eq!(fetched(&g, true), (10, 0));
+
+        // Aborted: the committed offset stays.
+        c.add_offsets("t", pid.0, 0, "g", 2).unwrap();
+        assert_eq!(txn_commit(&c, &g, pid.0, 0, 20), Ok(vec![0]));
+        c.end("t", pid.0, 0, false).unwrap();
+        assert_eq!(fetched(&g, true), (10, 0));
+        // After the end the transaction no longer holds the group.
+        assert_eq!(txn_commit(&c, &g, pid.0, 0, 21), Err(INVALID_TXN_STATE));
+
+        // Timed out: aborted and fenced, the pending offset dropped.
+        c.add_offsets("t", pid.0, 0, "g", 100).unwrap();
+        assert_eq!(txn_commit(&c, &g, pid.0, 0, 30), Ok(vec![0]));
+        assert_eq!(c.expire(100 + 60_001).unwrap(), 1);
+        assert_eq!(fetched(&g, true), (10, 0));
+        assert_eq!(
+            txn_commit(&c, &g, pid.0, 0, 31),
+            Err(INVALID_PRODUCER_EPOCH)
+        );
+        assert!(g.lock().unwrap().pending_producers().is_empty());
+
+        // A new producer with the id aborts the open transaction's offsets too.
+        let (pid, e) = c.init_producer("t", 60_000, 200).unwrap();
+        c.add_offsets("t", pid.0, e, "g", 201).unwrap();
+        assert_eq!(txn_commit(&c, &g, pid.0, e, 40), Ok(vec![0]));
+        let (_, e2) = c.init_producer("t", 60_000, 202).unwrap();
+        assert!(e2 > e);
+        assert_eq!(fetched(&g, true), (10, 0));
+        assert!(g.lock().unwrap().pending_producers().is_empty());
+    }
+
+    #[test]
+    fn pending_offsets_survive_a_restart_and_prepared_commits_complete_them() {
+        let txn_store = Memory::default();
+        let reopen_groups = |g: Arc<Groups>| {
+            let store = Arc::try_unwrap(g)
+                .ok()
+                .expect("one holder")
+                .into_inner()
+                .unwrap()
+                .into_store();
+            groups_over(store)
+        };
+        let g = no_groups();
+        let markers = Arc::new(Markers::default());
+        let mut c = TxnCoordinator::open(txn_store.clone(), markers.clone(), g.clone()).unwrap();
+        let (pid, _) = c.init_producer("t", 60_000, 0).unwrap();
+        c.add_offsets("t", pid.0, 0, "g", 1).unwrap();
+        c.add_partitions("t", pid.0, 0, &[tp("out")], 1).unwrap();
+        assert_eq!(txn_commit(&c, &g, pid.0, 0, 7), Ok(vec![0]));
+
+        // Crash while Ongoing: the pending offset is reloaded, still pending.
+        drop(c);
+        let g = reopen_groups(g);
+        let mut c = TxnCoordinator::open(txn_store.clone(), markers.clone(), g.clone()).unwrap();
+        assert_eq!(fetched(&g, true), (-1, 88));
+        assert_eq!(g.lock().unwrap().pending_producers(), vec![pid]);
+
+        // Crash after PrepareCommit was recorded: the next open commits the offset.
+        let mut prepared = c.get("t").unwrap().clone();
+        prepared.state = TxnState::PrepareCommit;
+        c.put("t", prepared).unwrap();
+        drop(c);
+        let g = reopen_groups(g);
+        let c = TxnCoordinator::open(txn_store.clone(), markers.clone(), g.clone()).unwrap();
+        assert_eq!(c.get("t").unwrap().state, TxnState::CompleteCommit);
+        assert_eq!(fetched(&g, true), (7, 0));
+        assert_eq!(
+            markers.0.lock().unwrap().last().unwrap(),
+            &(tp("out"), pid.0, 0, true)
+        );
+
+        // Pending offsets of a producer with no open transaction are dropped at open.
+        drop(c);
+        let g = reopen_groups(g);
+        {
+            let mut gc = g.lock().unwrap();
+            gc.txn_offset_commit(
+                &all,
+                ProducerId(99),
+                &TxnOffsetCommitRequest::default()
+                    .with_group_id(GroupId(StrBytes::from_static_str("g")))
+                    .with_generation_id(-1)
+                    .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_static_str("in")))
+                        .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_committed_offset(50)])]),
+            );
+        }
+        let g = reopen_groups(g);
+        assert_eq!(g.lock().unwrap().pending_producers(), vec![ProducerId(99)]);
+        let _c = TxnCoordinator::open(txn_store, markers, g.clone()).unwrap();
+        assert!(g.lock().unwrap().pending_producers().is_empty());
+        assert_eq!(fetched(&g, true), (7, 0));
     }
 }

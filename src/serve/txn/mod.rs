@@ -5,8 +5,9 @@
 //! producers here. The classic protocol (transaction version 1) is served: InitProducerId with
 //! a transactional id, AddPartitionsToTxn v0–3, EndTxn v0–4. kmirror does not advertise the
 //! `transaction.version` feature, so clients do not use KIP-890's implicit partition adds.
-//! AddOffsetsToTxn / TxnOffsetCommit (offsets committed inside a transaction) are not served
-//! and not advertised: `sendOffsetsToTransaction` fails with an unsupported-version error.
+//! AddOffsetsToTxn v0–4 and TxnOffsetCommit v0–4 serve `sendOffsetsToTransaction`: the
+//! offsets are held as pending by the group coordinator (`TxnOffsets`) and committed or
+//! dropped when the transaction ends.
 //!
 //! | module        | job                                                                   |
 //! |---------------|-----------------------------------------------------------------------|
@@ -16,7 +17,8 @@
 //!
 //! Every state change is written to `__transaction_state-0` before it is acted on. EndTxn
 //! writes PrepareCommit/PrepareAbort, then the markers into each partition (through the
-//! leader store), then CompleteCommit/CompleteAbort, and only then answers. A crash between
+//! leader store), then ends the transaction's pending group offsets, then
+//! CompleteCommit/CompleteAbort, and only then answers. A crash between
 //! the two records leaves Prepare*: the next start writes the markers still missing (a
 //! partition whose producer has no open transaction already has its marker) and completes it.
 
@@ -24,6 +26,6 @@ pub mod coordinator;
 pub mod service;
 pub mod store;
 
-pub use coordinator::{TxnCoordinator, TxnError, TxnMeta, TxnState};
+pub use coordinator::{TxnCoordinator, TxnError, TxnMeta, TxnOffsets, TxnState};
 pub use service::TxnService;
 pub use store::TxnLog;

@@ -12,13 +12,19 @@ use std::time::Duration;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
 };
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse,
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 };
 
 use crate::ids::{ProducerId, TopicPartition};
 use crate::limits::TXN_TIMER_TICK_MS;
 use crate::serve::dispatch::{ApiHandler, Dispatcher, Outcome, Request};
+use crate::serve::groups::GroupService;
 use crate::serve::txn::coordinator::{TxnCoordinator, TxnError};
 use crate::serve::txn::store::{TxnLog, TxnStoreError};
 use crate::serve::writes::{InitProducerIdApi, PartitionWriter, WriterSlot};
@@ -39,6 +45,9 @@ pub enum TxnServiceError {
 
 pub struct TxnService {
     coordinator: Mutex<Option<TxnCoordinator<TxnLog>>>,
+    /// Where TxnOffsetCommit holds offsets; let go at `close` so the group service can close
+    /// `__consumer_offsets-0` after us.
+    groups: Mutex<Option<Arc<GroupService>>>,
     stop: AtomicBool,
     timer: Mutex<Option<JoinHandle<()>>>,
 }
@@ -63,14 +72,18 @@ fn now_ms() -> i64 {
 
 impl TxnService {
     /// Opens `<data_dir>/__transaction_state-0`, completes prepared transactions through
-    /// `writer` (the failed-over partitions must already be in it), and starts the timer.
+    /// `writer` (the failed-over partitions must already be in it) and `groups` (their
+    /// transactional offsets), and starts the timer.
     pub fn open(
         data_dir: &Path,
         writer: Arc<dyn PartitionWriter>,
+        groups: Arc<GroupService>,
     ) -> Result<Arc<TxnService>, TxnServiceError> {
-        let coordinator = TxnCoordinator::open(TxnLog::open(data_dir)?, writer)?;
+        let offsets: Arc<dyn crate::serve::txn::TxnOffsets> = groups.clone();
+        let coordinator = TxnCoordinator::open(TxnLog::open(data_dir)?, writer, offsets)?;
         let service = Arc::new(TxnService {
             coordinator: Mutex::new(Some(coordinator)),
+            groups: Mutex::new(Some(groups)),
             stop: AtomicBool::new(false),
             timer: Mutex::new(None),
         });
@@ -98,6 +111,10 @@ impl TxnService {
             service: Arc::clone(self),
         });
         d.register(ApiKey::AddPartitionsToTxn, 0, 3, api.clone());
+        // v4 of both only adds TRANSACTION_ABORTABLE, which kmirror never answers; v5 of
+        // TxnOffsetCommit means transaction version 2, which kmirror does not advertise.
+        d.register(ApiKey::AddOffsetsToTxn, 0, 4, api.clone());
+        d.register(ApiKey::TxnOffsetCommit, 0, 4, api.clone());
         d.register(ApiKey::EndTxn, 0, 4, api);
         let init = InitProducerIdApi {
             writer: Arc::clone(writer),
@@ -124,10 +141,12 @@ impl TxnService {
         if let Some(t) = lock(&self.timer).take() {
             let _ = t.join();
         }
-        match lock(&self.coordinator).take() {
+        let closed = match lock(&self.coordinator).take() {
             Some(c) => c.into_store().close(),
             None => Ok(()),
-        }
+        };
+        lock(&self.groups).take();
+        closed
     }
 }
 
@@ -141,6 +160,29 @@ fn refused(api: &str, id: &str, e: &TxnError) -> i16 {
         _ => tracing::info!(transactional_id = %id, "{api} refused: {e}"),
     }
     e.code()
+}
+
+/// Every partition of a refused TxnOffsetCommit carries the same error.
+fn txn_offset_error(r: &TxnOffsetCommitRequest, code: i16) -> TxnOffsetCommitResponse {
+    let topics = r
+        .topics
+        .iter()
+        .map(|t| {
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            TxnOffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
 }
 
 struct TxnApi {
@@ -202,6 +244,44 @@ impl ApiHandler for TxnApi {
                     }
                     resp.results_by_topic_v3_and_below.push(tr);
                 }
+                Outcome::encode(req, &resp)
+            }
+            ApiKey::AddOffsetsToTxn => {
+                let r: AddOffsetsToTxnRequest = req.decode()?;
+                let id = r.transactional_id.to_string();
+                let mut resp = AddOffsetsToTxnResponse::default();
+                resp.error_code = match guard.as_mut() {
+                    Some(c) => match c.add_offsets(
+                        &id,
+                        r.producer_id.0,
+                        r.producer_epoch,
+                        r.group_id.as_str(),
+                        now_ms(),
+                    ) {
+                        Ok(()) => 0,
+                        Err(e) => refused("AddOffsetsToTxn", &id, &e),
+                    },
+                    None => COORDINATOR_NOT_AVAILABLE,
+                };
+                Outcome::encode(req, &resp)
+            }
+            ApiKey::TxnOffsetCommit => {
+                let r: TxnOffsetCommitRequest = req.decode()?;
+                let id = r.transactional_id.to_string();
+                let checked = match guard.as_ref() {
+                    Some(c) => c
+                        .check_offsets(&id, r.producer_id.0, r.producer_epoch, r.group_id.as_str())
+                        .map_err(|e| refused("TxnOffsetCommit", &id, &e)),
+                    None => Err(COORDINATOR_NOT_AVAILABLE),
+                };
+                let groups = lock(&self.service.groups).clone();
+                // The transaction lock stays held, so the transaction cannot end between the
+                // check and the offsets being held (lock order: transactions, then groups).
+                let resp = match (checked, groups) {
+                    (Ok(producer), Some(g)) => g.txn_offset_commit(producer, &r),
+                    (Err(code), _) => txn_offset_error(&r, code),
+                    (Ok(_), None) => txn_offset_error(&r, COORDINATOR_NOT_AVAILABLE),
+                };
                 Outcome::encode(req, &resp)
             }
             ApiKey::EndTxn => {
