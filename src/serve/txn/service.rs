@@ -301,3 +301,174 @@ impl ApiHandler for TxnApi {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::partition_log::ProduceOutcome;
+    use crate::log::read_view::ReadCatalog;
+    use crate::serve::dispatch::Part;
+    use crate::serve::writes::{writer_slot, WriteError};
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{
+        GroupId, InitProducerIdRequest, InitProducerIdResponse, ProducerId as KProducerId,
+        RequestHeader, TopicName, TransactionalId,
+    };
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+    /// Nothing is writable; producer ids come from a counter.
+    struct NoPartitions;
+
+    impl PartitionWriter for NoPartitions {
+        fn produce(&self, tp: &TopicPartition, _: &mut [u8]) -> Result<ProduceOutcome, WriteError> {
+            Err(WriteError::NotWritable(tp.clone()))
+        }
+        fn new_producer_id(&self) -> Result<ProducerId, String> {
+            Ok(ProducerId(1 << 40))
+        }
+        fn is_writable(&self, _: &TopicPartition) -> bool {
+            false
+        }
+        fn end_txn(
+            &self,
+            tp: &TopicPartition,
+            _: ProducerId,
+            _: i16,
+            _: bool,
+        ) -> Result<bool, WriteError> {
+            Err(WriteError::NotWritable(tp.clone()))
+        }
+    }
+
+    fn call<Q: Encodable, R: Decodable>(d: &Dispatcher, key: ApiKey, version: i16, body: &Q) -> R {
+        let mut buf = BytesMut::new();
+        let mut h = RequestHeader::default();
+        h.request_api_key = key as i16;
+        h.request_api_version = version;
+        h.client_id = Some(StrBytes::from_static_str("unit"));
+        h.encode(&mut buf, key.request_header_version(version))
+            .unwrap();
+        body.encode(&mut buf, version).unwrap();
+        let (_, _, resp) = d.dispatch(buf.freeze()).unwrap();
+        let Outcome::Reply(parts) = resp.outcome else {
+            panic!("no reply")
+        };
+        let mut bytes = BytesMut::new();
+        for p in parts {
+            let Part::Bytes(b) = p else {
+                panic!("file part")
+            };
+            bytes.extend_from_slice(&b);
+        }
+        // The parts are the body; the frame head is written by the connection.
+        let mut bytes: Bytes = bytes.freeze();
+        R::decode(&mut bytes, version).unwrap()
+    }
+
+    fn txn_offsets(pid: i64, epoch: i16, generation: i32) -> TxnOffsetCommitRequest {
+        TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_static_str("t")))
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_producer_id(KProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_generation_id(generation)
+            .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("in")))
+                .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(3)])])
+    }
+
+    fn codes(r: &TxnOffsetCommitResponse) -> Vec<i16> {
+        r.topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+            .collect()
+    }
+
+    /// The offset APIs are advertised at the versions served, and every one of those versions
+    /// goes through the dispatcher to the coordinators.
+    #[test]
+    fn offset_apis_are_advertised_and_served_at_every_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let groups = GroupService::open_with(dir.path(), ReadCatalog::new(), 0).unwrap();
+        let writer: Arc<dyn PartitionWriter> = Arc::new(NoPartitions);
+        let slot = writer_slot();
+        let _ = slot.set(Arc::clone(&writer));
+        let txn = TxnService::open(dir.path(), writer, Arc::clone(&groups)).unwrap();
+        let mut d = Dispatcher::new();
+        txn.register(&mut d, &slot);
+        let range = |key: ApiKey| {
+            d.advertised()
+                .iter()
+                .find(|v| v.api_key == key as i16)
+                .map(|v| (v.min_version, v.max_version))
+        };
+        assert_eq!(range(ApiKey::AddOffsetsToTxn), Some((0, 4)));
+        assert_eq!(range(ApiKey::TxnOffsetCommit), Some((0, 4)));
+
+        let init: InitProducerIdResponse = call(
+            &d,
+            ApiKey::InitProducerId,
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("t"))))
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(KProducerId(-1))
+                .with_producer_epoch(-1),
+        );
+        assert_eq!(init.error_code, 0);
+        let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+        for v in 0..=4 {
+            // Before the group joins the transaction: INVALID_TXN_STATE.
+            let r: TxnOffsetCommitResponse =
+                call(&d, ApiKey::TxnOffsetCommit, v, &txn_offsets(pid, epoch, -1));
+            assert_eq!(codes(&r), [48], "v{v}");
+            let add = AddOffsetsToTxnRequest::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_static_str("t")))
+                .with_producer_id(KProducerId(pid))
+                .with_producer_epoch(epoch)
+                .with_group_id(GroupId(StrBytes::from_static_str("g")));
+            let r: AddOffsetsToTxnResponse = call(&d, ApiKey::AddOffsetsToTxn, v, &add);
+            assert_eq!(r.error_code, 0, "v{v}");
+            let stale = add.clone().with_producer_epoch(epoch - 1);
+            let r: AddOffsetsToTxnResponse = call(&d, ApiKey::AddOffsetsToTxn, v, &stale);
+            assert_eq!(r.error_code, 47, "v{v}: INVALID_PRODUCER_EPOCH");
+            // The group side answers now: `in-0` does not exist on this kmirror.
+            let r: TxnOffsetCommitResponse =
+                call(&d, ApiKey::TxnOffsetCommit, v, &txn_offsets(pid, epoch, -1));
+            assert_eq!(codes(&r), [3], "v{v}: UNKNOWN_TOPIC_OR_PARTITION");
+            let r: TxnOffsetCommitResponse = call(
+                &d,
+                ApiKey::TxnOffsetCommit,
+                v,
+                &txn_offsets(pid + 1, epoch, -1),
+            );
+            assert_eq!(codes(&r), [49], "v{v}: INVALID_PRODUCER_ID_MAPPING");
+            let end = EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_static_str("t")))
+                .with_producer_id(KProducerId(pid))
+                .with_producer_epoch(epoch)
+                .with_committed(v % 2 == 0);
+            let r: EndTxnResponse = call(&d, ApiKey::EndTxn, 4, &end);
+            assert_eq!(r.error_code, 0, "v{v}");
+        }
+        // v3+ carry the generation: with no such group, a generation is refused.
+        let add = AddOffsetsToTxnRequest::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_static_str("t")))
+            .with_producer_id(KProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_group_id(GroupId(StrBytes::from_static_str("g")));
+        let _: AddOffsetsToTxnResponse = call(&d, ApiKey::AddOffsetsToTxn, 4, &add);
+        let r: TxnOffsetCommitResponse =
+            call(&d, ApiKey::TxnOffsetCommit, 4, &txn_offsets(pid, epoch, 5));
+        assert_eq!(codes(&r), [22], "ILLEGAL_GENERATION");
+        drop(d);
+        txn.close().unwrap();
+        drop(txn);
+        groups.close().unwrap();
+    }
+}
