@@ -11,7 +11,7 @@ mod harness;
 
 use std::time::{Duration, Instant};
 
-use harness::groups::{describe_group, txn_transform};
+use harness::groups::{describe_group, txn_transform, HeldTransform};
 use harness::mirrors_cli::{
     cli, cli_ok, describe_rows, free_loopback_port, wait_admin, write_serving_config,
 };
@@ -355,11 +355,13 @@ fn transactional_producers_work_after_failover() {
 
 /// Goal: consume-transform-produce applications work on kmirror after failover: the offsets a
 /// transaction sends with `sendOffsetsToTransaction` become the group's committed offsets when
-/// it commits, an aborted one leaves them unchanged, and they survive `kill -9` of kmirror.
-/// Method: two mirrored topics failed over with `kmirror mirrors stop`, the Java consumer (group
-/// member, read_committed) and transactional producer against kmirror's listener (commit,
-/// commit, abort), Kafka's `kafka-consumer-groups --describe` before and after a kill -9 and
-/// restart, and the group resuming from there.
+/// it commits, an aborted one leaves them unchanged, and both committed and pending (sent, not
+/// yet committed) offsets survive `kill -9` of kmirror. Method: two mirrored topics failed over
+/// with `kmirror mirrors stop`, the Java consumer (group member, read_committed) and
+/// transactional producer against kmirror's listener (commit, commit, abort), Kafka's
+/// `kafka-consumer-groups --describe` before and after a kill -9 and restart; then the group
+/// resumes there, holds a transaction open after sendOffsetsToTransaction while kmirror is
+/// killed -9 and restarted on the same port, and commits it afterwards.
 #[test]
 fn consume_transform_produce_commits_offsets_with_the_transaction() {
     let k = harness::shared();
@@ -372,7 +374,12 @@ fn consume_transform_produce_commits_offsets_with_the_transaction() {
     let work = tempfile::tempdir().unwrap();
     let data_dir = work.path().join("data");
     let admin = format!("127.0.0.1:{}", free_loopback_port());
-    let (mut serve, config) = serve_with_listener(work.path(), &admin);
+    // A fixed listener port: the held transaction's client reconnects to the restarted kmirror.
+    let config = work.path().join("kmirror.toml");
+    let kafka_listen = format!("127.0.0.1:{}", free_loopback_port());
+    write_serving_config(&config, &admin, Some(&kafka_listen), &data_dir, "");
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    wait_admin(&mut serve, &admin);
     let kmirror = serve.kafka_listener();
     let props = work.path().join("source.properties");
     std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
@@ -446,21 +453,44 @@ fn consume_transform_produce_commits_offsets_with_the_transaction() {
         assert_eq!(o.value.as_ref(), Some(&reversed));
     }
 
-    // kill -9 and restart: the group's offsets are still the committed transactions', and the
-    // application resumes there (its next transaction reads 20..29 and sends 30).
+    // kill -9 and restart: the group's offsets are still the committed transactions'.
     serve.kill9();
     let mut serve = Serve::start(&config, work.path().join("serve2.log"));
     wait_admin(&mut serve, &admin);
     let kmirror = serve.kafka_listener();
     assert_eq!(committed_at(&kmirror), Some(20));
-    let resumed = txn_transform(&kmirror, &input, group, &output, &["commit"], 10);
+
+    // The application resumes at 20: one transaction commits 20..24, the next sends offset 30
+    // and is held open; its offset is pending, not committed.
+    let resume_file = work.path().join("resume");
+    let held = HeldTransform::start(
+        &kmirror,
+        &input,
+        group,
+        &output,
+        &["commit", "hold"],
+        5,
+        &resume_file,
+    );
     assert_eq!(
-        resumed
+        committed_at(&kmirror),
+        Some(25),
+        "a pending offset is not shown"
+    );
+    // kill -9 with the offset pending; after the restart the client commits the transaction
+    // and the pending offset, read back from __consumer_offsets-0, becomes the group's.
+    serve.kill9();
+    let mut serve = Serve::start(&config, work.path().join("serve3.log"));
+    wait_admin(&mut serve, &admin);
+    let rounds = held.resume();
+    assert_eq!(
+        rounds
             .iter()
             .map(|r| (r.txn.as_str(), r.next))
             .collect::<Vec<_>>(),
-        [("commit", 30)]
+        [("commit", 25), ("hold", 30)]
     );
+    assert_eq!(committed_at(&kmirror), Some(30));
     let text = serve.sigterm_and_wait();
     assert!(text.contains("stopped cleanly"), "{text}");
 }

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::jars;
 use super::process::run_bounded;
-use super::tool::run_tool;
+use super::tool::{run_tool, tool_command};
 
 /// One record a group member consumed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
@@ -180,4 +180,93 @@ pub fn txn_transform(
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
         .collect()
+}
+
+/// A `txn-transform` run whose last transaction is held open (outcome `hold`) until `resume`.
+/// The JVM is killed if the test ends without resuming it.
+pub struct HeldTransform {
+    child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    printed: Vec<String>,
+    resume_file: std::path::PathBuf,
+}
+
+impl HeldTransform {
+    /// Starts the loop with `txns` (the last one "hold") and returns once the held
+    /// transaction's records and offsets have been sent.
+    pub fn start(
+        bootstrap: &str,
+        topic: &str,
+        group: &str,
+        out: &str,
+        txns: &[&str],
+        per_txn: usize,
+        resume_file: &std::path::Path,
+    ) -> HeldTransform {
+        use std::io::BufRead;
+        assert_eq!(txns.last(), Some(&"hold"));
+        let args: Vec<String> = [
+            "txn-transform",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--out",
+            out,
+            "--txns",
+            &txns.join(","),
+            "--per-txn",
+            &per_txn.to_string(),
+            "--resume-file",
+            resume_file.to_str().expect("utf-8 path"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut child = tool_command(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("start KafkaTool");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut held = HeldTransform {
+            child,
+            lines: std::io::BufReader::new(stdout).lines(),
+            printed: Vec::new(),
+            resume_file: resume_file.to_owned(),
+        };
+        // Bounded by the tool itself: it fails (closing stdout) when it cannot consume.
+        loop {
+            match held.lines.next() {
+                Some(Ok(l)) if l.contains("\"held\"") => return held,
+                Some(Ok(l)) => held.printed.push(l),
+                other => panic!("txn-transform ended before holding: {other:?}"),
+            }
+        }
+    }
+
+    /// Lets the held transaction commit and returns every transaction the run made.
+    pub fn resume(mut self) -> Vec<TxnRound> {
+        std::fs::write(&self.resume_file, b"").unwrap();
+        for l in self.lines.by_ref() {
+            self.printed.push(l.expect("tool stdout"));
+        }
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "txn-transform failed ({status})");
+        self.printed
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+            .collect()
+    }
+}
+
+impl Drop for HeldTransform {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }

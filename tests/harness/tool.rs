@@ -167,6 +167,11 @@ pub fn run_tool(args: &[String]) -> Output {
 
 /// Runs `KafkaTool <args>` and returns whatever happened, for tests that expect failures.
 pub fn run_tool_unchecked(args: &[String]) -> Output {
+    run_bounded(&mut tool_command(args), TOOL_LIMIT)
+}
+
+/// The command that runs `KafkaTool <args>`, for tests that talk to it while it runs.
+pub fn tool_command(args: &[String]) -> Command {
     let libs = jars::classpath(KafkaVersion::DEFAULT.name());
     let mut cmd = Command::new(jars::java());
     cmd.args(jars::tool_jvm_flags())
@@ -174,7 +179,7 @@ pub fn run_tool_unchecked(args: &[String]) -> Output {
         .arg(format!("{}:{libs}", compiled_tool().display()))
         .arg("KafkaTool")
         .args(args);
-    run_bounded(&mut cmd, TOOL_LIMIT)
+    cmd
 }
 
 /// Compiles KafkaTool.java once per source version into the cache (a JVM compiling the source

@@ -22,12 +22,13 @@
 //                 subscribes as a member of G for MS, prints {"assigned":[p...]} after each
 //                 rebalance and {"record":{"partition","offset"}} per record, then leaves
 //   txn-transform --bootstrap B --topic IN --group G --out OUT --txns commit,abort,... --per-txn N
-//                 [--txn-id ID]
+//                 [--txn-id ID] [--resume-file F]
 //                 consume-transform-produce: a read_committed member of G reads IN; per listed
 //                 outcome one transaction writes the next N records, values reversed, to OUT
 //                 partition 0, sends the consumed offsets with sendOffsetsToTransaction and
 //                 commits or aborts; prints {"txn","partition","next","produced":[...]} per
-//                 transaction
+//                 transaction. Outcome `hold` prints {"held":true} once its offsets are sent,
+//                 waits for the file F to exist, then commits.
 //
 // `produce --txns` splits the records evenly over one transaction per listed outcome. The outcome
 // `open` leaves the last transaction open: the tool flushes, prints its result and halts the JVM
@@ -372,6 +373,20 @@ public class KafkaTool {
                 producer.sendOffsetsToTransaction(next, c.groupMetadata());
                 switch (outcome) {
                     case "commit" -> producer.commitTransaction();
+                    case "hold" -> {
+                        // Everything is sent and the offsets are with the coordinator; the
+                        // caller may restart it now. Commit once --resume-file exists.
+                        producer.flush();
+                        System.out.println("{\"held\":true}");
+                        System.out.flush();
+                        java.nio.file.Path resume = java.nio.file.Path.of(a.get("resume-file"));
+                        long until = System.currentTimeMillis() + 120000;
+                        while (!java.nio.file.Files.exists(resume)) {
+                            if (System.currentTimeMillis() > until) throw new IllegalStateException("no " + resume);
+                            Thread.sleep(50);
+                        }
+                        producer.commitTransaction();
+                    }
                     case "abort" -> {
                         producer.flush();
                         producer.abortTransaction();
