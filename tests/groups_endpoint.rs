@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use harness::groups::{describe_group, group_consume, group_member, Consumed, DescribeRow};
+use harness::groups::{describe_group, group_consume, join_member, Consumed, DescribeRow};
 use harness::mirrors_cli::{cli_ok, free_loopback_port, wait_admin, write_serving_config};
 use harness::serve::{add_kafka_listener, wait_all_mirrored, Serve};
 use harness::{unique_topic, ProduceOpts};
@@ -347,32 +347,18 @@ fn two_members_on_kmirror_split_the_partitions_and_rebalance() {
     rig.mirror(&topic, "sync.group.offsets.enabled=false\n");
     wait_all_mirrored(&mut serve, &mirrored_pairs(&topic, &rig.data_dir));
     let group = unique_topic("pair");
-    let (kafka, t, g) = (rig.kafka.clone(), topic.clone(), group.clone());
-    let a = std::thread::spawn(move || group_member(&kafka, &t, &g, Duration::from_secs(25)));
-    // B joins once A owns both partitions, and leaves well before A does.
-    std::thread::sleep(Duration::from_secs(8));
-    let b = group_member(&rig.kafka, &topic, &group, Duration::from_secs(8));
-    let a = a.join().unwrap();
-    assert_eq!(a.assignments.first(), Some(&vec![0, 1]), "{a:?}");
-    assert_eq!(
-        a.assignments.last(),
-        Some(&vec![0, 1]),
-        "A takes all back: {a:?}"
-    );
-    assert_eq!(b.assignments.len(), 1, "{b:?}");
-    assert_eq!(b.assignments[0].len(), 1, "B gets one partition: {b:?}");
-    let shared = &a.assignments[1..a.assignments.len() - 1];
-    assert!(
-        shared
-            .iter()
-            .any(|s| s.len() == 1 && s[0] != b.assignments[0][0]),
-        "while B was in, A held the other partition: {a:?} {b:?}"
-    );
+    // Each step waits for the assignment it needs, so JVM start times do not matter.
+    let mut a = join_member(&rig.kafka, &topic, &group);
+    a.wait_assigned("A alone owns both partitions", |p| p == [0, 1]);
+    let mut b = join_member(&rig.kafka, &topic, &group);
+    let given = b.wait_assigned("B gets one partition", |p| p.len() == 1)[0];
+    a.wait_assigned("A keeps the other one", |p| p == [1 - given]);
+    let b = b.leave();
+    a.wait_assigned("A takes all back after B left", |p| p == [0, 1]);
+    let a = a.leave();
+    assert_eq!(b.assignments, vec![vec![given]], "{b:?}");
     // Each member read the records of the partitions it was given.
-    assert!(
-        b.records.iter().all(|r| r.partition == b.assignments[0][0]),
-        "{b:?}"
-    );
+    assert!(b.records.iter().all(|r| r.partition == given), "{b:?}");
     assert!(!a.records.is_empty());
     serve.sigterm_and_wait();
 }

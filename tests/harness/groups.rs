@@ -2,8 +2,11 @@
 //! (`KafkaTool group-consume` / `group-member`) and Kafka's own `kafka-consumer-groups.sh`
 //! (`ConsumerGroupCommand --describe`).
 
-use std::process::Command;
-use std::time::Duration;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
@@ -55,8 +58,21 @@ enum MemberLine {
     Record { record: Consumed },
 }
 
-/// Stays a member of `group` (subscribed to `topic`) for `run`, then leaves.
-pub fn group_member(bootstrap: &str, topic: &str, group: &str, run: Duration) -> MemberRun {
+/// Failure guard for one rebalance step (a JVM start, the coordinator's initial delay, a
+/// join round) on a loaded machine; not a performance claim.
+const REBALANCE_LIMIT: Duration = Duration::from_secs(120);
+
+/// A running `group-member`: a member of the group until `leave`. Its lines are read on a
+/// thread, so the test can wait for each assignment as it happens instead of guessing times.
+pub struct Member {
+    child: Child,
+    lines: Receiver<MemberLine>,
+    stderr: Arc<Mutex<String>>,
+    pub seen: MemberRun,
+}
+
+/// Joins `group` (subscribed to `topic`) as a new member with the Java consumer.
+pub fn join_member(bootstrap: &str, topic: &str, group: &str) -> Member {
     let args: Vec<String> = [
         "group-member",
         "--bootstrap",
@@ -65,21 +81,110 @@ pub fn group_member(bootstrap: &str, topic: &str, group: &str, run: Duration) ->
         topic,
         "--group",
         group,
-        "--run-ms",
-        &run.as_millis().to_string(),
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let out = run_tool(&args);
-    let mut m = MemberRun::default();
-    for l in String::from_utf8_lossy(&out.stdout).lines() {
-        match serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")) {
-            MemberLine::Assigned { assigned } => m.assignments.push(assigned),
-            MemberLine::Record { record } => m.records.push(record),
+    let mut child = tool_command(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn group-member");
+    let (tx, lines) = channel();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for l in out.lines() {
+            let Ok(l) = l else { return };
+            let line = serde_json::from_str(&l).unwrap_or_else(|e| panic!("{l:?}: {e}"));
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let (sink, mut err) = (Arc::clone(&stderr), child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = err.read_to_string(&mut text);
+        sink.lock().unwrap().push_str(&text);
+    });
+    Member {
+        child,
+        lines,
+        stderr,
+        seen: MemberRun::default(),
+    }
+}
+
+impl Member {
+    fn take(&mut self, line: MemberLine) -> Option<Vec<i32>> {
+        match line {
+            MemberLine::Assigned { assigned } => {
+                self.seen.assignments.push(assigned.clone());
+                Some(assigned)
+            }
+            MemberLine::Record { record } => {
+                self.seen.records.push(record);
+                None
+            }
         }
     }
-    m
+
+    /// Waits for the next assignment that satisfies `wanted` (`what` names it in a failure).
+    pub fn wait_assigned(&mut self, what: &str, wanted: impl Fn(&[i32]) -> bool) -> Vec<i32> {
+        let deadline = Instant::now() + REBALANCE_LIMIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(parts) = self.take(line) {
+                        if wanted(&parts) {
+                            return parts;
+                        }
+                    }
+                }
+                Err(_) => panic!(
+                    "{what}: not seen within {REBALANCE_LIMIT:?}; so far {:?}; stderr:\n{}",
+                    self.seen,
+                    self.stderr.lock().unwrap()
+                ),
+            }
+        }
+    }
+
+    /// Closes the member's stdin, so it leaves the group and exits; returns all it printed.
+    pub fn leave(mut self) -> MemberRun {
+        drop(self.child.stdin.take());
+        let deadline = Instant::now() + REBALANCE_LIMIT;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                break s;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                panic!("group-member did not leave within {REBALANCE_LIMIT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // The reader thread ends at EOF, which closes the channel.
+        while let Ok(line) = self.lines.recv_timeout(REBALANCE_LIMIT) {
+            self.take(line);
+        }
+        assert!(
+            status.success(),
+            "group-member failed ({status}):\n{}",
+            self.stderr.lock().unwrap()
+        );
+        std::mem::take(&mut self.seen)
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// One row of `kafka-consumer-groups.sh --describe`.

@@ -18,9 +18,10 @@
 //   group-consume --bootstrap B --topic T --group G --max N [--timeout-ms MS]
 //                 subscribes as a member of G, consumes N records, commits exactly what it consumed
 //                 (commitSync), prints one {"partition","offset"} line per record and leaves
-//   group-member  --bootstrap B --topic T --group G --run-ms MS
-//                 subscribes as a member of G for MS, prints {"assigned":[p...]} after each
-//                 rebalance and {"record":{"partition","offset"}} per record, then leaves
+//   group-member  --bootstrap B --topic T --group G
+//                 subscribes as a member of G until its stdin closes, prints {"assigned":[p...]}
+//                 after each rebalance and {"record":{"partition","offset"}} per record, then
+//                 leaves
 //   txn-transform --bootstrap B --topic IN --group G --out OUT --txns commit,abort,... --per-txn N
 //                 [--txn-id ID] [--resume-file F]
 //                 consume-transform-produce: a read_committed member of G reads IN; per listed
@@ -309,7 +310,19 @@ public class KafkaTool {
     }
 
     static void groupMember(Args a) throws Exception {
-        long runMs = Long.parseLong(a.get("run-ms"));
+        // The test decides when this member leaves (after it saw the assignments it waits
+        // for), so no step depends on how fast a JVM starts.
+        java.util.concurrent.atomic.AtomicBoolean leave = new java.util.concurrent.atomic.AtomicBoolean();
+        Thread stdin = new Thread(() -> {
+            try {
+                while (System.in.read() != -1) { }
+            } catch (java.io.IOException e) {
+                // A broken stdin means the test is gone: leave as well.
+            }
+            leave.set(true);
+        });
+        stdin.setDaemon(true);
+        stdin.start();
         try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(groupProps(a))) {
             c.subscribe(List.of(a.get("topic")), new org.apache.kafka.clients.consumer.ConsumerRebalanceListener() {
                 public void onPartitionsRevoked(Collection<TopicPartition> parts) {}
@@ -321,8 +334,7 @@ public class KafkaTool {
                     System.out.flush();
                 }
             });
-            long deadline = System.currentTimeMillis() + runMs;
-            while (System.currentTimeMillis() < deadline) {
+            while (!leave.get()) {
                 for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
                     System.out.println("{\"record\":{\"partition\":" + r.partition() + ",\"offset\":" + r.offset() + "}}");
                 }
