@@ -378,9 +378,12 @@ pub const GROUP_SYNC_INTERVAL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 /// How long one periodic group-sync round of one mirror may wait for its source.
 pub const GROUP_SYNC_ROUND_TIMEOUT_MS: u64 = 10_000;
 
-/// How long the last group sync at failover (`mirrors stop`) may wait for the source; a dead
-/// source must not hold the failover up.
-pub const GROUP_SYNC_FINAL_TIMEOUT_MS: u64 = 5_000;
+/// How long the last group sync at failover (`mirrors stop`) may wait for the source by
+/// default (`sync.group.offsets.final.timeout.ms`); a dead source must not hold the failover
+/// up, and a slow one past this bound means the consumers resume from the last periodic sync.
+pub const GROUP_SYNC_FINAL_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+pub const GROUP_SYNC_FINAL_TIMEOUT_MS_MIN: u64 = 100;
+pub const GROUP_SYNC_FINAL_TIMEOUT_MS_MAX: u64 = 600_000;
 
 /// Groups read from one source per sync round; the rest wait for the next round.
 pub const GROUP_SYNC_GROUPS_MAX: usize = 10_000;
@@ -388,6 +391,8 @@ pub const GROUP_SYNC_GROUPS_MAX: usize = 10_000;
 const _: () = assert!(GROUP_SESSION_TIMEOUT_MS_MIN <= GROUP_SESSION_TIMEOUT_MS_MAX);
 const _: () = assert!(GROUP_SYNC_INTERVAL_MS_MIN <= GROUP_SYNC_INTERVAL_MS_DEFAULT);
 const _: () = assert!(GROUP_SYNC_INTERVAL_MS_DEFAULT <= GROUP_SYNC_INTERVAL_MS_MAX);
+const _: () = assert!(GROUP_SYNC_FINAL_TIMEOUT_MS_MIN <= GROUP_SYNC_FINAL_TIMEOUT_MS_DEFAULT);
+const _: () = assert!(GROUP_SYNC_FINAL_TIMEOUT_MS_DEFAULT <= GROUP_SYNC_FINAL_TIMEOUT_MS_MAX);
 const _: () = assert!(GROUP_MEMBER_BLOB_BYTES_MAX < FRAME_BYTES_MAX);
 // ---- Kafka endpoint (serve) ----
 

@@ -80,6 +80,11 @@ fn failover_completes_with_the_source_broker_dead() {
         serve.log_text()
     );
     assert!(start.elapsed() < STOP_LIMIT, "stop hung on the dead source");
+    assert!(
+        stop.stdout.contains("Last group-offset sync: skipped"),
+        "stop says the consumers resume from the last periodic sync: {}",
+        stop.stdout
+    );
     let row = describe_rows(&admin, "m").remove(0);
     assert_eq!(row["state"], "STOPPED", "{row}");
     assert_eq!(row["lastEndOffset"], source_end, "{row}");

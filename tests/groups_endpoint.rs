@@ -271,7 +271,11 @@ fn a_group_moves_from_the_source_to_kmirror_without_gap_or_duplicate() {
     }
 
     // Failover, then the group carries on from kmirror.
-    cli_ok(&rig.admin, &["stop", "--mirror", "m", "--topics", &topic]);
+    let stopped = cli_ok(&rig.admin, &["stop", "--mirror", "m", "--topics", &topic]);
+    assert!(
+        stopped.contains("Last group-offset sync: done"),
+        "{stopped}"
+    );
     let start = Instant::now();
     while rig.states().iter().any(|s| s != "STOPPED") {
         assert!(start.elapsed() < LIMIT, "{}", serve.log_text());
@@ -308,14 +312,21 @@ fn the_last_sync_at_failover_carries_the_commits_made_since_the_periodic_one() {
     // reach kmirror through the sync that `mirrors stop` runs.
     rig.mirror(
         &topic,
-        &format!("sync.group.offsets.interval.ms=86400000\nmirror.groups.include={group}\n"),
+        &format!(
+            "sync.group.offsets.interval.ms=86400000\nmirror.groups.include={group}\n\
+             sync.group.offsets.final.timeout.ms=120000\n"
+        ),
     );
     wait_all_mirrored(&mut serve, &mirrored_pairs(&topic, &rig.data_dir));
     consumed.extend(group_consume(&k.bootstrap(), &topic, &group, 40));
     let on_source = offsets(&describe_group(&k.bootstrap(), &group));
     assert_eq!(on_source, next_offsets(&consumed));
 
-    cli_ok(&rig.admin, &["stop", "--mirror", "m", "--topics", &topic]);
+    let stopped = cli_ok(&rig.admin, &["stop", "--mirror", "m", "--topics", &topic]);
+    assert!(
+        stopped.contains("Last group-offset sync: done"),
+        "{stopped}"
+    );
     let start = Instant::now();
     while rig.states().iter().any(|s| s != "STOPPED") {
         assert!(start.elapsed() < LIMIT, "{}", serve.log_text());

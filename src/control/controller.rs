@@ -27,9 +27,7 @@ use crate::control::state_log::{StateLog, StateLogError};
 use crate::control::topic_configs::{self, SourceConfigEntry, TopicConfigs};
 use crate::fetch::list_offsets::{Listed, OffsetQuery};
 use crate::ids::{MirrorEpoch, Offset, TopicPartition};
-use crate::limits::{
-    GROUP_SYNC_FINAL_TIMEOUT_MS, GROUP_SYNC_ROUND_TIMEOUT_MS, MIRROR_SYNC_INTERVAL_MS_DEFAULT,
-};
+use crate::limits::{GROUP_SYNC_ROUND_TIMEOUT_MS, MIRROR_SYNC_INTERVAL_MS_DEFAULT};
 use crate::log::config::LogConfig;
 use crate::log::partition_log::Promotion;
 
@@ -284,6 +282,10 @@ pub struct CommandReport {
     pub mirror: String,
     pub changed: Vec<String>,
     pub unchanged: Vec<String>,
+    /// `stop` only: what the last group-offset sync did, or why it was skipped (the consumers
+    /// moving to kmirror then resume from the last periodic sync).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_sync: Option<String>,
 }
 
 fn source_error(name: &MirrorName, fault: Fault) -> ControlError {
@@ -908,6 +910,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             mirror: name.to_string(),
             changed: Vec::new(),
             unchanged: Vec::new(),
+            group_sync: None,
         };
         let matching: Vec<&SourceTopic> = view
             .topics
@@ -1056,6 +1059,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             mirror: name.to_string(),
             changed: Vec::new(),
             unchanged: Vec::new(),
+            group_sync: None,
         };
         for tp in tps {
             let p = self
@@ -1079,13 +1083,26 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         if command == Command::Stop && !report.changed.is_empty() {
             // Failover: the consumers about to move here get the source's latest commits.
             // A source that does not answer within the bound is skipped, never waited for.
-            let timeout = std::time::Duration::from_millis(GROUP_SYNC_FINAL_TIMEOUT_MS);
-            match self.sync_group_offsets_now(name.as_str(), timeout) {
-                Ok(r) => tracing::info!(mirror = %name, ?r, "stop: last group-offset sync"),
-                Err(e) => {
-                    tracing::warn!(mirror = %name, "stop: last group-offset sync skipped: {e}")
+            let groups = &self.mirrors[&name].record.definition.groups;
+            let timeout = std::time::Duration::from_millis(groups.final_timeout_ms);
+            report.group_sync = Some(if !groups.enabled {
+                "disabled for this mirror".to_owned()
+            } else {
+                match self.sync_group_offsets_now(name.as_str(), timeout) {
+                    Ok(r) => {
+                        tracing::info!(mirror = %name, ?r, "stop: last group-offset sync");
+                        format!(
+                            "done: {} group(s) read, {} offset(s) written, {} unchanged, {} \
+                             clamped, {} group(s) left alone (active on kmirror)",
+                            r.groups_seen, r.written, r.unchanged, r.clamped, r.groups_active
+                        )
+                    }
+                    Err(e) => {
+                        tracing::warn!(mirror = %name, "stop: last group-offset sync skipped: {e}");
+                        format!("skipped: {e}")
+                    }
                 }
-            }
+            });
         }
         self.reconcile(&name)?;
         Ok(report)

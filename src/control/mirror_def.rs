@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::TimestampMs;
 use crate::limits::{
-    GROUP_SYNC_INTERVAL_MS_DEFAULT, GROUP_SYNC_INTERVAL_MS_MAX, GROUP_SYNC_INTERVAL_MS_MIN,
-    MIRROR_NAME_BYTES_MAX, MIRROR_PROPERTIES_BYTES_MAX,
+    GROUP_SYNC_FINAL_TIMEOUT_MS_DEFAULT, GROUP_SYNC_FINAL_TIMEOUT_MS_MAX,
+    GROUP_SYNC_FINAL_TIMEOUT_MS_MIN, GROUP_SYNC_INTERVAL_MS_DEFAULT, GROUP_SYNC_INTERVAL_MS_MAX,
+    GROUP_SYNC_INTERVAL_MS_MIN, MIRROR_NAME_BYTES_MAX, MIRROR_PROPERTIES_BYTES_MAX,
 };
 
 /// What is wrong with a mirror definition; each names the property or value at fault.
@@ -364,12 +365,20 @@ pub struct MirrorDefinition {
 
 /// Which consumer groups' committed offsets are copied from the source, and how often:
 /// `sync.group.offsets.enabled` (default true), `sync.group.offsets.interval.ms` (default 30 s),
+/// `sync.group.offsets.final.timeout.ms` (the last sync at `stop`, default 10 s),
 /// `mirror.groups.include` (default `.*`) and `mirror.groups.exclude` (default none; it wins).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupSyncSettings {
     pub enabled: bool,
     pub interval_ms: u64,
+    /// Absent in mirrors stored by older versions: the default applies.
+    #[serde(default = "default_final_timeout_ms")]
+    pub final_timeout_ms: u64,
     pub filter: TopicFilter,
+}
+
+fn default_final_timeout_ms() -> u64 {
+    GROUP_SYNC_FINAL_TIMEOUT_MS_DEFAULT
 }
 
 impl Default for GroupSyncSettings {
@@ -377,6 +386,7 @@ impl Default for GroupSyncSettings {
         GroupSyncSettings {
             enabled: true,
             interval_ms: GROUP_SYNC_INTERVAL_MS_DEFAULT,
+            final_timeout_ms: GROUP_SYNC_FINAL_TIMEOUT_MS_DEFAULT,
             filter: TopicFilter {
                 include: vec![".*".to_owned()],
                 exclude: Vec::new(),
@@ -411,6 +421,19 @@ impl GroupSyncSettings {
                     key: "sync.group.offsets.interval.ms".into(),
                     value: v.clone(),
                     expected: "interval in ms (100 ms to 24 h)",
+                })?;
+        }
+        if let Some(v) = props.get("sync.group.offsets.final.timeout.ms") {
+            let bounds = GROUP_SYNC_FINAL_TIMEOUT_MS_MIN..=GROUP_SYNC_FINAL_TIMEOUT_MS_MAX;
+            s.final_timeout_ms = v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|ms| bounds.contains(ms))
+                .ok_or_else(|| DefinitionError::BadValue {
+                    key: "sync.group.offsets.final.timeout.ms".into(),
+                    value: v.clone(),
+                    expected: "timeout in ms (100 ms to 10 min)",
                 })?;
         }
         if let Some(v) = props.get("mirror.groups.include") {
@@ -522,7 +545,7 @@ impl MirrorDefinition {
         name: MirrorName,
         props: &BTreeMap<String, String>,
     ) -> Result<MirrorDefinition, DefinitionError> {
-        const KNOWN: [&str; 20] = [
+        const KNOWN: [&str; 21] = [
             "bootstrap.servers",
             "security.protocol",
             "sasl.mechanism",
@@ -541,6 +564,7 @@ impl MirrorDefinition {
             "mirror.topic.properties.exclude",
             "sync.group.offsets.enabled",
             "sync.group.offsets.interval.ms",
+            "sync.group.offsets.final.timeout.ms",
             "mirror.groups.include",
             "mirror.groups.exclude",
         ];
@@ -831,7 +855,15 @@ client.id = east
         assert!(f.matches("app-billing"));
         assert!(!f.matches("app-test"));
         assert!(!f.matches("other"));
+        assert_eq!(
+            d.groups.final_timeout_ms,
+            GROUP_SYNC_FINAL_TIMEOUT_MS_DEFAULT
+        );
+        let d = def("bootstrap.servers=a:1\nsync.group.offsets.final.timeout.ms=60000\n").unwrap();
+        assert_eq!(d.groups.final_timeout_ms, 60_000);
         for bad in [
+            "sync.group.offsets.final.timeout.ms=0\n",
+            "sync.group.offsets.final.timeout.ms=600001\n",
             "sync.group.offsets.interval.ms=5\n",
             "sync.group.offsets.interval.ms=soon\n",
             "sync.group.offsets.enabled=yes\n",
@@ -845,6 +877,13 @@ client.id = east
         // A definition stored before these settings existed reads with the defaults.
         let mut json = serde_json::to_value(def("bootstrap.servers=a:1\n").unwrap()).unwrap();
         json.as_object_mut().unwrap().remove("groups");
+        let old: MirrorDefinition = serde_json::from_value(json).unwrap();
+        assert_eq!(old.groups, GroupSyncSettings::default());
+        let mut json = serde_json::to_value(def("bootstrap.servers=a:1\n").unwrap()).unwrap();
+        json["groups"]
+            .as_object_mut()
+            .unwrap()
+            .remove("final_timeout_ms");
         let old: MirrorDefinition = serde_json::from_value(json).unwrap();
         assert_eq!(old.groups, GroupSyncSettings::default());
     }

@@ -287,6 +287,9 @@ fn print_report(
     if !r.unchanged.is_empty() {
         writeln!(out, "Already so: {}", r.unchanged.join(", "))?;
     }
+    if let Some(sync) = &r.group_sync {
+        writeln!(out, "Last group-offset sync: {sync}")?;
+    }
     Ok(())
 }
 
