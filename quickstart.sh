@@ -254,7 +254,9 @@ listener="$(sed 's/\x1b\[[0-9;]*m//g' "$work/kmirror.log" | sed -n 's/.*Kafka li
 [ -n "$listener" ] || fail "no Kafka listener line in $work/kmirror.log"
 
 # A mirror is named and carries its own source connection settings (Kafka's property names).
-printf 'bootstrap.servers=%s\nclient.id=kmirror-quickstart\n' "$bootstrap" >"$work/source.properties"
+# The last group-offset sync at failover may wait up to 60 s for the source (default 10 s).
+printf 'bootstrap.servers=%s\nclient.id=kmirror-quickstart\nsync.group.offsets.final.timeout.ms=60000\n' \
+  "$bootstrap" >"$work/source.properties"
 echo "--- kmirror mirrors create --mirror quickstart --mirror-config source.properties"
 mirrors create --mirror quickstart --mirror-config "$work/source.properties"
 echo "--- kmirror mirrors start --mirror quickstart --topics 'orders,payments'"
@@ -324,9 +326,9 @@ summary 5 "$compared segment files mirrored byte-for-byte: OK"
 step 6 "consume the mirrored topics from kmirror with Kafka's Java consumer"
 # Records as the Java consumer sees them: offset, timestamp, key, value, headers (one JSON line each).
 consume() {
-  local from_where="$1" t="$2" p="$3" max="$4" isolation="$5" timeout_ms="${6:-30000}"
+  local from_where="$1" t="$2" p="$3" max="$4" isolation="$5"
   tool consume --bootstrap "$from_where" --topic "$t" --partition "$p" --max "$max" \
-    --isolation "$isolation" --timeout-ms "$timeout_ms"
+    --isolation "$isolation"
 }
 committed_payments=$((per_payments / 2))  # the producer's first (committed) transaction
 for spec in "orders:0:$per_orders:read_committed" "orders:1:$per_orders:read_committed" \
@@ -342,8 +344,12 @@ for spec in "orders:0:$per_orders:read_committed" "orders:1:$per_orders:read_com
 done
 echo "    first record of orders-0 from kmirror: $(head -1 "$work/kmirror-orders-0-read_committed.json" | cut -c1-160)"
 # One record past the committed transaction would be an aborted one: read_committed must not
-# return it (the consumer waits 5 s for it).
-extra="$(consume "$listener" payments 0 $((committed_payments + 1)) read_committed 5000 | wc -l)"
+# return it (the consumer reads up to the last stable offset, then stops).
+read_to_end() {
+  tool consume --bootstrap "$1" --topic "$2" --partition 0 --max "$3" \
+    --isolation read_committed --timeout-ms 120000 --until-end true
+}
+extra="$(read_to_end "$listener" payments $((committed_payments + 1)) | wc -l)"
 [ "$extra" = "$committed_payments" ] || fail "read_committed from kmirror returned $extra records (aborted ones?)"
 
 echo "--- produce to the mirrored topic orders (read-only while mirroring)"
@@ -384,7 +390,8 @@ committed_at="$(group_next "$work/group-source.json")"
 echo "    consumer group billing read $group_read orders records from the source and committed (partition:next offset) $committed_at"
 
 echo "--- kmirror mirrors stop --mirror quickstart --topics 'orders,payments'   (the failover)"
-mirrors stop --mirror quickstart --topics 'orders,payments'
+mirrors stop --mirror quickstart --topics 'orders,payments' | tee "$work/stop.txt"
+grep -q "Last group-offset sync: done" "$work/stop.txt" || fail "the last group-offset sync did not run"
 echo "--- kmirror mirrors describe --mirror quickstart"
 mirrors describe --mirror quickstart | tee "$work/describe-after-stop.txt"
 grep -q STOPPED "$work/describe-after-stop.txt" || fail "describe shows no STOPPED partition"
@@ -394,7 +401,7 @@ echo "--- the last batches of kmirror's payments-0 after the failover"
 tail_batch="$("$kmirror" log dump "$mirror_dir/payments-0" | grep '^baseOffset' | tail -1)"
 grep -q "isControl: true" <<<"$tail_batch" || fail "no ABORT marker closes the open transaction"
 # read_committed on kmirror: the committed transaction only; the open one is now aborted.
-after="$(consume "$listener" payments 0 $((committed_payments + 1)) read_committed 5000 | wc -l)"
+after="$(read_to_end "$listener" payments $((committed_payments + 1)) | wc -l)"
 [ "$after" = "$committed_payments" ] || fail "read_committed after failover returned $after records"
 echo "    read_committed on payments-0 after failover: $after records (the open transaction was aborted)"
 

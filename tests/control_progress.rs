@@ -100,7 +100,11 @@ fn describe_lag_and_start_positions() {
     assert_eq!(row["lagSeconds"], 0.0, "{row}");
     cli_ok(&admin, &["pause", "--mirror", "lag", "--topics", &lagging]);
     k.produce(&lagging, 0, 100, &ProduceOpts::default());
-    let row = wait_row(&mut serve, &admin, "lag", |r| r["state"] == "PAUSED");
+    // describe asks the source for its end; a slow answer falls back to the last one the
+    // shard saw (300), so wait for the fresh one.
+    let row = wait_row(&mut serve, &admin, "lag", |r| {
+        r["state"] == "PAUSED" && r["sourceOffset"] == 400
+    });
     assert_eq!(
         (&row["sourceOffset"], &row["destinationOffset"], &row["lag"]),
         (&400.into(), &300.into(), &100.into()),

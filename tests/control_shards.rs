@@ -36,6 +36,10 @@ fn local_end(c: &mut Ctl, topic: &str) -> Option<i64> {
 /// log end between the previous one and the target (no gap, nothing lost, nothing beyond).
 fn pause_resume_until(c: &mut Ctl, topic: &str, target: i64) -> u32 {
     let mut previous = local_end(c, topic).unwrap_or(0);
+    // How long the partition mirrors between a resume and the next pause: short, so pauses
+    // land mid-stream, and doubled after a cycle without progress (up to 8 s), so a loaded
+    // machine whose round trips take longer still gets there.
+    let mut window = Duration::from_millis(250);
     for cycle in 1..=240 {
         c.command("m", topic, Command::Pause).unwrap();
         assert_eq!(
@@ -51,9 +55,12 @@ fn pause_resume_until(c: &mut Ctl, topic: &str, target: i64) -> u32 {
         if end == target {
             return cycle;
         }
+        if end == previous && cycle > 1 {
+            window = (window * 2).min(Duration::from_secs(8));
+        }
         previous = end;
         c.command("m", topic, Command::Resume).unwrap();
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::sleep(window);
         let failures = c.data_plane_mut().poll_failures();
         assert!(failures.is_empty(), "shard failures: {failures:?}");
     }

@@ -124,6 +124,10 @@ fn compacted_topic_with_offset_gaps() {
         };
         k.produce(&topic, 0, 1, &tail);
     }
+    // A gap may come from a first pass that saw only part of the third round; the next pass
+    // would rewrite the broker's segments while kmirror copies them. Past the third round
+    // there are only tail records with keys of their own, which supersede nothing.
+    k.wait_compacted(&topic, 0, 700);
     mirror_and_check(k, &[(&topic, 1)]);
 }
 

@@ -10,6 +10,10 @@ use base64::Engine as _;
 use super::jars;
 use super::process::{run_bounded, tail, Jvm};
 
+/// Failure guard for the broker's log cleaner to finish a pass (it backs off 15 s between
+/// checks); not a performance claim.
+const CLEANER_LIMIT: Duration = Duration::from_secs(180);
+
 /// How long a broker may take to start. Generous: the machine's two cores are shared and a cold
 /// JVM on a busy box can take tens of seconds.
 const START_LIMIT: Duration = Duration::from_secs(180);
@@ -252,6 +256,39 @@ impl Kafka {
         self.data_dir().join(format!("{topic}-{partition}"))
     }
 
+    /// Waits until the log cleaner has cleaned `topic-partition` through `offset` (its
+    /// checkpoint, the first dirty offset, reached it), so every record up to there that can
+    /// supersede another has done so: a later pass cannot remove anything more below it.
+    pub fn wait_compacted(&self, topic: &str, partition: i32, offset: i64) {
+        let start = Instant::now();
+        loop {
+            let cleaned = self.cleaner_checkpoint(topic, partition);
+            if cleaned.is_some_and(|c| c >= offset) {
+                return;
+            }
+            assert!(
+                start.elapsed() < CLEANER_LIMIT,
+                "the log cleaner did not clean {topic}-{partition} through {offset} (checkpoint \
+                 {cleaned:?})"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// The cleaner's checkpoint (first dirty offset) of a partition, from the log dir's
+    /// `cleaner-offset-checkpoint` ("version", "count", then "topic partition offset" lines).
+    fn cleaner_checkpoint(&self, topic: &str, partition: i32) -> Option<i64> {
+        let text =
+            std::fs::read_to_string(self.data_dir().join("cleaner-offset-checkpoint")).ok()?;
+        text.lines().skip(2).find_map(|l| {
+            let mut f = l.split_whitespace();
+            let (t, p, o) = (f.next()?, f.next()?, f.next()?);
+            (t == topic && p.parse::<i32>().ok()? == partition)
+                .then(|| o.parse::<i64>().ok())
+                .flatten()
+        })
+    }
+
     /// The broker's log (stdout, stderr and log4j), appended across restarts.
     pub fn log_file(&self) -> PathBuf {
         self.dir.join("broker.log")
@@ -398,6 +435,9 @@ impl Kafka {
                     "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
                 );
                 set("inter.broker.listener.name", "PLAINTEXT".into());
+                // A starved JVM on a loaded test machine misses heartbeats to its own
+                // controller; the default 9 s would fence it and take its partitions offline.
+                set("broker.session.timeout.ms", "30000".into());
             }
             Metadata::ZooKeeper => {
                 set("broker.id", "0".into());
@@ -406,6 +446,9 @@ impl Kafka {
                     format!("127.0.0.1:{}", self.zookeeper_port),
                 );
                 set("listeners", format!("PLAINTEXT://127.0.0.1:{}", self.port));
+                // Kafka 2.1's 6 s session would expire under load and re-elect the controller.
+                set("zookeeper.session.timeout.ms", "30000".into());
+                set("zookeeper.connection.timeout.ms", "30000".into());
             }
         }
         set(

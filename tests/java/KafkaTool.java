@@ -8,6 +8,9 @@
 //                 [--batch-size BYTES] [--linger-ms MS] [--seed S] [--value-bytes N] [--headers N]
 //   consume       --bootstrap B --topic T --partition P --from OFFSET --max N
 //                 [--isolation read_committed|read_uncommitted] [--timeout-ms MS]
+//                 [--until-end true]: stop once the position reaches the end offset (the last
+//                 stable offset under read_committed) instead of waiting for more; failing to
+//                 get there within the timeout is an error
 //   offsets       --bootstrap B --topic T --partition P
 //   offsets-for-times --bootstrap B --topic T --partition P --timestamps T1,T2,...
 //                 (one line per timestamp, then one for the max timestamp)
@@ -252,8 +255,11 @@ public class KafkaTool {
         try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
             c.assign(List.of(tp));
             c.seek(tp, Long.parseLong(a.get("from", "0")));
+            boolean untilEnd = Boolean.parseBoolean(a.get("until-end", "false"));
+            long end = untilEnd ? c.endOffsets(List.of(tp)).get(tp) : Long.MAX_VALUE;
             long deadline = System.currentTimeMillis() + timeoutMs;
             while (got < max && System.currentTimeMillis() < deadline) {
+                if (untilEnd && c.position(tp) >= end) break;
                 for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
                     if (got == max) break;
                     StringBuilder hs = new StringBuilder();
@@ -267,6 +273,10 @@ public class KafkaTool {
                             + b64OrNull(b64, r.value()) + ",\"headers\":[" + hs + "]}");
                     got++;
                 }
+            }
+            if (untilEnd && got < max && c.position(tp) < end) {
+                throw new IllegalStateException("position " + c.position(tp) + " did not reach the end "
+                        + end + " of " + tp + " within " + timeoutMs + " ms");
             }
         }
     }
