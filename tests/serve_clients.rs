@@ -386,6 +386,19 @@ fn control_plane_mode_serves_clients_too() {
     let ours = harness::consume(&kmirror, &topic, 0, 0, 120, Isolation::ReadUncommitted);
     assert_eq!(theirs.len(), 120);
     assert_eq!(ours, theirs);
+    // The Java consumer opened a fetch session on kmirror; the admin `/metrics` counts it.
+    let metrics = ureq::get(&format!("http://{admin}/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let created: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("kmirror_endpoint_fetch_sessions_created_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no fetch session counter in:\n{metrics}"));
+    assert!(created >= 1.0, "no fetch session created:\n{metrics}");
 
     // Failover: after `stop` the partition is writable; an idempotent Java producer writes to
     // kmirror and its records continue at the mirrored end.

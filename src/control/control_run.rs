@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::config::ServeConfig;
 use crate::control::admin::{self, AdminError};
+use crate::control::controller::DataPlane as _;
 use crate::control::controller::{Controller, GroupSyncPlane};
 use crate::control::group_sync::{BlockingSourceGroups, GroupSyncSchedule};
 use crate::control::shard_plane::ShardDataPlane;
@@ -18,6 +19,7 @@ use crate::control::state::RetryPolicy;
 use crate::control::state_log::StateLog;
 use crate::limits::CONTROL_TICK_MS;
 use crate::log::read_view::ReadCatalog;
+use crate::serve::fetch_sessions::FetchSessions;
 use crate::serve::groups::GroupService;
 use crate::serve::txn::TxnService;
 
@@ -67,9 +69,17 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     let txn_slot: Arc<OnceLock<Arc<TxnService>>> = Arc::default();
     let build_txn = Arc::clone(&txn_slot);
     let request_timeout_ms = config.fetch.request_timeout_ms;
+    // The endpoint's fetch sessions: served by the listener, counted in the admin `/metrics`.
+    let fetch_sessions = FetchSessions::new();
+    let build_sessions = Arc::clone(&fetch_sessions);
     let build = move || {
         let mut plane = ShardDataPlane::start(&data_dir, &runtime, fetch, request_timeout_ms)
             .map_err(|e| e.to_string())?;
+        if serve_groups {
+            if let Some(t) = plane.telemetry() {
+                t.attach_fetch_sessions(build_sessions);
+            }
+        }
         plane.attach_read_catalog(Arc::clone(&build_catalog));
         plane.set_retention_check_interval(retention_every);
         // Failed-over partitions take client writes through the endpoint from now on.
@@ -142,6 +152,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
         &writer,
         groups.as_ref(),
         txn.as_ref(),
+        &fetch_sessions,
     ) {
         Ok(k) => k,
         Err(e) => {

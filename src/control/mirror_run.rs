@@ -292,6 +292,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
             return Err(RunError::Groups(e));
         }
     };
+    let fetch_sessions = crate::serve::fetch_sessions::FetchSessions::new();
     let kafka = match crate::serve::start_configured(
         config,
         &catalog,
@@ -299,6 +300,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         groups.as_ref(),
         // Nothing is writable in static mode: no transactions to coordinate.
         None,
+        &fetch_sessions,
     ) {
         Ok(k) => k,
         Err(e) => {
@@ -310,6 +312,11 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         }
     };
     let telemetry = crate::ops::telemetry::TelemetryThread::start(rt.stats().to_vec(), data_dir)?;
+    if kafka.is_some() {
+        telemetry
+            .telemetry
+            .attach_fetch_sessions(Arc::clone(&fetch_sessions));
+    }
     let failed: Arc<Mutex<Vec<TopicPartition>>> = Arc::default();
     let _metrics = match &config.metrics {
         Some(m) => Some(crate::ops::metrics_server::MetricsServer::start(

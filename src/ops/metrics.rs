@@ -20,6 +20,7 @@ use crate::ids::TopicPartition;
 use crate::ops::process_stats::{self, ProcessStats};
 use crate::ops::telemetry::Telemetry;
 use crate::runtime::{Latency, LatencySet, PartitionSnapshot, ShardSnapshot};
+use crate::serve::fetch_sessions::SessionStats;
 
 /// Content type of the rendered text.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -47,6 +48,7 @@ struct Scrape {
     partitions: Vec<(String, PartitionSnapshot)>,
     states: Vec<PartitionState>,
     process: ProcessStats,
+    fetch_sessions: Option<SessionStats>,
 }
 
 /// Renders one scrape. `states` are the control plane's partitions; partitions the shards
@@ -73,6 +75,7 @@ pub fn render(telemetry: &Telemetry, states: Vec<PartitionState>, default_mirror
         partitions,
         states,
         process: process_stats::read(),
+        fetch_sessions: telemetry.fetch_sessions().map(|s| s.stats()),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -170,6 +173,7 @@ impl Collector for Scrape {
         let mut f = Family { enc: &mut enc };
         self.encode_partitions(&mut f)?;
         self.encode_shards(&mut f)?;
+        self.encode_fetch_sessions(&mut f)?;
         self.encode_process(&mut f)
     }
 }
@@ -341,6 +345,43 @@ impl Scrape {
                 .map(|(i, set)| (shard_labels(i), set.get(which)))
                 .collect();
             f.histogram(name, help, &rows)?;
+        }
+        Ok(())
+    }
+
+    fn encode_fetch_sessions(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
+        let Some(s) = self.fetch_sessions else {
+            return Ok(());
+        };
+        let none: Labels = Vec::new();
+        f.gauge(
+            "kmirror_endpoint_fetch_sessions",
+            "Incremental fetch sessions (KIP-227) the Kafka endpoint holds for its clients.",
+            &[(none.clone(), s.sessions as i64)],
+        )?;
+        for (name, help, v) in [
+            (
+                "kmirror_endpoint_fetch_sessions_created",
+                "Fetch sessions opened by full fetches.",
+                s.counts.created,
+            ),
+            (
+                "kmirror_endpoint_fetch_sessions_evicted",
+                "Fetch sessions evicted to make room for new ones.",
+                s.counts.evicted,
+            ),
+            (
+                "kmirror_endpoint_fetch_sessions_closed",
+                "Fetch sessions closed by their client (or left with no partitions).",
+                s.counts.closed,
+            ),
+            (
+                "kmirror_endpoint_incremental_fetches",
+                "Incremental fetches answered from a session.",
+                s.counts.incremental_fetches,
+            ),
+        ] {
+            f.counter(name, help, &[(none.clone(), v)])?;
         }
         Ok(())
     }

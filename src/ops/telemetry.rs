@@ -9,7 +9,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -20,6 +20,7 @@ use crate::limits::{
     LATENCY_INTERVAL_MS, LATENCY_LOG_BYTES_MAX, LATENCY_LOG_FILES_MAX, LATENCY_LOG_SECS_MAX,
 };
 use crate::runtime::{Latency, LatencySet, ShardStats};
+use crate::serve::fetch_sessions::FetchSessions;
 
 /// Sub-directory of the data dir holding the interval logs.
 pub const LATENCY_DIR: &str = "latency";
@@ -44,6 +45,8 @@ pub struct Telemetry {
     cumulative: Mutex<Vec<LatencySet>>,
     /// When collection began.
     pub started: SystemTime,
+    /// The Kafka endpoint's fetch sessions, once a listener serves them.
+    fetch_sessions: OnceLock<Arc<FetchSessions>>,
 }
 
 impl Telemetry {
@@ -53,7 +56,18 @@ impl Telemetry {
             shards,
             cumulative: Mutex::new(cumulative),
             started: SystemTime::now(),
+            fetch_sessions: OnceLock::new(),
         }
+    }
+
+    /// Shows the endpoint's fetch session counters in `/metrics` from now on (the listener
+    /// starts after the telemetry in one mode and before it in the other).
+    pub fn attach_fetch_sessions(&self, sessions: Arc<FetchSessions>) {
+        let _ = self.fetch_sessions.set(sessions);
+    }
+
+    pub fn fetch_sessions(&self) -> Option<&Arc<FetchSessions>> {
+        self.fetch_sessions.get()
     }
 
     /// A copy of the cumulative histograms, one set per shard.

@@ -12,6 +12,7 @@ use crate::log::read_view::ReadCatalog;
 use crate::serve::describe_configs::DescribeConfigsApi;
 use crate::serve::dispatch::Dispatcher;
 use crate::serve::fetch::FetchApi;
+use crate::serve::fetch_sessions::FetchSessions;
 use crate::serve::list_offsets::ListOffsetsApi;
 use crate::serve::metadata::MetadataApi;
 use crate::serve::offset_for_epoch::OffsetForEpochApi;
@@ -23,6 +24,7 @@ pub fn dispatcher(
     host: String,
     port: i32,
     writer: WriterSlot,
+    sessions: Arc<FetchSessions>,
 ) -> Dispatcher {
     let mut d = Dispatcher::new();
     d.register(
@@ -41,6 +43,7 @@ pub fn dispatcher(
         17,
         Arc::new(FetchApi {
             catalog: Arc::clone(&catalog),
+            sessions,
         }),
     );
     d.register(

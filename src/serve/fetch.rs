@@ -5,15 +5,18 @@
 //! crate with a placeholder for each partition's records, and the records themselves go out
 //! as `sendfile` ranges of the segment (see `splice_records`).
 //!
-//! Fetch sessions (KIP-227): kmirror creates none, like a broker whose session cache has no
-//! slots. A full fetch asking for a session gets session id 0, which tells the client to keep
-//! sending full fetches; a request naming a session id gets FETCH_SESSION_ID_NOT_FOUND, which
-//! clients answer with a new full fetch.
+//! Fetch sessions (KIP-227): `serve::fetch_sessions` turns the request into the partitions to
+//! read (the request's own for a full fetch, the session's for an incremental one) and, once
+//! read, opens the session of a full fetch or trims an incremental response to the partitions
+//! that changed. The session cache's mutex is taken twice per request for map work only, never
+//! across the long-poll wait or the reads.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
@@ -26,6 +29,7 @@ use crate::ids::{LeaderEpoch, Offset};
 use crate::limits::{SERVE_FETCH_POLL_MS, SERVE_FETCH_RESPONSE_BYTES_MAX, SERVE_FETCH_WAIT_MS_MAX};
 use crate::log::read_view::{PartitionReadView, ReadCatalog};
 use crate::serve::dispatch::{encode_body, ApiHandler, Outcome, Part, Request};
+use crate::serve::fetch_sessions::{self, Context, FetchSessions, TopicKey, Wanted};
 use crate::serve::metadata::{
     topic_by_id, topics, Topics, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
 };
@@ -33,7 +37,6 @@ use crate::serve::segment_reader::{aborted_txns, OpenSegment};
 use crate::serve::ServeError;
 
 pub const OFFSET_OUT_OF_RANGE: i16 = 1;
-pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 pub const FENCED_LEADER_EPOCH: i16 = 74;
 pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
 
@@ -44,6 +47,8 @@ const FIRST_TOPIC_ID: i16 = 13;
 
 pub struct FetchApi {
     pub catalog: Arc<ReadCatalog>,
+    /// Shared by every connection: a client's session may be named on any of them.
+    pub sessions: Arc<FetchSessions>,
 }
 
 /// A stretch of one segment file to send as a partition's records.
@@ -62,34 +67,103 @@ struct Plan {
     reads: Vec<(usize, usize, Read)>,
     bytes: u64,
     has_error: bool,
+    /// What each partition got, in `wanted` order (= encoding order), for the session.
+    outcomes: Vec<fetch_sessions::Outcome>,
 }
 
 impl ApiHandler for FetchApi {
     fn handle(&self, req: &Request) -> Result<Outcome, ServeError> {
         let request: FetchRequest = req.decode()?;
-        if request.session_id != 0 {
-            let mut resp = FetchResponse::default();
-            resp.error_code = FETCH_SESSION_ID_NOT_FOUND;
-            return Outcome::encode(req, &resp);
-        }
+        let context = self.sessions.begin(req.version, &request);
+        let wanted = match &context {
+            Context::Error(code) => return session_error(req, *code),
+            Context::Sessionless(w) | Context::Full(w) => w,
+            Context::Incremental { wanted, .. } => wanted,
+        };
         let wait =
             Duration::from_millis((request.max_wait_ms.max(0) as u64).min(SERVE_FETCH_WAIT_MS_MAX));
         let deadline = Instant::now() + wait;
         let min_bytes = request.min_bytes.max(0) as u64;
-        loop {
-            let plan = self.plan(req.version, &request)?;
+        let mut plan = loop {
+            let plan = self.plan(req.version, &request, wanted)?;
             // Long poll: wait for `min_bytes` as Kafka's purgatory does, by re-reading the
             // published views (appends publish a new one) until enough data or the deadline.
             if plan.bytes >= min_bytes || plan.has_error || Instant::now() >= deadline {
-                return splice_records(req.version, plan);
+                break plan;
             }
             std::thread::sleep(Duration::from_millis(SERVE_FETCH_POLL_MS));
+        };
+        match &context {
+            Context::Full(wanted) => {
+                plan.response.session_id =
+                    self.sessions
+                        .finish_full(req.version, wanted, &plan.outcomes);
+            }
+            Context::Incremental { id, epoch, .. } => {
+                match self
+                    .sessions
+                    .finish_incremental(*id, *epoch, &plan.outcomes)
+                {
+                    Ok(keep) => {
+                        plan = keep_partitions(plan, &keep);
+                        plan.response.session_id = *id;
+                    }
+                    Err(code) => return session_error(req, code),
+                }
+            }
+            Context::Sessionless(_) | Context::Error(_) => {}
         }
+        splice_records(req.version, plan)
     }
 }
 
+/// A response with only a session error: no partitions, no session.
+fn session_error(req: &Request, code: i16) -> Result<Outcome, ServeError> {
+    let mut resp = FetchResponse::default();
+    resp.error_code = code;
+    Outcome::encode(req, &resp)
+}
+
+/// `plan` with only the partitions whose `keep` (in encoding order) is set; topics left with
+/// none are dropped. Partitions with records are always kept, so every read survives.
+fn keep_partitions(mut plan: Plan, keep: &[bool]) -> Plan {
+    let mut flat = 0;
+    let mut moved = HashMap::new();
+    let mut topics = Vec::new();
+    for (ti, mut topic) in std::mem::take(&mut plan.response.responses)
+        .into_iter()
+        .enumerate()
+    {
+        let mut parts = Vec::new();
+        for (pi, p) in topic.partitions.into_iter().enumerate() {
+            if keep.get(flat).copied().unwrap_or(true) {
+                moved.insert((ti, pi), (topics.len(), parts.len()));
+                parts.push(p);
+            }
+            flat += 1;
+        }
+        if !parts.is_empty() {
+            topic.partitions = parts;
+            topics.push(topic);
+        }
+    }
+    plan.response.responses = topics;
+    plan.reads = std::mem::take(&mut plan.reads)
+        .into_iter()
+        .filter_map(|(t, p, read)| moved.get(&(t, p)).map(|&(t, p)| (t, p, read)))
+        .collect();
+    plan
+}
+
 impl FetchApi {
-    fn plan(&self, version: i16, request: &FetchRequest) -> Result<Plan, ServeError> {
+    /// Reads `wanted` (consecutive partitions of one topic share a response topic), with the
+    /// request's byte limits and isolation.
+    fn plan(
+        &self,
+        version: i16,
+        request: &FetchRequest,
+        wanted: &[Wanted],
+    ) -> Result<Plan, ServeError> {
         let topics = topics(&self.catalog);
         let committed = request.isolation_level == 1;
         let mut budget = (request.max_bytes.max(0) as u64).min(SERVE_FETCH_RESPONSE_BYTES_MAX);
@@ -98,20 +172,23 @@ impl FetchApi {
             reads: Vec::new(),
             bytes: 0,
             has_error: false,
+            outcomes: Vec::with_capacity(wanted.len()),
         };
-        for (ti, topic) in request.topics.iter().enumerate() {
-            let name = if version >= FIRST_TOPIC_ID {
-                topic_by_id(&topics, topic.topic_id).map(str::to_string)
-            } else {
-                Some(topic.topic.0.to_string())
-            };
+        for group in wanted.chunk_by(|a, b| a.topic == b.topic) {
+            let ti = plan.response.responses.len();
             let mut out = FetchableTopicResponse::default();
-            if version >= FIRST_TOPIC_ID {
-                out.topic_id = topic.topic_id;
-            } else {
-                out.topic = topic.topic.clone();
-            }
-            for (pi, p) in topic.partitions.iter().enumerate() {
+            let name = match &group[0].topic {
+                TopicKey::Id(id) => {
+                    out.topic_id = *id;
+                    topic_by_id(&topics, *id).map(str::to_string)
+                }
+                TopicKey::Name(n) => {
+                    out.topic = topic_name(n);
+                    Some(n.clone())
+                }
+            };
+            for (pi, w) in group.iter().enumerate() {
+                let p = &w.partition;
                 let mut pd = PartitionData::default();
                 pd.partition_index = p.partition;
                 pd.records = Some(Bytes::new());
@@ -125,6 +202,7 @@ impl FetchApi {
                         UNKNOWN_TOPIC_OR_PARTITION
                     };
                     plan.has_error = true;
+                    plan.outcomes.push(outcome(&pd, false, true));
                     out.partitions.push(pd);
                     continue;
                 };
@@ -132,32 +210,50 @@ impl FetchApi {
                 pd.last_stable_offset = view.last_stable_offset.0;
                 pd.log_start_offset = view.log_start.0;
                 let min_one = plan.reads.is_empty();
-                match read_partition(&view, p, committed, version, budget, min_one)? {
-                    Answer::Error(code) => {
-                        pd.error_code = code;
-                        plan.has_error = true;
-                    }
-                    Answer::Diverging(epoch, end) => {
-                        pd.diverging_epoch.epoch = epoch.0;
-                        pd.diverging_epoch.end_offset = end.0;
-                        plan.has_error = true;
-                    }
-                    Answer::Data { read, aborted } => {
-                        if committed {
-                            pd.aborted_transactions = Some(aborted);
+                let (records, error) =
+                    match read_partition(&view, p, committed, version, budget, min_one)? {
+                        Answer::Error(code) => {
+                            pd.error_code = code;
+                            plan.has_error = true;
+                            (false, true)
                         }
-                        if let Some(read) = read {
-                            budget = budget.saturating_sub(read.length);
-                            plan.bytes += read.length;
-                            plan.reads.push((ti, pi, read));
+                        Answer::Diverging(epoch, end) => {
+                            pd.diverging_epoch.epoch = epoch.0;
+                            pd.diverging_epoch.end_offset = end.0;
+                            plan.has_error = true;
+                            (false, true)
                         }
-                    }
-                }
+                        Answer::Data { read, aborted } => {
+                            if committed {
+                                pd.aborted_transactions = Some(aborted);
+                            }
+                            match read {
+                                Some(read) => {
+                                    budget = budget.saturating_sub(read.length);
+                                    plan.bytes += read.length;
+                                    plan.reads.push((ti, pi, read));
+                                    (true, false)
+                                }
+                                None => (false, false),
+                            }
+                        }
+                    };
+                plan.outcomes.push(outcome(&pd, records, error));
                 out.partitions.push(pd);
             }
             plan.response.responses.push(out);
         }
         Ok(plan)
+    }
+}
+
+fn outcome(pd: &PartitionData, records: bool, error: bool) -> fetch_sessions::Outcome {
+    fetch_sessions::Outcome {
+        high_watermark: Offset(pd.high_watermark),
+        log_start: Offset(pd.log_start_offset),
+        last_stable: Offset(pd.last_stable_offset),
+        records,
+        error,
     }
 }
 
@@ -180,7 +276,7 @@ enum Answer {
 
 fn read_partition(
     view: &PartitionReadView,
-    p: &kafka_protocol::messages::fetch_request::FetchPartition,
+    p: &FetchPartition,
     committed: bool,
     version: i16,
     budget: u64,
@@ -357,8 +453,9 @@ mod tests {
     use crate::log::partition_log::PartitionLog;
     use crate::serve::catalog_apis;
     use crate::serve::dispatch::Dispatcher;
+    use crate::serve::fetch_sessions::{FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH};
     use crate::wire::batch_builder::{control_batch, BatchBuilder, EndTxnMarker};
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::fetch_request::FetchTopic;
     use kafka_protocol::messages::RequestHeader;
     use kafka_protocol::protocol::{Decodable, Encodable};
     use std::os::unix::fs::FileExt;
@@ -377,6 +474,19 @@ mod tests {
     /// A log: plain batch, an aborted transaction of producer 7 around another batch, then a
     /// batch of a later epoch. Offsets 0..=12, log end 13.
     fn setup() -> (tempfile::TempDir, Dispatcher, uuid::Uuid, Vec<u8>) {
+        let (dir, d, id, all, log) = setup_with_log();
+        // Readers need only the published view and the files, not the log itself.
+        drop(log);
+        (dir, d, id, all)
+    }
+
+    fn setup_with_log() -> (
+        tempfile::TempDir,
+        Dispatcher,
+        uuid::Uuid,
+        Vec<u8>,
+        PartitionLog,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let id = uuid::Uuid::new_v4();
         let tp = TopicPartition::new("t", 0);
@@ -415,10 +525,9 @@ mod tests {
             "127.0.0.1".into(),
             9092,
             crate::serve::writes::writer_slot(),
+            FetchSessions::new(),
         );
-        // Readers need only the published view and the files, not the log itself.
-        drop(log);
-        (dir, d, id, all)
+        (dir, d, id, all, log)
     }
 
     fn fetch(d: &Dispatcher, version: i16, req: &FetchRequest) -> FetchResponse {
@@ -546,5 +655,86 @@ mod tests {
             (0, 11)
         );
         assert!(p.records.as_deref().unwrap_or_default().is_empty());
+    }
+
+    fn session_request(
+        id: uuid::Uuid,
+        session: i32,
+        epoch: i32,
+        parts: &[(i32, i64)],
+    ) -> FetchRequest {
+        let mut r = request(12, id, 0, 0);
+        r.session_id = session;
+        r.session_epoch = epoch;
+        r.topics[0].partitions = parts
+            .iter()
+            .map(|&(p, offset)| {
+                let mut fp = FetchPartition::default();
+                fp.partition = p;
+                fp.fetch_offset = offset;
+                fp.partition_max_bytes = 1 << 20;
+                fp
+            })
+            .collect();
+        if parts.is_empty() {
+            r.topics.clear();
+        }
+        r
+    }
+
+    fn partitions(r: &FetchResponse) -> Vec<(i32, i64, usize)> {
+        r.responses
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| {
+                let len = p.records.as_ref().map_or(0, |b| b.len());
+                (p.partition_index, p.high_watermark, len)
+            })
+            .collect()
+    }
+
+    // Goal: Fetch through the dispatcher follows KIP-227: a full fetch with epoch 0 opens a
+    // session (non-zero id) and answers every partition; an incremental fetch with nothing new
+    // answers no partition; after an append, the partition comes back with its records and
+    // new high watermark; a replayed epoch gets INVALID_FETCH_SESSION_EPOCH; epoch -1 closes
+    // the session (answered in full, id 0), after which the id is unknown.
+    #[test]
+    fn fetch_sessions_through_the_handler() {
+        let (_dir, d, id, all, mut log) = setup_with_log();
+        let full = fetch(&d, 12, &session_request(id, 0, 0, &[(0, 0)]));
+        assert_eq!(full.error_code, 0);
+        let session = full.session_id;
+        assert_ne!(session, 0, "a full fetch with epoch 0 opens a session");
+        assert_eq!(partitions(&full), vec![(0, 13, all.len())]);
+
+        let idle = fetch(&d, 12, &session_request(id, session, 1, &[(0, 13)]));
+        assert_eq!((idle.error_code, idle.session_id), (0, session));
+        assert_eq!(partitions(&idle), vec![], "nothing changed: no partition");
+        let idle = fetch(&d, 12, &session_request(id, session, 2, &[]));
+        assert_eq!(partitions(&idle), vec![]);
+
+        let more = batch(13, 4, 1);
+        log.append(&mut StdIo, &more).unwrap();
+        let new = fetch(&d, 12, &session_request(id, session, 3, &[]));
+        assert_eq!((new.error_code, new.session_id), (0, session));
+        assert_eq!(
+            partitions(&new),
+            vec![(0, 17, more.len())],
+            "the cached fetch offset 13 reads the new batch"
+        );
+        assert_eq!(
+            new.responses[0].partitions[0].records.as_deref(),
+            Some(&more[..])
+        );
+
+        let replay = fetch(&d, 12, &session_request(id, session, 3, &[]));
+        assert_eq!(replay.error_code, INVALID_FETCH_SESSION_EPOCH);
+        assert_eq!(partitions(&replay), vec![]);
+
+        let closing = fetch(&d, 12, &session_request(id, session, -1, &[(0, 13)]));
+        assert_eq!((closing.error_code, closing.session_id), (0, 0));
+        assert_eq!(partitions(&closing), vec![(0, 17, more.len())]);
+        let gone = fetch(&d, 12, &session_request(id, session, 4, &[]));
+        assert_eq!(gone.error_code, FETCH_SESSION_ID_NOT_FOUND);
     }
 }

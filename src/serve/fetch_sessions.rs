@@ -21,12 +21,18 @@
 //! arrives; the extra partitions cost a few bytes.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::FetchRequest;
 use rand::Rng;
 
 use crate::ids::Offset;
+use crate::limits::{
+    SERVE_FETCH_SESSIONS_MAX, SERVE_FETCH_SESSION_EVICTION_MS, SERVE_FETCH_SESSION_PARTITIONS_MAX,
+};
 
 pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
@@ -64,8 +70,10 @@ pub struct Outcome {
     pub high_watermark: Offset,
     pub log_start: Offset,
     pub last_stable: Offset,
-    /// Records, an error or a diverging epoch: always sent.
-    pub must_send: bool,
+    /// Records were read: always sent.
+    pub records: bool,
+    /// An error code or a diverging epoch: always sent.
+    pub error: bool,
 }
 
 /// What to do with one Fetch request.
@@ -106,10 +114,10 @@ impl Cached {
         self.high_watermark = o.high_watermark;
         self.log_start = o.log_start;
         self.last_stable = o.last_stable;
-        if o.must_send {
+        if o.error {
             self.high_watermark = Offset(-1);
         }
-        changed || o.must_send
+        changed || o.records || o.error
     }
 }
 
@@ -401,6 +409,103 @@ impl SessionCache {
     }
 }
 
+/// The endpoint's one session cache, shared by its connection threads (a session is not tied
+/// to a connection). The mutex guards map work only: `FetchApi` takes it once before reading
+/// and once after, never across the long-poll wait or a file read. Counters are mirrored into
+/// atomics after each change, so `/metrics` reads them without the lock.
+#[derive(Debug)]
+pub struct FetchSessions {
+    cache: Mutex<SessionCache>,
+    started: Instant,
+    sessions: AtomicU64,
+    created: AtomicU64,
+    evicted: AtomicU64,
+    closed: AtomicU64,
+    incremental_fetches: AtomicU64,
+}
+
+/// What `/metrics` shows of the sessions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    pub sessions: u64,
+    pub counts: SessionCounts,
+}
+
+impl FetchSessions {
+    /// A cache with kmirror's bounds (`SERVE_FETCH_SESSIONS_MAX` and friends).
+    pub fn new() -> Arc<FetchSessions> {
+        Arc::new(FetchSessions::with_cache(SessionCache::new(
+            SERVE_FETCH_SESSIONS_MAX,
+            SERVE_FETCH_SESSION_EVICTION_MS,
+            SERVE_FETCH_SESSION_PARTITIONS_MAX,
+        )))
+    }
+
+    pub fn with_cache(cache: SessionCache) -> FetchSessions {
+        FetchSessions {
+            cache: Mutex::new(cache),
+            started: Instant::now(),
+            sessions: AtomicU64::new(0),
+            created: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+            incremental_fetches: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Runs `f` on the cache and publishes the counters it changed.
+    fn with<T>(&self, f: impl FnOnce(&mut SessionCache, u64) -> T) -> T {
+        let now = self.now_ms();
+        // A thread that panicked while holding the lock left a consistent map (every change is
+        // a single insert, remove or field write), so a poisoned lock is still usable.
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let out = f(&mut cache, now);
+        let c = cache.counts();
+        self.sessions.store(cache.len() as u64, Ordering::Relaxed);
+        self.created.store(c.created, Ordering::Relaxed);
+        self.evicted.store(c.evicted, Ordering::Relaxed);
+        self.closed.store(c.closed, Ordering::Relaxed);
+        self.incremental_fetches
+            .store(c.incremental_fetches, Ordering::Relaxed);
+        out
+    }
+
+    pub fn begin(&self, version: i16, request: &FetchRequest) -> Context {
+        self.with(|c, now| c.begin(version, request, now))
+    }
+
+    pub fn finish_full(&self, version: i16, wanted: &[Wanted], outcomes: &[Outcome]) -> i32 {
+        self.with(|c, now| c.finish_full(version, wanted, outcomes, now))
+    }
+
+    pub fn finish_incremental(
+        &self,
+        id: i32,
+        epoch: i32,
+        outcomes: &[Outcome],
+    ) -> Result<Vec<bool>, i16> {
+        self.with(|c, _| c.finish_incremental(id, epoch, outcomes))
+    }
+
+    /// The published counters (no lock).
+    pub fn stats(&self) -> SessionStats {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SessionStats {
+            sessions: load(&self.sessions),
+            counts: SessionCounts {
+                created: load(&self.created),
+                evicted: load(&self.evicted),
+                closed: load(&self.closed),
+                incremental_fetches: load(&self.incremental_fetches),
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,12 +569,20 @@ mod tests {
         }
     }
 
-    fn out(hw: i64, must_send: bool) -> Outcome {
+    fn out(hw: i64, error: bool) -> Outcome {
         Outcome {
             high_watermark: Offset(hw),
             log_start: Offset(0),
             last_stable: Offset(hw),
-            must_send,
+            records: false,
+            error,
+        }
+    }
+
+    fn with_records(hw: i64) -> Outcome {
+        Outcome {
+            records: true,
+            ..out(hw, false)
         }
     }
 
@@ -638,47 +751,44 @@ mod tests {
     #[test]
     fn incremental_responses_carry_only_what_changed() {
         let mut c = cache(10);
-        let id = open(&mut c, 12, 5, 0); // every partition told hw 10, lso 10, log start 0
+        let id = open(&mut c, 12, 6, 0); // every partition told hw 10, lso 10, log start 0
         let (epoch, _) = incremental(&mut c, 12, &req(id, 1, vec![]));
         let mut lso_moved = out(10, false);
         lso_moved.last_stable = Offset(8);
         let mut start_moved = out(10, false);
         start_moved.log_start = Offset(3);
-        let keep = c
-            .finish_incremental(
-                id,
-                epoch,
-                &[
-                    out(10, false),
-                    out(10, true),
-                    out(11, false),
-                    lso_moved,
-                    start_moved,
-                ],
-            )
-            .unwrap();
-        assert_eq!(keep, vec![false, true, true, true, true]);
+        let first = [
+            out(10, false),
+            out(10, true),
+            out(11, false),
+            lso_moved,
+            start_moved,
+            with_records(10),
+        ];
+        let keep = c.finish_incremental(id, epoch, &first).unwrap();
+        assert_eq!(keep, vec![false, true, true, true, true, true]);
         let (epoch, wanted) = incremental(&mut c, 12, &req(id, epoch, vec![]));
         let order: Vec<i32> = wanted.iter().map(|w| w.partition.partition).collect();
-        assert_eq!(order, vec![0, 1, 2, 3, 4]);
-        // Nothing changed: nothing sent, except partition 1 whose error cleared.
-        let keep = c
-            .finish_incremental(
-                id,
-                epoch,
-                &[
-                    out(10, false),
-                    out(10, false),
-                    out(11, false),
-                    lso_moved,
-                    start_moved,
-                ],
-            )
-            .unwrap();
-        assert_eq!(keep, vec![false, true, false, false, false]);
+        assert_eq!(order, vec![0, 1, 2, 3, 4, 5]);
+        // Nothing changed: nothing sent, except partition 1 whose error cleared (records
+        // alone do not make a partition be sent again).
+        let same = [
+            out(10, false),
+            out(10, false),
+            out(11, false),
+            lso_moved,
+            start_moved,
+            out(10, false),
+        ];
+        let keep = c.finish_incremental(id, epoch, &same).unwrap();
+        assert_eq!(keep, vec![false, true, false, false, false, false]);
         let (_, wanted) = incremental(&mut c, 12, &req(id, epoch, vec![]));
         let order: Vec<i32> = wanted.iter().map(|w| w.partition.partition).collect();
-        assert_eq!(order, vec![0, 2, 3, 4, 1], "the sent partition goes last");
+        assert_eq!(
+            order,
+            vec![0, 2, 3, 4, 5, 1],
+            "the sent partition goes last"
+        );
     }
 
     // Goal: a session that moved on between begin and finish (a duplicate request with the

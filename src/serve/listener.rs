@@ -13,6 +13,7 @@ use crate::log::read_view::ReadCatalog;
 use crate::serve::catalog_apis;
 use crate::serve::conn;
 use crate::serve::dispatch::Dispatcher;
+use crate::serve::fetch_sessions::FetchSessions;
 use crate::serve::writes::WriterSlot;
 
 /// Where to listen and what to tell clients.
@@ -34,12 +35,13 @@ pub struct KafkaListener {
 
 impl KafkaListener {
     /// Binds and starts serving the partitions of `catalog` with the APIs of
-    /// `catalog_apis::dispatcher`, plus whatever `extend` registers (the group coordinator);
+    /// `catalog_apis::dispatcher` (Fetch keeping its sessions in `sessions`), plus whatever `extend` registers (the group coordinator);
     /// `extend` is told the advertised host and port, known only once bound.
     pub fn start(
         config: &ListenerConfig,
         catalog: Arc<ReadCatalog>,
         writer: WriterSlot,
+        sessions: Arc<FetchSessions>,
         extend: impl FnOnce(&mut Dispatcher, &str, i32),
     ) -> std::io::Result<KafkaListener> {
         let listener = TcpListener::bind(config.listen)?;
@@ -51,7 +53,8 @@ impl KafkaListener {
             }
             None => (addr.ip().to_string(), addr.port()),
         };
-        let mut dispatcher = catalog_apis::dispatcher(catalog, host.clone(), port as i32, writer);
+        let mut dispatcher =
+            catalog_apis::dispatcher(catalog, host.clone(), port as i32, writer, sessions);
         extend(&mut dispatcher, &host, port as i32);
         let dispatcher = Arc::new(dispatcher);
         // Non-blocking accept polled with the stop flag: a blocked accept cannot be woken.

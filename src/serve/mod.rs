@@ -40,13 +40,15 @@ pub use listener::{KafkaListener, ListenerConfig};
 use crate::log::LogError;
 
 /// Starts the Kafka listener when the configuration has a `[kafka]` section, with the group
-/// APIs of `groups` when given.
+/// APIs of `groups` when given; Fetch keeps its sessions in `sessions` (whose counters the
+/// caller shows in `/metrics`).
 pub fn start_configured(
     config: &crate::config::ServeConfig,
     catalog: &std::sync::Arc<crate::log::read_view::ReadCatalog>,
     writer: &writes::WriterSlot,
     groups: Option<&std::sync::Arc<groups::GroupService>>,
     txn: Option<&std::sync::Arc<txn::TxnService>>,
+    sessions: &std::sync::Arc<fetch_sessions::FetchSessions>,
 ) -> std::io::Result<Option<KafkaListener>> {
     let Some(k) = &config.kafka else {
         return Ok(None);
@@ -59,6 +61,7 @@ pub fn start_configured(
         &listener_config,
         std::sync::Arc::clone(catalog),
         std::sync::Arc::clone(writer),
+        std::sync::Arc::clone(sessions),
         |d, host, port| {
             if let Some(g) = groups {
                 g.register(d, host, port);

@@ -527,6 +527,29 @@ pub fn kafka_topics(bootstrap: &str, args: &[&str]) -> String {
     )
 }
 
+/// Kafka's own console consumer (`kafka-console-consumer.sh`) against `bootstrap` with `args`
+/// (e.g. `--topic T --from-beginning --max-messages N`); fails the test if it fails and
+/// returns the lines it printed on stdout (one per record).
+pub fn console_consumer(bootstrap: &str, args: &[&str]) -> Vec<String> {
+    let mut cmd = std::process::Command::new(super::jars::java());
+    cmd.args(super::jars::tool_jvm_flags())
+        .arg("-cp")
+        .arg(super::jars::classpath(super::KafkaVersion::DEFAULT.name()))
+        .arg("org.apache.kafka.tools.consumer.ConsoleConsumer")
+        .args(["--bootstrap-server", bootstrap])
+        .args(args);
+    let out = super::process::run_bounded(&mut cmd, TOOL_LIMIT);
+    assert!(
+        out.status.success(),
+        "kafka-console-consumer {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Runs one of Kafka's admin command-line tools (its main class) and fails the test if it
 /// fails; returns what it printed.
 fn kafka_admin_tool(main: &str, name: &str, bootstrap: &str, args: &[&str]) -> String {
