@@ -14,17 +14,16 @@ mod mirror_support;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use harness::mirrors_cli::free_loopback_port;
-use harness::serve::{wait_all_mirrored, Serve};
+use harness::serve::{add_kafka_listener, wait_all_mirrored, Serve};
 use harness::ProduceOpts;
 
 const PARTITIONS: i32 = 20;
 const RECORDS: usize = 4_000;
 
 /// Starts `kmirror serve` mirroring `topic` with a Kafka listener and `/metrics`; returns it,
-/// its data dir and the listener's address (from its log line).
+/// its data dir and the listener's address.
 fn start_serving(
     work: &Path,
     bootstrap: &str,
@@ -32,30 +31,13 @@ fn start_serving(
     metrics: &str,
 ) -> (Serve, PathBuf, String) {
     let (config, data_dir) = mirror_support::write_config(work, bootstrap, &[topic]);
+    add_kafka_listener(&config);
     let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str(&format!(
-        "[kafka]\nlisten = \"127.0.0.1:0\"\n[metrics]\nlisten = \"{metrics}\"\n"
-    ));
+    text.push_str(&format!("[metrics]\nlisten = \"{metrics}\"\n"));
     std::fs::write(&config, text).unwrap();
     let mut serve = Serve::start(&config, work.join("serve.log"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let line = "Kafka listener serving on ";
-    loop {
-        serve.assert_running();
-        let log = serve.log_text();
-        if let Some(at) = log.find(line) {
-            let addr: String = log[at + line.len()..]
-                .chars()
-                .take_while(|c| !c.is_whitespace())
-                .collect();
-            return (serve, data_dir, addr);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Kafka listener line in:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let addr = serve.kafka_listener();
+    (serve, data_dir, addr)
 }
 
 /// Every record of `topic` as the console consumer prints it, sorted by partition and offset.
