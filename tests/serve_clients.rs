@@ -311,6 +311,27 @@ fn malformed_requests_close_only_their_connection() {
             false,
         ),
         (
+            // The decoder must not reserve room for 2^31-1 topics before reading any.
+            "Metadata v0 claiming 2^31-1 topics",
+            {
+                let mut f = 14i32.to_be_bytes().to_vec();
+                f.extend([0, 3, 0, 0, 0, 0, 0, 9, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff]);
+                f
+            },
+            false,
+        ),
+        (
+            "Metadata v12 claiming 2^32-2 topics (compact array)",
+            {
+                let mut f = 16i32.to_be_bytes().to_vec();
+                f.extend([
+                    0, 3, 0, 12, 0, 0, 0, 9, 0xff, 0xff, 0, 0xff, 0xff, 0xff, 0xff, 0x0f,
+                ]);
+                f
+            },
+            false,
+        ),
+        (
             "truncated frame",
             {
                 let mut f = 100i32.to_be_bytes().to_vec();
