@@ -17,9 +17,9 @@ fn peak_while_refusing<M: Decodable + std::fmt::Debug>(what: &str, version: i16,
     let info = allocation_counter::measure(|| {
         result = Some(M::decode(&mut Bytes::copy_from_slice(body), version));
     });
-    let err = result
-        .unwrap()
-        .expect_err(&format!("{what}: a count beyond the bytes left must be refused"));
+    let err = result.unwrap().expect_err(&format!(
+        "{what}: a count beyond the bytes left must be refused"
+    ));
     assert!(
         info.bytes_max < PEAK_BYTES_MAX,
         "{what}: {} bytes reserved at the peak ({err:#})",
@@ -36,7 +36,9 @@ fn element_counts_beyond_the_request_reserve_no_memory() {
         &[0xff, 0xff, 0xff, 0xff, 0x0f],
     );
     // Fetch v4: replica id, max wait, min bytes, max bytes, isolation, then the topic array.
-    let mut fetch = vec![0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0];
+    let mut fetch = vec![
+        0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0,
+    ];
     fetch.extend([0x7f, 0xff, 0xff, 0xff]);
     peak_while_refusing::<FetchRequest>("Fetch v4 topics", 4, &fetch);
     // Produce v3: null transactional id, acks, timeout, then the topic array.
