@@ -11,6 +11,7 @@ mod harness;
 
 use std::time::{Duration, Instant};
 
+use harness::dump::{dump_log_segments, segment_files, DumpBatch, DumpFlags};
 use harness::groups::{describe_group, txn_transform, HeldTransform};
 use harness::mirrors_cli::{
     cli, cli_ok, describe_rows, free_loopback_port, wait_admin, write_serving_config,
@@ -67,6 +68,12 @@ fn failover_completes_with_the_source_broker_dead() {
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", topic]);
     let dir = data_dir.join(format!("{topic}-0"));
     wait_all_mirrored(&mut serve, &[(k.partition_dir(topic, 0), dir.clone())]);
+    // While mirroring, read_committed on kmirror stops at the open transaction.
+    let before = harness::consume_to_end(&kmirror, topic, 0, Isolation::ReadCommitted);
+    assert_eq!(
+        before, committed,
+        "read_committed on kmirror before failover"
+    );
 
     // The disaster.
     k.kill();
@@ -118,8 +125,8 @@ fn failover_completes_with_the_source_broker_dead() {
         after[30..].iter().all(|r| r.offset >= first),
         "no record of the aborted transaction is returned"
     );
-    let text = serve.sigterm_and_wait();
-    assert!(text.contains("stopped cleanly"), "{text}");
+    // A crash right after the acknowledged writes.
+    serve.kill9();
 
     // A restart with the source still dead: the partition stays STOPPED and writable.
     let mut serve = Serve::start(&config, work.path().join("serve2.log"));
@@ -153,6 +160,57 @@ fn failover_completes_with_the_source_broker_dead() {
         "{}",
         String::from_utf8_lossy(&verify.stderr)
     );
+    assert_written_as_the_new_leader(&dir, source_end);
+}
+
+/// Kafka's DumpLogSegments on the failed-over partition: the mirrored batches, then the ABORT
+/// marker at `source_end` in a leader epoch above every mirrored one, then the batches written
+/// after failover, all in that epoch and by producer ids no mirrored batch carries.
+fn assert_written_as_the_new_leader(dir: &std::path::Path, source_end: i64) {
+    let logs: Vec<_> = segment_files(dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    let dump = dump_log_segments(&logs, DumpFlags::DEEP);
+    dump.assert_clean();
+    let epoch = |b: &DumpBatch| -> i32 { b.fields["partitionLeaderEpoch"].parse().unwrap() };
+    let mirrored: Vec<&DumpBatch> = dump
+        .batches
+        .iter()
+        .filter(|b| b.base_offset < source_end)
+        .collect();
+    let marker = dump
+        .batches
+        .iter()
+        .find(|b| b.base_offset == source_end)
+        .expect("a batch at the source's end");
+    let written: Vec<&DumpBatch> = dump
+        .batches
+        .iter()
+        .filter(|b| b.base_offset > source_end)
+        .collect();
+    assert!(marker.is_control, "{marker:?}");
+    let source_max = mirrored.iter().map(|b| epoch(b)).max().unwrap();
+    assert!(epoch(marker) > source_max, "{marker:?}");
+    assert_eq!(
+        written.last().map(|b| b.last_offset),
+        Some(source_end + 25),
+        "the 25 records produced after failover"
+    );
+    let mirrored_ids: std::collections::BTreeSet<i64> =
+        mirrored.iter().map(|b| b.producer_id).collect();
+    for b in written {
+        assert_eq!(
+            epoch(b),
+            epoch(marker),
+            "written in the raised epoch: {b:?}"
+        );
+        assert!(
+            b.producer_id >= 0 && !mirrored_ids.contains(&b.producer_id),
+            "producer id {} collides with a mirrored one {mirrored_ids:?}",
+            b.producer_id
+        );
+    }
 }
 
 #[test]

@@ -27,9 +27,10 @@ pub use broker::{Kafka, KafkaVersion, SaslSslSetup};
 pub use dump::{dump_log_segments, DumpBatch, DumpFlags, DumpOutput};
 pub use jars::kafka_libs;
 pub use tool::{
-    console_consumer, consume, describe_topic_config_sources, describe_topic_configs,
-    kafka_configs, kafka_topics, offsets, offsets_for_times, produce, run_tool_unchecked, Codec,
-    ConsumedRecord, Isolation, ProduceOpts, Produced, TimeOffset, TxnEnd,
+    console_consumer, consume, consume_to_end, describe_topic_config_sources,
+    describe_topic_configs, kafka_configs, kafka_topics, offsets, offsets_for_times, produce,
+    run_tool_unchecked, Codec, ConsumedRecord, Isolation, ProduceOpts, Produced, TimeOffset,
+    TxnEnd,
 };
 
 use std::sync::OnceLock;

@@ -319,6 +319,29 @@ pub fn consume(
     max: usize,
     isolation: Isolation,
 ) -> Vec<ConsumedRecord> {
+    consume_with(bootstrap, topic, partition, from, max, isolation, false)
+}
+
+/// Every record from offset 0 up to the partition's end offset (its last stable offset under
+/// read_committed), read by the Java consumer; it stops there instead of waiting for more.
+pub fn consume_to_end(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    isolation: Isolation,
+) -> Vec<ConsumedRecord> {
+    consume_with(bootstrap, topic, partition, 0, usize::MAX, isolation, true)
+}
+
+fn consume_with(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    from: i64,
+    max: usize,
+    isolation: Isolation,
+    until_end: bool,
+) -> Vec<ConsumedRecord> {
     let iso = match isolation {
         Isolation::ReadCommitted => "read_committed",
         Isolation::ReadUncommitted => "read_uncommitted",
@@ -336,9 +359,15 @@ pub fn consume(
         s("--from"),
         s(from),
         s("--max"),
-        s(max),
+        s(max.min(i32::MAX as usize)),
     ]);
-    args.extend([s("--isolation"), s(iso), s("--timeout-ms"), s(30_000)]);
+    args.extend([s("--isolation"), s(iso)]);
+    if until_end {
+        // Reaching the end is the stop condition; the timeout only guards against a hang.
+        args.extend([s("--until-end"), s(true), s("--timeout-ms"), s(120_000)]);
+    } else {
+        args.extend([s("--timeout-ms"), s(30_000)]);
+    }
     let out = run_tool(&args);
     let b64 = base64::engine::general_purpose::STANDARD;
     let decode = |t: &str| {
