@@ -312,5 +312,26 @@ fn copied_retention_deletes_old_segments_but_not_of_compact_topics() {
         c.log_start_offset, 0,
         "a compact-only topic lost data to time retention"
     );
+
+    // After failover the copied retention keeps applying to what clients write to kmirror: as
+    // in Kafka, an expired active segment is rolled and deleted too.
+    cli_ok(&admin, &["stop", "--mirror", "m", "--topics", &expiring]);
+    let end = harness::offsets(&kafka, &expiring, 0).log_end_offset;
+    let written = harness::produce(&kafka, &expiring, 0, 50, &ProduceOpts::default());
+    assert_eq!(written.offsets.first(), Some(&end));
+    let start = Instant::now();
+    loop {
+        serve.assert_running();
+        let o = harness::offsets(&kafka, &expiring, 0);
+        if o.log_start_offset > *written.offsets.last().unwrap() {
+            break;
+        }
+        assert!(
+            start.elapsed() < SYNC_LIMIT,
+            "retention never deleted what was written after failover: {o:?}\n{}",
+            serve.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
     serve.sigterm_and_wait();
 }
