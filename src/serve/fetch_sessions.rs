@@ -160,6 +160,15 @@ pub fn next_epoch(epoch: i32) -> i32 {
     }
 }
 
+/// Where each partition of `parts` is.
+fn index(parts: &[Cached]) -> HashMap<(TopicKey, i32), usize> {
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ((c.wanted.topic.clone(), c.wanted.partition.partition), i))
+        .collect()
+}
+
 fn key_of(version: i16, name: &str, id: uuid::Uuid) -> TopicKey {
     if version >= FIRST_TOPIC_ID_VERSION {
         TopicKey::Id(id)
@@ -240,18 +249,25 @@ impl SessionCache {
         if session.uses_topic_ids != (version >= FIRST_TOPIC_ID_VERSION) {
             return Context::Error(FETCH_SESSION_TOPIC_ID_ERROR);
         }
-        for w in requested(version, request) {
-            let pos = session.partitions.iter().position(|c| {
-                c.wanted.topic == w.topic && c.wanted.partition.partition == w.partition.partition
-            });
-            match pos {
-                Some(i) => session.partitions[i].wanted = w,
-                None => session.partitions.push(Cached {
-                    wanted: w,
-                    high_watermark: Offset(-1),
-                    log_start: Offset(-1),
-                    last_stable: Offset(-1),
-                }),
+        let named = requested(version, request);
+        if !named.is_empty() {
+            // One hash lookup per named partition: a session may hold thousands and this
+            // runs under the cache's lock.
+            let mut at = index(&session.partitions);
+            for w in named {
+                let key = (w.topic.clone(), w.partition.partition);
+                match at.get(&key) {
+                    Some(&i) => session.partitions[i].wanted = w,
+                    None => {
+                        at.insert(key, session.partitions.len());
+                        session.partitions.push(Cached {
+                            wanted: w,
+                            high_watermark: Offset(-1),
+                            log_start: Offset(-1),
+                            last_stable: Offset(-1),
+                        });
+                    }
+                }
             }
         }
         for f in &request.forgotten_topics_data {
@@ -294,6 +310,7 @@ impl SessionCache {
         now_ms: u64,
     ) -> i32 {
         let mut partitions: Vec<Cached> = Vec::with_capacity(wanted.len());
+        let mut at = HashMap::with_capacity(wanted.len());
         for (w, o) in wanted.iter().zip(outcomes) {
             let mut c = Cached {
                 wanted: w.clone(),
@@ -303,11 +320,12 @@ impl SessionCache {
             };
             c.must_respond(o);
             // A partition named twice keeps its last parameters, as a map would.
-            match partitions.iter().position(|p| {
-                p.wanted.topic == w.topic && p.wanted.partition.partition == w.partition.partition
-            }) {
-                Some(i) => partitions[i] = c,
-                None => partitions.push(c),
+            match at.get(&(w.topic.clone(), w.partition.partition)) {
+                Some(&i) => partitions[i] = c,
+                None => {
+                    at.insert((w.topic.clone(), w.partition.partition), partitions.len());
+                    partitions.push(c);
+                }
             }
         }
         if partitions.is_empty() || partitions.len() > self.max_partitions {
