@@ -1817,6 +1817,7 @@ mod tests {
             Some(group_sync::LocalBounds {
                 log_start: Offset(0),
                 log_end: Offset(100),
+                leader_epoch: crate::ids::LeaderEpoch(1),
             })
         }
         fn epoch_before(&self, _: &TopicPartition, _: Offset) -> crate::ids::LeaderEpoch {

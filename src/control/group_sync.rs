@@ -77,6 +77,9 @@ pub trait SourceGroups {
 pub struct LocalBounds {
     pub log_start: Offset,
     pub log_end: Offset,
+    /// The leader epoch kmirror announces for the partition now (Metadata, see
+    /// `PartitionReadView::leader_epoch`).
+    pub leader_epoch: LeaderEpoch,
 }
 
 /// The local logs, as the group sync needs them.
@@ -103,6 +106,10 @@ impl LocalLogs for LogDir {
         self.get(tp).map(|l| LocalBounds {
             log_start: l.log_start_offset(),
             log_end: l.log_end_offset(),
+            leader_epoch: l
+                .epoch_cache()
+                .latest_epoch()
+                .map_or(LeaderEpoch(0), |e| e.max(LeaderEpoch(0))),
         })
     }
 
@@ -124,6 +131,7 @@ impl LocalLogs for crate::log::read_view::ReadCatalog {
         Some(LocalBounds {
             log_start: v.log_start,
             log_end: v.high_watermark,
+            leader_epoch: v.leader_epoch(),
         })
     }
 
@@ -179,6 +187,27 @@ pub fn clamp(source: Offset, local: LocalBounds) -> (Offset, bool) {
     (target, target != source)
 }
 
+/// The leader epoch written with a synced offset. A Java consumer takes a committed offset's
+/// epoch as a leader epoch it has seen (`updateLastSeenEpochIfNewer`) and ignores Metadata
+/// answers below it, refreshing metadata again and again: so the committed epoch must never
+/// be above the epoch kmirror announces. The source's epoch is above it when the source's
+/// leader moved without records since (a consumer positioned by ListOffsets commits the
+/// leader's current epoch) or when kmirror has not mirrored that far; then, as for a clamped
+/// offset, the epoch of kmirror's own record before the offset is used (`before`), which is
+/// what OffsetsForLeaderEpoch validation needs to find the offset inside kmirror's log.
+pub fn synced_epoch(
+    source: LeaderEpoch,
+    moved: bool,
+    announced: LeaderEpoch,
+    before: impl FnOnce() -> LeaderEpoch,
+) -> LeaderEpoch {
+    if moved || source > announced {
+        before()
+    } else {
+        source
+    }
+}
+
 /// Copies one mirror's group offsets for `partitions` (the mirror's MIRRORING ones, or those
 /// being stopped at failover).
 pub fn sync_mirror(
@@ -219,12 +248,12 @@ pub fn sync_mirror(
                 continue;
             };
             let (offset, moved) = clamp(o.offset, bounds);
-            let leader_epoch = if moved {
+            if moved {
                 report.clamped += 1;
+            }
+            let leader_epoch = synced_epoch(o.leader_epoch, moved, bounds.leader_epoch, || {
                 local.epoch_before(&o.tp, offset)
-            } else {
-                o.leader_epoch
-            };
+            });
             let synced = SourceOffset {
                 offset,
                 leader_epoch,
@@ -463,10 +492,15 @@ mod tests {
             (tp.topic == "orders").then_some(LocalBounds {
                 log_start: Offset(10),
                 log_end: Offset(100),
+                leader_epoch: LeaderEpoch(if tp.partition == 3 { 2 } else { 8 }),
             })
         }
-        fn epoch_before(&self, _: &TopicPartition, offset: Offset) -> LeaderEpoch {
-            LeaderEpoch(if offset.0 > 50 { 7 } else { 6 })
+        fn epoch_before(&self, tp: &TopicPartition, offset: Offset) -> LeaderEpoch {
+            LeaderEpoch(match (tp.partition, offset.0 > 50) {
+                (3, _) => 1,
+                (_, true) => 7,
+                (_, false) => 6,
+            })
         }
     }
 
@@ -499,11 +533,65 @@ mod tests {
         let b = LocalBounds {
             log_start: Offset(10),
             log_end: Offset(100),
+            leader_epoch: LeaderEpoch(0),
         };
         assert_eq!(clamp(Offset(50), b), (Offset(50), false));
         assert_eq!(clamp(Offset(100), b), (Offset(100), false));
         assert_eq!(clamp(Offset(150), b), (Offset(100), true));
         assert_eq!(clamp(Offset(3), b), (Offset(10), true));
+    }
+
+    #[test]
+    fn synced_epoch_never_exceeds_the_announced_one() {
+        let before = || LeaderEpoch(4);
+        // The source's epoch is kept when kmirror announces at least that much.
+        assert_eq!(
+            synced_epoch(LeaderEpoch(3), false, LeaderEpoch(3), before),
+            LeaderEpoch(3)
+        );
+        assert_eq!(
+            synced_epoch(LeaderEpoch(3), false, LeaderEpoch(9), before),
+            LeaderEpoch(3)
+        );
+        // Above it (the source's leader moved on without records): kmirror's own epoch.
+        assert_eq!(
+            synced_epoch(LeaderEpoch(5), false, LeaderEpoch(4), before),
+            LeaderEpoch(4)
+        );
+        // A moved offset always takes kmirror's epoch, even a lower one.
+        assert_eq!(
+            synced_epoch(LeaderEpoch(3), true, LeaderEpoch(9), before),
+            LeaderEpoch(4)
+        );
+        assert_eq!(
+            synced_epoch(LeaderEpoch::NONE, false, LeaderEpoch(0), before),
+            LeaderEpoch::NONE
+        );
+    }
+
+    #[test]
+    fn a_source_epoch_above_kmirrors_is_replaced_by_the_local_one() {
+        let d = def("");
+        // Partition 3 announces epoch 2; the source committed at epoch 3.
+        let parts: BTreeSet<TopicPartition> = [tp(0), tp(3)].into();
+        let mut source = FakeSource(
+            vec![SourceGroup {
+                group: "app".into(),
+                offsets: vec![off(0, 42), off(3, 42)],
+            }],
+            false,
+        );
+        let mut sink = FakeSink::default();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let r = sync_mirror(&d, &parts, &mut source, &FakeLocal, &mut sink, deadline).unwrap();
+        assert_eq!((r.written, r.clamped), (2, 0));
+        let w = |p| sink.written[&("app".to_owned(), tp(p))];
+        assert_eq!(w(0), (Offset(42), LeaderEpoch(3)));
+        assert_eq!(
+            w(3),
+            (Offset(42), LeaderEpoch(1)),
+            "epoch of the local record before 42"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! | `controller` | owns all mirrors: commands, persistence, data-plane orders, describe |
 //! | `admin`      | HTTP/JSON admin API and the control thread that serves it           |
 //! | `source_catalog` | source topics and cluster id with the blocking client           |
+//! | `source_epochs` | the highest source leader epoch per partition, for failover        |
 //! | `source_security` | a mirror's TLS/SASL settings as the source client's security     |
 //! | `shard_plane` | `DataPlane` over the real shards and the log dir                    |
 //! | `leader_refresh` | finding a partition's leader again when its shard asks       |
@@ -30,6 +31,7 @@ pub mod producer_ids;
 pub mod records;
 pub mod shard_plane;
 pub mod source_catalog;
+pub mod source_epochs;
 pub mod source_security;
 pub mod state;
 pub mod state_log;

@@ -16,13 +16,14 @@ use crate::control::leader_refresh::{LeaderRefresh, SourceAccess};
 use crate::control::leader_store::LeaderStore;
 use crate::control::mirror_def::{MirrorDefinition, StartFrom};
 use crate::control::mirror_run::shard_for;
+use crate::control::source_epochs::{promoted_epoch, SourceEpochs};
 use crate::control::source_security::{fault_of, security_of};
 use crate::control::state_log;
 use crate::fetch::blocking::BlockingClient;
 use crate::fetch::fetcher::{FetchConfig, PartitionStart};
 use crate::fetch::list_offsets::{Listed, OffsetQuery};
 use crate::fetch::security::AUTHENTICATION_FAILED;
-use crate::ids::{LeaderEpoch, Offset, ShardId, TopicPartition};
+use crate::ids::{Offset, ShardId, TopicPartition};
 use crate::limits::{RETENTION_CHECK_INTERVAL_MS_DEFAULT, SHARD_REMOVE_WAIT_MS};
 use crate::log::config::LogConfig;
 use crate::log::io::StdIo;
@@ -73,6 +74,9 @@ pub struct ShardDataPlane {
     /// Retention passes: how often, and when the next one is due.
     retention_every: Duration,
     next_retention: Instant,
+    /// The highest leader epoch each partition's source leader was seen at (persisted), so a
+    /// promotion leads above it even when the source moved on without writing.
+    source_epochs: SourceEpochs,
 }
 
 impl ShardDataPlane {
@@ -104,6 +108,7 @@ impl ShardDataPlane {
             .filter_map(|(_, l)| l.max_producer_id())
             .max();
         leaders.open_producer_ids(data_dir, max_seen)?;
+        let source_epochs = SourceEpochs::open(data_dir)?;
         let rt = Runtime::start(runtime, move |_| {
             MirrorShard::new(Arc::clone(&shard_returned)).with_progress(board.clone())
         })?;
@@ -124,6 +129,7 @@ impl ShardDataPlane {
             retention_every: Duration::from_millis(RETENTION_CHECK_INTERVAL_MS_DEFAULT),
             next_retention: Instant::now()
                 + Duration::from_millis(RETENTION_CHECK_INTERVAL_MS_DEFAULT),
+            source_epochs,
         })
     }
 
@@ -256,6 +262,9 @@ impl ShardDataPlane {
             let Some((shard, _)) = self.lent.get(&found.tp) else {
                 continue;
             };
+            if let Err(e) = self.source_epochs.raise(&found.tp, found.leader_epoch) {
+                tracing::error!(partition = %found.tp, "source leader epoch not persisted: {e}");
+            }
             let msg = MirrorMsg::Releader {
                 tp: found.tp.clone(),
                 source: found.source.clone(),
@@ -389,6 +398,11 @@ impl DataPlane for ShardDataPlane {
             self.logs().restore(log);
         }
         let (spec, leader_epoch, start_offset) = self.source_for(mirror, tp, start)?;
+        // Persisted before fetching starts: once records of this leader may be here, a
+        // failover must lead above its epoch even if kmirror restarts without the source.
+        self.source_epochs
+            .raise(tp, leader_epoch)
+            .map_err(|e| Fault::from(format!("{tp}: source leader epoch not persisted: {e}")))?;
         let security = Arc::clone(&spec.security);
         let id = (!topic_id.is_nil()).then_some(topic_id);
         let config = self.configs.get(&tp.topic).cloned();
@@ -511,18 +525,20 @@ impl DataPlane for ShardDataPlane {
     }
 
     /// Promotes the handed-back log (the control thread owns it once its fetcher is gone) at
-    /// one epoch above every epoch it holds, then checkpoints the recovery point so that no
+    /// one epoch above every epoch it holds and above the source leader's last known epoch
+    /// (the source may have changed leaders after its last record), then checkpoints the recovery point so that no
     /// later recovery replays the source's producers (see `PartitionLog::promote`).
     fn promote(&mut self, tp: &TopicPartition) -> Result<Promotion, String> {
         if self.lent.contains_key(tp) {
             return Err(format!("{tp} is still being fetched"));
         }
         self.take_returned();
+        let source = self.source_epochs.get(tp);
         let log = self
             .logs()
             .get_mut(tp)
             .ok_or_else(|| format!("{tp} has no local log"))?;
-        let epoch = LeaderEpoch(log.epoch_cache().latest_epoch().map_or(0, |e| e.0 + 1));
+        let epoch = promoted_epoch(log.epoch_cache().latest_epoch(), source);
         let promotion = log.promote(&mut StdIo, epoch).map_err(|e| e.to_string())?;
         self.logs().write_checkpoints().map_err(|e| e.to_string())?;
         Ok(promotion)

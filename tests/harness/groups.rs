@@ -23,7 +23,19 @@ pub struct Consumed {
 
 /// Consumes `max` records of `topic` as a member of `group`, commits exactly those, leaves.
 pub fn group_consume(bootstrap: &str, topic: &str, group: &str, max: usize) -> Vec<Consumed> {
-    let args: Vec<String> = [
+    group_consume_with(bootstrap, topic, group, max, None)
+}
+
+/// `group_consume`, committing with leader epoch `commit_epoch` when given instead of the
+/// last record's (a client that commits the leader's current epoch).
+pub fn group_consume_with(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    max: usize,
+    commit_epoch: Option<i32>,
+) -> Vec<Consumed> {
+    let mut args: Vec<String> = [
         "group-consume",
         "--bootstrap",
         bootstrap,
@@ -37,6 +49,9 @@ pub fn group_consume(bootstrap: &str, topic: &str, group: &str, max: usize) -> V
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if let Some(e) = commit_epoch {
+        args.extend(["--commit-epoch".to_string(), e.to_string()]);
+    }
     let out = run_tool(&args);
     String::from_utf8_lossy(&out.stdout)
         .lines()

@@ -18,7 +18,7 @@
 //                 and the ConfigEntry source, e.g. DYNAMIC_TOPIC_CONFIG)
 //   delete-records --bootstrap B --topic T --partition P --before OFFSET
 //   alter-config  --bootstrap B --topic T --set k=v...
-//   group-consume --bootstrap B --topic T --group G --max N [--timeout-ms MS]
+//   group-consume --bootstrap B --topic T --group G --max N [--timeout-ms MS] [--commit-epoch E]
 //                 subscribes as a member of G, consumes N records, commits exactly what it consumed
 //                 (commitSync), prints one {"partition","offset"} line per record and leaves
 //   group-member  --bootstrap B --topic T --group G
@@ -45,6 +45,7 @@ import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
 import java.util.Random;
 import java.util.concurrent.Future;
@@ -299,6 +300,9 @@ public class KafkaTool {
     static void groupConsume(Args a) throws Exception {
         int max = Integer.parseInt(a.get("max"));
         long timeoutMs = Long.parseLong(a.get("timeout-ms", "60000"));
+        // --commit-epoch E commits with leader epoch E instead of the last record's (what a
+        // client committing the leader's current epoch sends; the API allows any epoch).
+        String commitEpoch = a.get("commit-epoch", "");
         Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> next = new HashMap<>();
         int got = 0;
         try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(groupProps(a))) {
@@ -310,7 +314,8 @@ public class KafkaTool {
                     System.out.println("{\"partition\":" + r.partition() + ",\"offset\":" + r.offset() + "}");
                     next.put(new TopicPartition(r.topic(), r.partition()),
                             new org.apache.kafka.clients.consumer.OffsetAndMetadata(r.offset() + 1,
-                                    r.leaderEpoch(), ""));
+                                    commitEpoch.isEmpty() ? r.leaderEpoch()
+                                            : Optional.of(Integer.parseInt(commitEpoch)), ""));
                     got++;
                 }
             }
