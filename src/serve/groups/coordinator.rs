@@ -131,6 +131,25 @@ fn wall_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// Why one partition of a commit is refused, if it is: the group's error, then the
+/// partition's own (metadata too large, unknown partition).
+fn refused(
+    group_error: Option<i16>,
+    metadata: &str,
+    catalog: &dyn PartitionCatalog,
+    tp: &TopicPartition,
+) -> Option<i16> {
+    if group_error.is_some() {
+        group_error
+    } else if metadata.len() > OFFSET_METADATA_BYTES_MAX {
+        Some(ResponseError::OffsetMetadataTooLarge.code())
+    } else if !catalog.exists(tp) {
+        Some(ResponseError::UnknownTopicOrPartition.code())
+    } else {
+        None
+    }
+}
+
 fn group_id_ok(id: &str) -> bool {
     !id.is_empty() && id.len() <= GROUP_ID_BYTES_MAX
 }
@@ -465,13 +484,7 @@ impl<S: OffsetStore> GroupCoordinator<S> {
                 Some(g) => g
                     .check_commit(req.generation_id_or_member_epoch, req.member_id.as_str())
                     .err(),
-                // No such group: only a commit with no generation may create it (an admin or
-                // a consumer with manual assignment).
-                None if req.generation_id_or_member_epoch < 0 => {
-                    (self.known_groups() >= GROUPS_MAX && !self.offsets.contains_key(group_id))
-                        .then(|| ResponseError::CoordinatorNotAvailable.code())
-                }
-                None => Some(ResponseError::IllegalGeneration.code()),
+                None => self.commit_without_group(group_id, req.generation_id_or_member_epoch),
             }
         };
         let now_wall = TimestampMs(wall_ms());
@@ -481,12 +494,8 @@ impl<S: OffsetStore> GroupCoordinator<S> {
             for p in &t.partitions {
                 let tp = TopicPartition::new(t.name.0.as_str(), p.partition_index);
                 let metadata = p.committed_metadata.as_deref().unwrap_or("");
-                let error = if let Some(e) = group_error {
+                let error = if let Some(e) = refused(group_error, metadata, catalog, &tp) {
                     e
-                } else if metadata.len() > OFFSET_METADATA_BYTES_MAX {
-                    ResponseError::OffsetMetadataTooLarge.code()
-                } else if !catalog.exists(&tp) {
-                    ResponseError::UnknownTopicOrPartition.code()
                 } else {
                     let value = CommittedOffset {
                         offset: Offset(p.committed_offset),
@@ -509,6 +518,16 @@ impl<S: OffsetStore> GroupCoordinator<S> {
             );
         }
         OffsetCommitResponse::default().with_topics(topics)
+    }
+
+    /// A commit (plain or transactional) to a group with no members here: only one with no
+    /// generation may create it (an admin, a consumer with manual assignment, a producer).
+    fn commit_without_group(&self, group_id: &str, generation: i32) -> Option<i16> {
+        if generation >= 0 {
+            return Some(ResponseError::IllegalGeneration.code());
+        }
+        (self.known_groups() >= GROUPS_MAX && !self.offsets.contains_key(group_id))
+            .then(|| ResponseError::CoordinatorNotAvailable.code())
     }
 
     fn write_offset(&mut self, group: &str, tp: TopicPartition, value: CommittedOffset) -> i16 {
@@ -551,10 +570,7 @@ impl<S: OffsetStore> GroupCoordinator<S> {
                 Some(g) => g
                     .check_txn_commit(req.generation_id, req.member_id.as_str())
                     .err(),
-                None if req.generation_id < 0 => (self.known_groups() >= GROUPS_MAX
-                    && !self.offsets.contains_key(group_id))
-                .then(|| ResponseError::CoordinatorNotAvailable.code()),
-                None => Some(ResponseError::IllegalGeneration.code()),
+                None => self.commit_without_group(group_id, req.generation_id),
             }
         };
         let now_wall = TimestampMs(wall_ms());
@@ -564,12 +580,8 @@ impl<S: OffsetStore> GroupCoordinator<S> {
             for p in &t.partitions {
                 let tp = TopicPartition::new(t.name.0.as_str(), p.partition_index);
                 let metadata = p.committed_metadata.as_deref().unwrap_or("");
-                let error = if let Some(e) = group_error {
+                let error = if let Some(e) = refused(group_error, metadata, catalog, &tp) {
                     e
-                } else if metadata.len() > OFFSET_METADATA_BYTES_MAX {
-                    ResponseError::OffsetMetadataTooLarge.code()
-                } else if !catalog.exists(&tp) {
-                    ResponseError::UnknownTopicOrPartition.code()
                 } else {
                     let pending = PendingOffset {
                         producer,
