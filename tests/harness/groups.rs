@@ -277,7 +277,24 @@ pub fn txn_transform(
     txns: &[&str],
     per_txn: usize,
 ) -> Vec<TxnRound> {
-    let args: Vec<String> = [
+    let args = transform_args(bootstrap, topic, group, out, txns, per_txn);
+    let out = run_tool(&args);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+/// The `KafkaTool txn-transform` arguments both runners share.
+fn transform_args(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    out: &str,
+    txns: &[&str],
+    per_txn: usize,
+) -> Vec<String> {
+    [
         "txn-transform",
         "--bootstrap",
         bootstrap,
@@ -294,12 +311,7 @@ pub fn txn_transform(
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect();
-    let out = run_tool(&args);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
-        .collect()
+    .collect()
 }
 
 /// A `txn-transform` run whose last transaction is held open (outcome `hold`) until `resume`.
@@ -325,26 +337,9 @@ impl HeldTransform {
     ) -> HeldTransform {
         use std::io::BufRead;
         assert_eq!(txns.last(), Some(&"hold"));
-        let args: Vec<String> = [
-            "txn-transform",
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            topic,
-            "--group",
-            group,
-            "--out",
-            out,
-            "--txns",
-            &txns.join(","),
-            "--per-txn",
-            &per_txn.to_string(),
-            "--resume-file",
-            resume_file.to_str().expect("utf-8 path"),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut args = transform_args(bootstrap, topic, group, out, txns, per_txn);
+        args.push("--resume-file".to_owned());
+        args.push(resume_file.to_str().expect("utf-8 path").to_owned());
         let mut child = tool_command(&args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::inherit())
