@@ -121,11 +121,11 @@ fn stock_clients_read_the_mirror_as_they_read_the_source() {
     }
 
     for p in 0..2 {
-        let end = k.offsets(&topic, p).log_end_offset as usize;
         for iso in [Isolation::ReadUncommitted, Isolation::ReadCommitted] {
-            let theirs = k.consume(&topic, p, 0, end, iso);
+            // Each consumer reads up to the end offset (the last stable one read_committed).
+            let theirs = harness::consume_to_end(&k.bootstrap(), &topic, p, iso);
             assert!(!theirs.is_empty(), "source gave nothing for {topic}-{p}");
-            let ours = harness::consume(&kmirror, &topic, p, 0, end, iso);
+            let ours = harness::consume_to_end(&kmirror, &topic, p, iso);
             assert_eq!(
                 ours.len(),
                 theirs.len(),
@@ -155,8 +155,8 @@ fn stock_clients_read_the_mirror_as_they_read_the_source() {
     }
 
     // Aborted records exist on partition 1 and a read_committed consumer of kmirror sees none.
-    let all = harness::consume(&kmirror, &topic, 1, 0, 10_000, Isolation::ReadUncommitted);
-    let committed = harness::consume(&kmirror, &topic, 1, 0, 10_000, Isolation::ReadCommitted);
+    let all = harness::consume_to_end(&kmirror, &topic, 1, Isolation::ReadUncommitted);
+    let committed = harness::consume_to_end(&kmirror, &topic, 1, Isolation::ReadCommitted);
     let aborted: Vec<&ConsumedRecord> = all.iter().filter(|r| !committed.contains(r)).collect();
     assert_eq!(
         aborted.len(),
@@ -182,7 +182,7 @@ fn stock_clients_read_the_mirror_as_they_read_the_source() {
             harness::offsets(&kmirror, &topic, p).log_start_offset,
             k.offsets(&topic, p).log_start_offset
         );
-        let recs = k.consume(&topic, p, 0, 10_000, Isolation::ReadUncommitted);
+        let recs = harness::consume_to_end(&k.bootstrap(), &topic, p, Isolation::ReadUncommitted);
         let mut stamps: Vec<i64> = [0, recs.len() / 3, recs.len() / 2, recs.len() - 1]
             .iter()
             .map(|&i| recs[i].timestamp)
