@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use harness::mirrors_cli::{
-    cli_ok, describe_rows, free_loopback_port, wait_admin, write_admin_config,
+    cli_ok, create_mirror, describe_rows, free_loopback_port, wait_admin, write_admin_config,
 };
 use harness::serve::{log_bytes, Serve};
 use harness::ProduceOpts;
@@ -46,21 +46,6 @@ fn wait_row(
     }
 }
 
-fn create(admin: &str, dir: &Path, mirror: &str, bootstrap: &str, extra: &str) {
-    let props = dir.join(format!("{mirror}.properties"));
-    std::fs::write(&props, format!("bootstrap.servers={bootstrap}\n{extra}")).unwrap();
-    cli_ok(
-        admin,
-        &[
-            "create",
-            "--mirror",
-            mirror,
-            "--mirror-config",
-            props.to_str().unwrap(),
-        ],
-    );
-}
-
 /// Base offset of the first batch and max timestamp of the last one in a partition dir.
 fn first_offset_and_last_timestamp(dir: &Path) -> (i64, i64) {
     let bytes = log_bytes(dir);
@@ -86,7 +71,7 @@ fn describe_lag_and_start_positions() {
     let lagging = harness::unique_topic("progress-lag");
     k.create_topic(&lagging, 1, &[]);
     k.produce(&lagging, 0, 300, &ProduceOpts::default());
-    create(&admin, work.path(), "lag", &k.bootstrap(), "");
+    create_mirror(&admin, work.path(), "lag", &k.bootstrap(), "");
     cli_ok(&admin, &["start", "--mirror", "lag", "--topics", &lagging]);
     let caught_up = |want: i64| {
         move |r: &serde_json::Value| {
@@ -122,7 +107,7 @@ fn describe_lag_and_start_positions() {
     let latest = harness::unique_topic("progress-latest");
     k.create_topic(&latest, 1, &[]);
     k.produce(&latest, 0, 100, &ProduceOpts::default());
-    create(
+    create_mirror(
         &admin,
         work.path(),
         "late",
@@ -154,7 +139,7 @@ fn describe_lag_and_start_positions() {
     let (_, newest_early) = first_offset_and_last_timestamp(&k.partition_dir(&timed, 0));
     let from = newest_early + 1;
     k.produce(&timed, 0, 80, &ProduceOpts::default());
-    create(
+    create_mirror(
         &admin,
         work.path(),
         "ts",

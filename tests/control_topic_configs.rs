@@ -27,7 +27,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use harness::mirrors_cli::{
-    cli_ok, describe_rows, free_loopback_port, wait_admin, write_serving_config,
+    cli_ok, create_mirror, describe_rows, free_loopback_port, wait_admin, write_serving_config,
 };
 use harness::serve::{wait_mirrored, Serve};
 use harness::ProduceOpts;
@@ -97,16 +97,10 @@ fn source_topic_configs_are_copied_followed_and_replayed() {
     let admin = format!("127.0.0.1:{}", free_loopback_port());
     let kafka = format!("127.0.0.1:{}", free_loopback_port());
     write_config(&config, &admin, &kafka, &data_dir);
-    let props = work.path().join("source.properties");
-    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
 
     let mut serve = Serve::start(&config, work.path().join("serve1.log"));
     wait_admin(&mut serve, &admin);
-    let props = props.to_str().unwrap();
-    cli_ok(
-        &admin,
-        &["create", "--mirror", "m", "--mirror-config", props],
-    );
+    create_mirror(&admin, work.path(), "m", &k.bootstrap(), "");
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", &topic]);
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", &doomed]);
     wait_mirrored(
@@ -257,15 +251,9 @@ fn copied_retention_deletes_old_segments_but_not_of_compact_topics() {
     let admin = format!("127.0.0.1:{}", free_loopback_port());
     let kafka = format!("127.0.0.1:{}", free_loopback_port());
     write_config(&config, &admin, &kafka, &data_dir);
-    let props = work.path().join("source.properties");
-    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     wait_admin(&mut serve, &admin);
-    let props = props.to_str().unwrap();
-    cli_ok(
-        &admin,
-        &["create", "--mirror", "m", "--mirror-config", props],
-    );
+    create_mirror(&admin, work.path(), "m", &k.bootstrap(), "");
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", &expiring]);
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", &compacted]);
     let ours = data_dir.join(format!("{expiring}-0"));

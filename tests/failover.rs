@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use harness::dump::{dump_log_segments, segment_files, DumpBatch, DumpFlags};
 use harness::groups::{describe_group, txn_transform, HeldTransform};
 use harness::mirrors_cli::{
-    cli, cli_ok, describe_rows, free_loopback_port, wait_admin, write_serving_config,
+    cli, cli_ok, create_mirror, describe_rows, free_loopback_port, wait_admin, write_serving_config,
 };
 use harness::serve::{wait_all_mirrored, Serve};
 use harness::{Isolation, Kafka, ProduceOpts, TxnEnd};
@@ -58,13 +58,7 @@ fn failover_completes_with_the_source_broker_dead() {
     let admin = format!("127.0.0.1:{}", free_loopback_port());
     let (mut serve, config) = serve_with_listener(work.path(), &admin);
     let kmirror = serve.kafka_listener();
-    let props = work.path().join("source.properties");
-    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
-    let props = props.to_str().unwrap();
-    cli_ok(
-        &admin,
-        &["create", "--mirror", "m", "--mirror-config", props],
-    );
+    create_mirror(&admin, work.path(), "m", &k.bootstrap(), "");
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", topic]);
     let dir = data_dir.join(format!("{topic}-0"));
     wait_all_mirrored(&mut serve, &[(k.partition_dir(topic, 0), dir.clone())]);
@@ -225,13 +219,7 @@ fn promote_waits_for_zero_lag_then_stops() {
     let data_dir = work.path().join("data");
     let admin = format!("127.0.0.1:{}", free_loopback_port());
     let (mut serve, _) = serve_with_listener(work.path(), &admin);
-    let props = work.path().join("source.properties");
-    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
-    let props = props.to_str().unwrap();
-    cli_ok(
-        &admin,
-        &["create", "--mirror", "p", "--mirror-config", props],
-    );
+    create_mirror(&admin, work.path(), "p", &k.bootstrap(), "");
     cli_ok(&admin, &["start", "--mirror", "p", "--topics", &topic]);
     let pairs: Vec<_> = (0..2)
         .map(|p| {
@@ -314,13 +302,7 @@ fn transactional_producers_work_after_failover() {
     let admin = format!("127.0.0.1:{}", free_loopback_port());
     let (mut serve, config) = serve_with_listener(work.path(), &admin);
     let kmirror = serve.kafka_listener();
-    let props = work.path().join("source.properties");
-    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
-    let props = props.to_str().unwrap();
-    cli_ok(
-        &admin,
-        &["create", "--mirror", "t", "--mirror-config", props],
-    );
+    create_mirror(&admin, work.path(), "t", &k.bootstrap(), "");
     cli_ok(&admin, &["start", "--mirror", "t", "--topics", &topic]);
     let dir = data_dir.join(format!("{topic}-0"));
     wait_all_mirrored(&mut serve, &[(k.partition_dir(&topic, 0), dir.clone())]);
@@ -444,14 +426,8 @@ fn consume_transform_produce_commits_offsets_with_the_transaction() {
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     wait_admin(&mut serve, &admin);
     let kmirror = serve.kafka_listener();
-    let props = work.path().join("source.properties");
-    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
-    let props = props.to_str().unwrap();
     let topics = format!("^({input}|{output})$");
-    cli_ok(
-        &admin,
-        &["create", "--mirror", "ctp", "--mirror-config", props],
-    );
+    create_mirror(&admin, work.path(), "ctp", &k.bootstrap(), "");
     cli_ok(&admin, &["start", "--mirror", "ctp", "--topics", &topics]);
     wait_all_mirrored(
         &mut serve,

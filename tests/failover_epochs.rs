@@ -21,7 +21,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use harness::groups::{describe_group, group_consume, group_consume_with};
-use harness::mirrors_cli::{cli, cli_ok, free_loopback_port, wait_admin, write_serving_config};
+use harness::mirrors_cli::{
+    cli, cli_ok, create_mirror, free_loopback_port, wait_admin, write_serving_config,
+};
 use harness::serve::{wait_all_mirrored, Serve};
 use harness::{Kafka, ProduceOpts};
 
@@ -72,20 +74,8 @@ fn failover_leads_above_the_source_epoch_and_synced_groups_resume() {
     write_serving_config(&config, &admin, Some("127.0.0.1:0"), &data_dir, "");
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     wait_admin(&mut serve, &admin);
-    let props = work.path().join("source.properties");
-    std::fs::write(
-        &props,
-        format!(
-            "bootstrap.servers={source}\nsync.group.offsets.interval.ms=500\n\
-             sync.group.offsets.final.timeout.ms=2000\n"
-        ),
-    )
-    .unwrap();
-    let props = props.to_str().unwrap();
-    cli_ok(
-        &admin,
-        &["create", "--mirror", "m", "--mirror-config", props],
-    );
+    let sync = "sync.group.offsets.interval.ms=500\nsync.group.offsets.final.timeout.ms=2000\n";
+    create_mirror(&admin, work.path(), "m", &source, sync);
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", topic]);
     let dir = data_dir.join(format!("{topic}-0"));
     wait_all_mirrored(&mut serve, &[(k.partition_dir(topic, 0), dir.clone())]);

@@ -27,7 +27,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use harness::groups::{describe_group, group_consume, join_member, Consumed, DescribeRow};
-use harness::mirrors_cli::{cli_ok, free_loopback_port, wait_admin, write_serving_config};
+use harness::mirrors_cli::{
+    cli_ok, create_mirror, free_loopback_port, wait_admin, write_serving_config,
+};
 use harness::serve::{add_kafka_listener, wait_all_mirrored, Serve};
 use harness::{unique_topic, ProduceOpts};
 
@@ -212,14 +214,8 @@ impl Rig {
 
     /// Creates mirror "m" from the shared broker with `extra` properties and starts `topic`.
     fn mirror(&self, topic: &str, extra: &str) {
-        let props = self.work.path().join("source.properties");
         let bootstrap = harness::shared().bootstrap();
-        std::fs::write(&props, format!("bootstrap.servers={bootstrap}\n{extra}")).unwrap();
-        let props = props.to_str().unwrap();
-        cli_ok(
-            &self.admin,
-            &["create", "--mirror", "m", "--mirror-config", props],
-        );
+        create_mirror(&self.admin, self.work.path(), "m", &bootstrap, extra);
         cli_ok(&self.admin, &["start", "--mirror", "m", "--topics", topic]);
     }
 

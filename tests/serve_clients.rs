@@ -18,7 +18,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use harness::mirrors_cli::{cli_ok, free_loopback_port, wait_admin, write_serving_config};
+use harness::mirrors_cli::{
+    cli_ok, create_mirror, free_loopback_port, wait_admin, write_serving_config,
+};
 use harness::serve::{add_kafka_listener, wait_mirrored, Serve};
 use harness::{Codec, ConsumedRecord, Isolation, ProduceOpts, TxnEnd};
 use mirror_support::write_config;
@@ -383,19 +385,10 @@ fn control_plane_mode_serves_clients_too() {
     let admin = format!("127.0.0.1:{}", free_loopback_port());
     let config = work.path().join("kmirror.toml");
     write_serving_config(&config, &admin, Some("127.0.0.1:0"), &data_dir, "");
-    let props = work.path().join("source.properties");
-    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     wait_admin(&mut serve, &admin);
     let kmirror = serve.kafka_listener();
-    let create = [
-        "create",
-        "--mirror",
-        "m",
-        "--mirror-config",
-        props.to_str().unwrap(),
-    ];
-    cli_ok(&admin, &create);
+    create_mirror(&admin, work.path(), "m", &k.bootstrap(), "");
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", &topic]);
     wait_mirrored(
         &mut serve,

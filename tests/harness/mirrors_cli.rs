@@ -52,6 +52,18 @@ pub fn wait_admin(serve: &mut Serve, admin: &str) {
     }
 }
 
+/// `mirrors create --mirror NAME` from `bootstrap`, its properties file (with `extra`
+/// property lines) written under `dir`.
+pub fn create_mirror(admin: &str, dir: &Path, mirror: &str, bootstrap: &str, extra: &str) {
+    let props = dir.join(format!("{mirror}.properties"));
+    std::fs::write(&props, format!("bootstrap.servers={bootstrap}\n{extra}")).unwrap();
+    let props = props.to_str().unwrap();
+    cli_ok(
+        admin,
+        &["create", "--mirror", mirror, "--mirror-config", props],
+    );
+}
+
 /// `describe --json` rows of one mirror.
 pub fn describe_rows(admin: &str, mirror: &str) -> Vec<serde_json::Value> {
     let json = cli_ok(admin, &["describe", "--mirror", mirror, "--json"]);
