@@ -449,26 +449,9 @@ pub fn describe_topic_configs(
     topic: &str,
     keys: &[&str],
 ) -> Vec<(String, Option<String>)> {
-    let args = vec![
-        s("describe-configs"),
-        s("--bootstrap"),
-        s(bootstrap),
-        s("--topic"),
-        s(topic),
-        s("--keys"),
-        keys.join(","),
-    ];
-    #[derive(Deserialize)]
-    struct Entry {
-        key: String,
-        value: Option<String>,
-    }
-    stdout_lines(&run_tool(&args))
-        .iter()
-        .map(|l| {
-            let e: Entry = parse_json(l);
-            (e.key, e.value)
-        })
+    describe_topic_config_sources(bootstrap, topic, keys)
+        .into_iter()
+        .map(|(key, value, _)| (key, value))
         .collect()
 }
 
