@@ -551,6 +551,28 @@ impl<S: OffsetStore> GroupCoordinator<S> {
         }
     }
 
+    /// Records a transactional offset as pending for its producer (store first), as
+    /// `write_offset` does for a committed one.
+    fn write_pending(&mut self, pending: PendingOffset) -> i16 {
+        match self.store.put_pending(&pending) {
+            Ok(()) => {
+                self.pending
+                    .entry(pending.producer)
+                    .or_default()
+                    .insert(pending.key, pending.value);
+                0
+            }
+            Err(e) => {
+                tracing::error!(
+                    group = pending.key.group,
+                    "cannot store a transactional offset: {e}"
+                );
+                // Retriable for the client, as for a plain commit.
+                ResponseError::CoordinatorNotAvailable.code()
+            }
+        }
+    }
+
     /// TxnOffsetCommit: the offsets are held as pending for `producer` (recorded in the store
     /// first) until the transaction coordinator ends its transaction. The caller (the
     /// transaction coordinator) has already checked that `producer` is the current producer of
@@ -596,22 +618,7 @@ impl<S: OffsetStore> GroupCoordinator<S> {
                             commit_timestamp: now_wall,
                         },
                     };
-                    match self.store.put_pending(&pending) {
-                        Ok(()) => {
-                            self.pending
-                                .entry(producer)
-                                .or_default()
-                                .insert(pending.key, pending.value);
-                            0
-                        }
-                        Err(e) => {
-                            tracing::error!(
-                                group = group_id,
-                                "cannot store a transactional offset: {e}"
-                            );
-                            ResponseError::CoordinatorNotAvailable.code()
-                        }
-                    }
+                    self.write_pending(pending)
                 };
                 parts.push(
                     TxnOffsetCommitResponsePartition::default()
