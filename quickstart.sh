@@ -33,6 +33,8 @@
 # kmirror's speed is not what the quickstart shows.
 set -euo pipefail
 cd "$(dirname "$0")"
+# shellcheck source=tests/kafka/kraft.sh
+. tests/kafka/kraft.sh
 repo="$(pwd)"
 
 records="${KMIRROR_QUICKSTART_RECORDS:-20000}"
@@ -118,27 +120,7 @@ mkdir -p "$broker_dir"
 port="$(free_port)"
 controller_port="$(free_port)"
 bootstrap="127.0.0.1:$port"
-cat >"$broker_dir/server.properties" <<EOF
-process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$controller_port
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
-controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
-log.dirs=$broker_dir/data
-num.partitions=1
-auto.create.topics.enable=false
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=1
-group.initial.rebalance.delay.ms=0
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-EOF
+kraft_properties "$broker_dir/data" "$port" "$controller_port" >"$broker_dir/server.properties"
 # The broker logs everything at INFO to its own file; tools print only warnings.
 cat >"$broker_dir/log4j.properties" <<'EOF'
 log4j.rootLogger=INFO, stdout
@@ -158,11 +140,7 @@ log4j2="-Dlog4j2.configurationFile=$work/log4j2-quiet.properties"
 tool_jvm=(-Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto
   "-Dlog4j.configuration=file:$work/log4j-quiet.properties" "$log4j2")
 
-# StorageTool reads an id starting with '-' as an option: draw until it does not.
-cluster_id="-"
-while [ "${cluster_id:0:1}" = "-" ]; do
-  cluster_id="$(python3 -c 'import uuid,base64; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
-done
+cluster_id="$(kraft_cluster_id)"
 "$java" "${tool_jvm[@]}" -cp "$libs/*" kafka.tools.StorageTool format -t "$cluster_id" \
   -c "$broker_dir/server.properties" >"$broker_dir/format.log" 2>&1 ||
   { cat "$broker_dir/format.log" >&2; fail "StorageTool format"; }

@@ -28,6 +28,8 @@ SESSIONS=${SESSIONS:-1}
 POLL_MS=${POLL_MS:-100}
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tests/kafka/kraft.sh
+. "$ROOT/tests/kafka/kraft.sh"
 KMIRROR=${KMIRROR:-$ROOT/target/release/kmirror}
 LIBS=${KAFKA_LIBS:-$HOME/.cache/kmirror/kafka-4.1.1/libs}
 [ -x "$KMIRROR" ] || { echo "build first: cargo build --release --bin kmirror" >&2; exit 1; }
@@ -56,28 +58,9 @@ log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
 log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
 EOF
 printf 'status=error\nrootLogger.level=warn\n' > "$WORK/log4j2.properties"
-cat > "$WORK/server.properties" <<EOF
-process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$CPORT
-listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CPORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
-controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
-log.dirs=$WORK/broker-data
-num.partitions=1
-auto.create.topics.enable=false
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-EOF
+kraft_properties "$WORK/broker-data" "$PORT" "$CPORT" >"$WORK/server.properties"
 java -Xmx256m -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" kafka.tools.StorageTool \
-  format -t "$(python3 -c 'import base64,uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=").replace("-","A"))')" \
+  format -t "$(kraft_cluster_id)" \
   -c "$WORK/server.properties" > "$WORK/format.log" 2>&1
 java -Xmx1g -Xms256m -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" kafka.Kafka "$WORK/server.properties" \
   > "$WORK/broker.log" 2>&1 &

@@ -19,6 +19,8 @@
 #   SIZE_GB=3 benches/mm2_compare.sh        # measure
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=tests/kafka/kraft.sh
+. tests/kafka/kraft.sh
 REPO=$PWD
 SIZE_GB=${SIZE_GB:-3}
 PARTS=${PARTS:-16}
@@ -69,33 +71,8 @@ start_broker() { # name
     mkdir -p "$dir"
     port=$(free_port) cport=$(free_port)
     PORT[$name]=$port
-    cat >"$dir/server.properties" <<EOF
-process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$cport
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
-log.dirs=$dir/data
-num.partitions=1
-auto.create.topics.enable=false
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=1
-group.initial.rebalance.delay.ms=0
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-EOF
-    id=$(python3 -c 'import base64, uuid
-while True:
-    s = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    if not s.startswith("-"):
-        print(s)
-        break')
+    kraft_properties "$dir/data" "$port" "$cport" >"$dir/server.properties"
+    id=$(kraft_cluster_id)
     tool kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" >"$dir/format.log" 2>&1
     # Kafka's own start script heap and GC settings.
     "$JAVA" -Xmx1G -Xms1G -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
