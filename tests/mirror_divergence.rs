@@ -7,31 +7,11 @@
 mod harness;
 mod mirror_support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use harness::serve::{log_bytes, wait_mirrored, Serve};
 use harness::ProduceOpts;
 use mirror_support::{assert_valid, write_config};
-
-/// Waits for serve's "partition stopped" line naming `topic`.
-fn wait_stopped(serve: &mut Serve, topic: &str) -> String {
-    let start = Instant::now();
-    loop {
-        serve.assert_running();
-        let text = serve.log_text();
-        if let Some(line) = text
-            .lines()
-            .find(|l| l.contains("partition stopped") && l.contains(topic))
-        {
-            return line.to_string();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "no partition-stopped report after the topic was recreated:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
 
 #[test]
 fn recreated_topic_is_reported_never_rewritten() {
@@ -58,7 +38,7 @@ fn recreated_topic_is_reported_never_rewritten() {
     };
     k.produce(&topic, 0, 50, &new_data);
 
-    let report = wait_stopped(&mut serve, &topic);
+    let report = serve.wait_partition_stopped(&topic, Duration::from_secs(90));
     println!("{report}");
     assert!(
         report.contains("deleted and recreated") && report.contains("topic id"),

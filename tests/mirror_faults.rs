@@ -20,7 +20,7 @@ mod harness;
 mod mirror_support;
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use harness::proxy::{Fault, FaultProxy};
 use harness::serve::{log_bytes, wait_all_mirrored, Serve};
@@ -60,23 +60,7 @@ fn corrupt_batch_fails_only_its_partition() {
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     wait_all_mirrored(&mut serve, &healthy);
 
-    let start = Instant::now();
-    let report = loop {
-        serve.assert_running();
-        let text = serve.log_text();
-        let name = format!("{topic}-1");
-        if let Some(line) = text
-            .lines()
-            .find(|l| l.contains("partition stopped") && l.contains(&name))
-        {
-            break line.to_string();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "partition 1 never stopped:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    };
+    let report = serve.wait_partition_stopped(&format!("{topic}-1"), Duration::from_secs(120));
     println!("{report}");
     assert!(report.contains("CRC mismatch"), "{report}");
     assert!(proxy.applied.load(Ordering::Relaxed) > 1, "retried first");

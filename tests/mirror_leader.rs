@@ -17,7 +17,7 @@ mod harness;
 mod mirror_support;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use harness::serve::{log_bytes, log_files, wait_all_mirrored, Serve};
 use harness::{Kafka, ProduceOpts};
@@ -79,7 +79,7 @@ fn broker_restarts_do_not_stop_mirroring() {
     let cut_to = cut_last_batches(&k.partition_dir(topic, 0), 5);
     k.restart();
     println!("source partition 0 cut to {cut_to} records");
-    let report = wait_line(&mut serve, &format!("{topic}-0"));
+    let report = serve.wait_partition_stopped(&format!("{topic}-0"), Duration::from_secs(120));
     println!("{report}");
     assert!(
         report.contains("diverged") && report.contains("truncated"),
@@ -144,24 +144,4 @@ fn cut_last_batches(dir: &Path, n: usize) -> i64 {
     f.set_len(at as u64).unwrap();
     f.sync_all().unwrap();
     base
-}
-
-/// Waits for serve's "partition stopped" line naming `name`.
-fn wait_line(serve: &mut Serve, name: &str) -> String {
-    let start = Instant::now();
-    loop {
-        serve.assert_running();
-        let text = serve.log_text();
-        if let Some(line) = text
-            .lines()
-            .find(|l| l.contains("partition stopped") && l.contains(name))
-        {
-            return line.to_string();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "{name} never stopped after the source was truncated:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }

@@ -102,6 +102,27 @@ impl Serve {
         }
     }
 
+    /// Waits up to `limit` for the "partition stopped" log line naming `partition` (a
+    /// topic-partition, or a topic) and returns it.
+    pub fn wait_partition_stopped(&mut self, partition: &str, limit: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            self.assert_running();
+            let text = self.log_text();
+            if let Some(line) = text
+                .lines()
+                .find(|l| l.contains("partition stopped") && l.contains(partition))
+            {
+                return line.to_string();
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{partition} never reported stopped:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     pub fn assert_running(&mut self) {
         if let Some(status) = self.child.try_wait().unwrap() {
             panic!(
