@@ -35,20 +35,8 @@ pub fn group_consume_with(
     max: usize,
     commit_epoch: Option<i32>,
 ) -> Vec<Consumed> {
-    let mut args: Vec<String> = [
-        "group-consume",
-        "--bootstrap",
-        bootstrap,
-        "--topic",
-        topic,
-        "--group",
-        group,
-        "--max",
-        &max.to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut args = group_tool_args("group-consume", bootstrap, topic, group);
+    args.extend(["--max".to_string(), max.to_string()]);
     if let Some(e) = commit_epoch {
         args.extend(["--commit-epoch".to_string(), e.to_string()]);
     }
@@ -88,18 +76,7 @@ pub struct Member {
 
 /// Joins `group` (subscribed to `topic`) as a new member with the Java consumer.
 pub fn join_member(bootstrap: &str, topic: &str, group: &str) -> Member {
-    let args: Vec<String> = [
-        "group-member",
-        "--bootstrap",
-        bootstrap,
-        "--topic",
-        topic,
-        "--group",
-        group,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = group_tool_args("group-member", bootstrap, topic, group);
     let mut child = tool_command(&args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -294,20 +271,29 @@ fn transform_args(
     txns: &[&str],
     per_txn: usize,
 ) -> Vec<String> {
+    let mut args = group_tool_args("txn-transform", bootstrap, topic, group);
+    args.extend([
+        "--out".to_string(),
+        out.to_string(),
+        "--txns".to_string(),
+        txns.join(","),
+        "--per-txn".to_string(),
+        per_txn.to_string(),
+    ]);
+    args
+}
+
+/// `KafkaTool <command> --bootstrap B --topic T --group G`, the start every group command
+/// shares.
+fn group_tool_args(command: &str, bootstrap: &str, topic: &str, group: &str) -> Vec<String> {
     [
-        "txn-transform",
+        command,
         "--bootstrap",
         bootstrap,
         "--topic",
         topic,
         "--group",
         group,
-        "--out",
-        out,
-        "--txns",
-        &txns.join(","),
-        "--per-txn",
-        &per_txn.to_string(),
     ]
     .iter()
     .map(|s| s.to_string())
