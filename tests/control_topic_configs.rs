@@ -23,7 +23,7 @@
 
 mod harness;
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use harness::mirrors_cli::{
@@ -39,9 +39,38 @@ const DYNAMIC: &str = "DYNAMIC_TOPIC_CONFIG";
 const DEFAULT: &str = "DEFAULT_CONFIG";
 const THROTTLE: &str = "leader.replication.throttled.replicas";
 
-fn write_config(path: &Path, admin: &str, kafka: &str, data_dir: &Path) {
-    let fast = "sync_interval_ms = 1000\nretention_check_interval_ms = 1000";
-    write_serving_config(path, admin, Some(kafka), data_dir, fast);
+/// `kmirror serve` with `[admin]` (one-second sync and retention rounds) and a `[kafka]`
+/// listener on fixed ports, so a restart keeps them, and mirror "m" created from `bootstrap`.
+struct Rig {
+    work: tempfile::TempDir,
+    data_dir: PathBuf,
+    config: PathBuf,
+    admin: String,
+    kafka: String,
+    serve: Serve,
+}
+
+impl Rig {
+    fn start(bootstrap: &str) -> Rig {
+        let work = tempfile::tempdir().unwrap();
+        let data_dir = work.path().join("data");
+        let config = work.path().join("kmirror.toml");
+        let admin = format!("127.0.0.1:{}", free_loopback_port());
+        let kafka = format!("127.0.0.1:{}", free_loopback_port());
+        let fast = "sync_interval_ms = 1000\nretention_check_interval_ms = 1000";
+        write_serving_config(&config, &admin, Some(&kafka), &data_dir, fast);
+        let mut serve = Serve::start(&config, work.path().join("serve1.log"));
+        wait_admin(&mut serve, &admin);
+        create_mirror(&admin, work.path(), "m", bootstrap, "");
+        Rig {
+            work,
+            data_dir,
+            config,
+            admin,
+            kafka,
+            serve,
+        }
+    }
 }
 
 type Entry = (String, Option<String>, Option<String>);
@@ -91,16 +120,14 @@ fn source_topic_configs_are_copied_followed_and_replayed() {
     k.produce(&topic, 0, 200, &ProduceOpts::default());
     k.produce(&doomed, 0, 50, &ProduceOpts::default());
 
-    let work = tempfile::tempdir().unwrap();
-    let data_dir = work.path().join("data");
-    let config = work.path().join("kmirror.toml");
-    let admin = format!("127.0.0.1:{}", free_loopback_port());
-    let kafka = format!("127.0.0.1:{}", free_loopback_port());
-    write_config(&config, &admin, &kafka, &data_dir);
-
-    let mut serve = Serve::start(&config, work.path().join("serve1.log"));
-    wait_admin(&mut serve, &admin);
-    create_mirror(&admin, work.path(), "m", &k.bootstrap(), "");
+    let Rig {
+        work,
+        data_dir,
+        config,
+        admin,
+        kafka,
+        mut serve,
+    } = Rig::start(&k.bootstrap());
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", &topic]);
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", &doomed]);
     wait_mirrored(
@@ -245,15 +272,15 @@ fn copied_retention_deletes_old_segments_but_not_of_compact_topics() {
     k.produce(&expiring, 0, 100, &ProduceOpts::default());
     k.produce(&compacted, 0, 100, &ProduceOpts::default());
 
-    let work = tempfile::tempdir().unwrap();
-    let data_dir = work.path().join("data");
-    let config = work.path().join("kmirror.toml");
-    let admin = format!("127.0.0.1:{}", free_loopback_port());
-    let kafka = format!("127.0.0.1:{}", free_loopback_port());
-    write_config(&config, &admin, &kafka, &data_dir);
-    let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    wait_admin(&mut serve, &admin);
-    create_mirror(&admin, work.path(), "m", &k.bootstrap(), "");
+    // `_work` keeps the temporary directory until the end of the test.
+    let Rig {
+        work: _work,
+        data_dir,
+        admin,
+        kafka,
+        mut serve,
+        ..
+    } = Rig::start(&k.bootstrap());
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", &expiring]);
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", &compacted]);
     let ours = data_dir.join(format!("{expiring}-0"));
