@@ -8,6 +8,7 @@
 //!   stops once it holds everything, with the source's end recorded.
 
 mod harness;
+mod mirror_support;
 
 use std::time::{Duration, Instant};
 
@@ -144,16 +145,7 @@ fn failover_completes_with_the_source_broker_dead() {
     assert_eq!(more.offsets, (first + 20..first + 25).collect::<Vec<i64>>());
     let text = serve.sigterm_and_wait();
     assert!(text.contains("stopped cleanly"), "{text}");
-    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_kmirror"))
-        .args(["log", "verify"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        verify.status.success(),
-        "{}",
-        String::from_utf8_lossy(&verify.stderr)
-    );
+    mirror_support::verify(&dir);
     assert_written_as_the_new_leader(&dir, source_end);
 }
 
@@ -221,14 +213,7 @@ fn promote_waits_for_zero_lag_then_stops() {
     let (mut serve, _) = serve_with_listener(work.path(), &admin);
     create_mirror(&admin, work.path(), "p", &k.bootstrap(), "");
     cli_ok(&admin, &["start", "--mirror", "p", "--topics", &topic]);
-    let pairs: Vec<_> = (0..2)
-        .map(|p| {
-            (
-                k.partition_dir(&topic, p),
-                data_dir.join(format!("{topic}-{p}")),
-            )
-        })
-        .collect();
+    let pairs = k.mirror_pairs(&topic, 2, &data_dir);
     wait_all_mirrored(&mut serve, &pairs);
 
     // Behind the source (paused while the source grows): promote gives up and changes nothing.
@@ -386,16 +371,7 @@ fn transactional_producers_work_after_failover() {
     );
     let text = serve.sigterm_and_wait();
     assert!(text.contains("stopped cleanly"), "{text}");
-    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_kmirror"))
-        .args(["log", "verify"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        verify.status.success(),
-        "{}",
-        String::from_utf8_lossy(&verify.stderr)
-    );
+    mirror_support::verify(&dir);
 }
 
 /// Goal: consume-transform-produce applications work on kmirror after failover: the offsets a
