@@ -98,15 +98,7 @@ fn source_topic(prefix: &str) -> String {
 }
 
 fn mirrored_pairs(topic: &str, data_dir: &Path) -> Vec<(PathBuf, PathBuf)> {
-    let k = harness::shared();
-    (0..2)
-        .map(|p| {
-            (
-                k.partition_dir(topic, p),
-                data_dir.join(format!("{topic}-{p}")),
-            )
-        })
-        .collect()
+    harness::shared().mirror_pairs(topic, 2, data_dir)
 }
 
 // ---- static mode, kafka-python ----

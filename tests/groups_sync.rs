@@ -41,14 +41,7 @@ fn source_group_offsets_reach_kmirror_as_they_are_clamped_and_durable() {
     let work = tempfile::tempdir().unwrap();
     let (config, data_dir) = mirror_support::write_config(work.path(), &bootstrap, &[&topic]);
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    let pairs: Vec<_> = (0..2)
-        .map(|p| {
-            (
-                k.partition_dir(&topic, p),
-                data_dir.join(format!("{topic}-{p}")),
-            )
-        })
-        .collect();
+    let pairs = k.mirror_pairs(&topic, 2, &data_dir);
     wait_all_mirrored(&mut serve, &pairs);
     serve.sigterm_and_wait();
 

@@ -82,14 +82,7 @@ fn kill_9_five_times_while_producing_keeps_every_offset_once() {
     assert!(rounds > 0);
 
     let mut serve = Serve::start(&config, log.clone());
-    let pairs: Vec<_> = (0..PARTITIONS)
-        .map(|p| {
-            (
-                k.partition_dir(&topic, p),
-                data_dir.join(format!("{topic}-{p}")),
-            )
-        })
-        .collect();
+    let pairs = k.mirror_pairs(&topic, PARTITIONS, &data_dir);
     wait_all_mirrored(&mut serve, &pairs);
     serve.sigterm_and_wait();
     for (theirs, ours) in &pairs {

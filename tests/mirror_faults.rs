@@ -112,14 +112,7 @@ fn truncated_frame(sessions: Option<u8>) {
             text.replace("shards = 2", "shards = 1") + &format!("sessions_per_connection = {n}\n");
         std::fs::write(&config, text).unwrap();
     }
-    let pairs: Vec<_> = (0..3)
-        .map(|p| {
-            (
-                k.partition_dir(&topic, p),
-                data_dir.join(format!("{topic}-{p}")),
-            )
-        })
-        .collect();
+    let pairs = k.mirror_pairs(&topic, 3, &data_dir);
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     wait_all_mirrored(&mut serve, &pairs);
     assert_eq!(

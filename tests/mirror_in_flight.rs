@@ -64,14 +64,7 @@ sessions_per_connection = 4
         ),
     )
     .unwrap();
-    let pairs: Vec<_> = (0..partitions)
-        .map(|p| {
-            (
-                k.partition_dir(&topic, p),
-                data_dir.join(format!("{topic}-{p}")),
-            )
-        })
-        .collect();
+    let pairs = k.mirror_pairs(&topic, partitions, &data_dir);
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     wait_all_mirrored(&mut serve, &pairs);
     // More while it runs: the groups' long polls are answered and fetching goes on.

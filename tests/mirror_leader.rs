@@ -33,14 +33,7 @@ fn broker_restarts_do_not_stop_mirroring() {
     }
     let work = tempfile::tempdir().unwrap();
     let (config, data_dir) = write_config(work.path(), &k.bootstrap(), &[topic]);
-    let pairs: Vec<_> = (0..2)
-        .map(|p| {
-            (
-                k.partition_dir(topic, p),
-                data_dir.join(format!("{topic}-{p}")),
-            )
-        })
-        .collect();
+    let pairs = k.mirror_pairs(topic, 2, &data_dir);
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     wait_all_mirrored(&mut serve, &pairs);
 

@@ -21,14 +21,7 @@ fn serve_shard_threads_are_pinned_to_distinct_cores() {
     let work = tempfile::tempdir().unwrap();
     let (config, data_dir) = write_config(work.path(), &k.bootstrap(), &[&topic]);
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    let pairs: Vec<_> = (0..2)
-        .map(|p| {
-            (
-                k.partition_dir(&topic, p),
-                data_dir.join(format!("{topic}-{p}")),
-            )
-        })
-        .collect();
+    let pairs = k.mirror_pairs(&topic, 2, &data_dir);
     wait_all_mirrored(&mut serve, &pairs);
 
     let pid = serve.child.id();

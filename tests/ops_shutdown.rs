@@ -105,14 +105,7 @@ fn clean_stop_of_1000_partitions_skips_recovery_and_a_kill_does_not() {
     k.produce(&topic, 0, 3 * PARTITIONS as usize, &opts);
     let work = tempfile::tempdir().unwrap();
     let (config, data) = write_config(work.path(), &k.bootstrap(), &topic);
-    let pairs: Vec<(PathBuf, PathBuf)> = (0..PARTITIONS)
-        .map(|p| {
-            (
-                k.partition_dir(&topic, p),
-                data.join(format!("{topic}-{p}")),
-            )
-        })
-        .collect();
+    let pairs = k.mirror_pairs(&topic, PARTITIONS, &data);
     let log = work.path().join("serve.log");
 
     let mut serve = Serve::start(&config, log.clone());

@@ -114,14 +114,7 @@ fn console_consumer_reads_through_incremental_fetch_sessions() {
     let metrics = format!("127.0.0.1:{}", free_loopback_port());
     let (mut serve, data_dir, kmirror) =
         start_serving(work.path(), &k.bootstrap(), &topic, &metrics);
-    let pairs: Vec<(PathBuf, PathBuf)> = (0..PARTITIONS)
-        .map(|p| {
-            (
-                k.partition_dir(&topic, p),
-                data_dir.join(format!("{topic}-{p}")),
-            )
-        })
-        .collect();
+    let pairs = k.mirror_pairs(&topic, PARTITIONS, &data_dir);
     wait_all_mirrored(&mut serve, &pairs);
     let before = scrape(&metrics);
     assert_eq!(

@@ -256,6 +256,24 @@ impl Kafka {
         self.data_dir().join(format!("{topic}-{partition}"))
     }
 
+    /// (broker dir, kmirror's dir under `data_dir`) of partitions `0..partitions` of `topic`,
+    /// for `serve::wait_all_mirrored`.
+    pub fn mirror_pairs(
+        &self,
+        topic: &str,
+        partitions: i32,
+        data_dir: &Path,
+    ) -> Vec<(PathBuf, PathBuf)> {
+        (0..partitions)
+            .map(|p| {
+                (
+                    self.partition_dir(topic, p),
+                    data_dir.join(format!("{topic}-{p}")),
+                )
+            })
+            .collect()
+    }
+
     /// Waits until the log cleaner has cleaned `topic-partition` through `offset` (its
     /// checkpoint, the first dirty offset, reached it), so every record up to there that can
     /// supersede another has done so: a later pass cannot remove anything more below it.
