@@ -2,7 +2,7 @@
 //! offsets survive a restart, and a group moves from the source to kmirror without losing or
 //! repeating a record. Method: a real Kafka 4.1.1 broker (KRaft, shared by this binary) is the
 //! source; `kmirror serve` (the binary) mirrors it and serves `[kafka]`; the clients are
-//! kafka-python (PyPI, pinned in .ci/run), the Java consumer (KafkaTool, group protocol
+//! kafka-python (PyPI, pinned in tests/python/requirements.txt), the Java consumer (KafkaTool, group protocol
 //! "classic") and Kafka's own `kafka-consumer-groups.sh --describe` (ConsumerGroupCommand).
 //!
 //! - Static mode: a kafka-python group consumes part of a mirrored topic from kmirror and
@@ -114,14 +114,14 @@ fn serve_static(config: &Path, log: PathBuf) -> (Serve, String) {
 /// Runs the kafka-python group member; fails (never skips) when kafka-python is missing.
 fn python_group(bootstrap: &str, topic: &str, group: &str, max: usize) -> Vec<Consumed> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/kafka_python_client.py");
-    let out = Command::new("python3")
+    let out = Command::new(harness::python())
         .arg(&script)
         .args(["group", bootstrap, topic, group, &max.to_string()])
         .output()
-        .expect("python3 must be installed (see .ci/run)");
+        .expect("run the virtualenv Python");
     assert!(
         out.status.success(),
-        "kafka-python group member failed (is kafka-python installed? .ci/run pins it):\n{}\n{}",
+        "kafka-python group member failed (tests/setup.sh installs kafka-python into .venv):\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );

@@ -35,7 +35,7 @@ fn unit_copy(dir: &Path, extra: &str) -> PathBuf {
 fn run(cmd: &mut Command) -> (bool, String) {
     let out = cmd
         .output()
-        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (systemd is installed by .ci/run)"));
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (tests/setup.sh installs systemd)"));
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -42,14 +42,14 @@ fn start_serving(
 /// Runs the kafka-python helper; the test fails (never skips) when kafka-python is missing.
 fn kafka_python(args: &[&str]) -> Vec<serde_json::Value> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/kafka_python_client.py");
-    let out = Command::new("python3")
+    let out = Command::new(harness::python())
         .arg(&script)
         .args(args)
         .output()
-        .expect("python3 must be installed (see .ci/run)");
+        .expect("run the virtualenv Python");
     assert!(
         out.status.success(),
-        "kafka-python helper {args:?} failed (is kafka-python installed? .ci/run pins it):\n{}",
+        "kafka-python helper {args:?} failed (tests/setup.sh installs kafka-python into .venv):\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout)

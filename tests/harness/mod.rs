@@ -54,3 +54,16 @@ pub fn unique_topic(prefix: &str) -> String {
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// The project virtualenv's Python (`.venv`, made by `tests/setup.sh` with the pinned clients of
+/// `tests/python/requirements.txt`: kafka-python, lz4, confluent-kafka). Panics, so the test
+/// fails rather than skips, when the virtualenv is missing.
+pub fn python() -> std::path::PathBuf {
+    let py = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run `bash tests/setup.sh` (README's test command does)",
+        py.display()
+    );
+    py
+}
