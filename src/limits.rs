@@ -431,6 +431,13 @@ pub const SERVE_FETCH_SESSION_EVICTION_MS: u64 = 120_000;
 /// client can pin with partitions added one request at a time.
 pub const SERVE_FETCH_SESSION_PARTITIONS_MAX: usize = 100_000;
 
+/// API keys the endpoint's request counters have a row for (Kafka 4.x uses keys below 100);
+/// requests with a larger key are counted together, unlabelled.
+pub const SERVE_STATS_API_KEYS: usize = 128;
+
+/// Versions per API the request counters have a column for (no Kafka API is above v17).
+pub const SERVE_STATS_VERSIONS: usize = 32;
+
 const _: () = assert!(SERVE_REQUEST_BYTES_MAX <= FRAME_BYTES_MAX);
 const _: () = assert!(SERVE_FETCH_RESPONSE_BYTES_MAX < i32::MAX as u64);
 /// SCRAM iteration counts a source may ask for: Kafka's own bounds (below 4096 is too weak to

@@ -21,6 +21,7 @@ use crate::limits::CONTROL_TICK_MS;
 use crate::log::read_view::ReadCatalog;
 use crate::serve::fetch_sessions::FetchSessions;
 use crate::serve::groups::GroupService;
+use crate::serve::request_stats::RequestStats;
 use crate::serve::txn::TxnService;
 
 /// Why the control plane could not start or stop cleanly.
@@ -72,12 +73,15 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     // The endpoint's fetch sessions: served by the listener, counted in the admin `/metrics`.
     let fetch_sessions = FetchSessions::new();
     let build_sessions = Arc::clone(&fetch_sessions);
+    let endpoint_requests = RequestStats::new();
+    let build_requests = Arc::clone(&endpoint_requests);
     let build = move || {
         let mut plane = ShardDataPlane::start(&data_dir, &runtime, fetch, request_timeout_ms)
             .map_err(|e| e.to_string())?;
         if serve_groups {
             if let Some(t) = plane.telemetry() {
                 t.attach_fetch_sessions(build_sessions);
+                t.attach_endpoint_requests(build_requests);
             }
         }
         plane.attach_read_catalog(Arc::clone(&build_catalog));
@@ -153,6 +157,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
         groups.as_ref(),
         txn.as_ref(),
         &fetch_sessions,
+        &endpoint_requests,
     ) {
         Ok(k) => k,
         Err(e) => {

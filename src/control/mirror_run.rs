@@ -293,6 +293,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         }
     };
     let fetch_sessions = crate::serve::fetch_sessions::FetchSessions::new();
+    let endpoint_requests = crate::serve::request_stats::RequestStats::new();
     let kafka = match crate::serve::start_configured(
         config,
         &catalog,
@@ -301,6 +302,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         // Nothing is writable in static mode: no transactions to coordinate.
         None,
         &fetch_sessions,
+        &endpoint_requests,
     ) {
         Ok(k) => k,
         Err(e) => {
@@ -316,6 +318,9 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         telemetry
             .telemetry
             .attach_fetch_sessions(Arc::clone(&fetch_sessions));
+        telemetry
+            .telemetry
+            .attach_endpoint_requests(Arc::clone(&endpoint_requests));
     }
     let failed: Arc<Mutex<Vec<TopicPartition>>> = Arc::default();
     let _metrics = match &config.metrics {

@@ -21,6 +21,7 @@ use crate::ops::process_stats::{self, ProcessStats};
 use crate::ops::telemetry::Telemetry;
 use crate::runtime::{Latency, LatencySet, PartitionSnapshot, ShardSnapshot};
 use crate::serve::fetch_sessions::SessionStats;
+use crate::serve::request_stats::{RequestCount, RequestError};
 
 /// Content type of the rendered text.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -49,6 +50,7 @@ struct Scrape {
     states: Vec<PartitionState>,
     process: ProcessStats,
     fetch_sessions: Option<SessionStats>,
+    endpoint_requests: Option<Vec<RequestCount>>,
 }
 
 /// Renders one scrape. `states` are the control plane's partitions; partitions the shards
@@ -76,6 +78,7 @@ pub fn render(telemetry: &Telemetry, states: Vec<PartitionState>, default_mirror
         states,
         process: process_stats::read(),
         fetch_sessions: telemetry.fetch_sessions().map(|s| s.stats()),
+        endpoint_requests: telemetry.endpoint_requests().map(|s| s.snapshot()),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -174,6 +177,7 @@ impl Collector for Scrape {
         self.encode_partitions(&mut f)?;
         self.encode_shards(&mut f)?;
         self.encode_fetch_sessions(&mut f)?;
+        self.encode_endpoint_requests(&mut f)?;
         self.encode_process(&mut f)
     }
 }
@@ -384,6 +388,48 @@ impl Scrape {
             f.counter(name, help, &[(none.clone(), v)])?;
         }
         Ok(())
+    }
+
+    fn encode_endpoint_requests(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
+        let Some(rows) = &self.endpoint_requests else {
+            return Ok(());
+        };
+        let labels = |r: &RequestCount| -> Labels {
+            let name = kafka_protocol::messages::ApiKey::try_from(r.api_key)
+                .map(|k| format!("{k:?}"))
+                .unwrap_or_else(|_| r.api_key.to_string());
+            vec![
+                ("api_key", r.api_key.to_string()),
+                ("api", name),
+                ("version", r.version.to_string()),
+            ]
+        };
+        let served: Vec<(Labels, u64)> = rows
+            .iter()
+            .filter(|r| r.served > 0)
+            .map(|r| (labels(r), r.served))
+            .collect();
+        f.counter(
+            "kmirror_endpoint_requests",
+            "Kafka requests the endpoint answered, by API and version.",
+            &served,
+        )?;
+        let mut errors: Vec<(Labels, u64)> = Vec::new();
+        for r in rows {
+            for (i, why) in RequestError::ALL.iter().enumerate() {
+                if r.errors[i] > 0 {
+                    let mut l = labels(r);
+                    l.push(("error", why.name().to_string()));
+                    errors.push((l, r.errors[i]));
+                }
+            }
+        }
+        f.counter(
+            "kmirror_endpoint_request_errors",
+            "Kafka requests that closed their connection, by API, version and why: decode \
+             (not understood), unsupported (API or version not served), other.",
+            &errors,
+        )
     }
 
     fn encode_process(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {

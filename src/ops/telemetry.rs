@@ -21,6 +21,7 @@ use crate::limits::{
 };
 use crate::runtime::{Latency, LatencySet, ShardStats};
 use crate::serve::fetch_sessions::FetchSessions;
+use crate::serve::request_stats::RequestStats;
 
 /// Sub-directory of the data dir holding the interval logs.
 pub const LATENCY_DIR: &str = "latency";
@@ -47,6 +48,8 @@ pub struct Telemetry {
     pub started: SystemTime,
     /// The Kafka endpoint's fetch sessions, once a listener serves them.
     fetch_sessions: OnceLock<Arc<FetchSessions>>,
+    /// The Kafka endpoint's requests per API and version, once a listener counts them.
+    endpoint_requests: OnceLock<Arc<RequestStats>>,
 }
 
 impl Telemetry {
@@ -57,6 +60,7 @@ impl Telemetry {
             cumulative: Mutex::new(cumulative),
             started: SystemTime::now(),
             fetch_sessions: OnceLock::new(),
+            endpoint_requests: OnceLock::new(),
         }
     }
 
@@ -68,6 +72,15 @@ impl Telemetry {
 
     pub fn fetch_sessions(&self) -> Option<&Arc<FetchSessions>> {
         self.fetch_sessions.get()
+    }
+
+    /// Shows the endpoint's request counters in `/metrics` from now on.
+    pub fn attach_endpoint_requests(&self, stats: Arc<RequestStats>) {
+        let _ = self.endpoint_requests.set(stats);
+    }
+
+    pub fn endpoint_requests(&self) -> Option<&Arc<RequestStats>> {
+        self.endpoint_requests.get()
     }
 
     /// A copy of the cumulative histograms, one set per shard.
