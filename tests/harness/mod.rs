@@ -20,6 +20,7 @@ mod jars;
 pub mod mirrors_cli;
 mod process;
 pub mod proxy;
+pub mod python_clients;
 pub mod serve;
 mod tool;
 

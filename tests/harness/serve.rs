@@ -196,3 +196,58 @@ pub fn wait_all_mirrored(serve: &mut Serve, pairs: &[(PathBuf, PathBuf)]) {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// The text of `GET /metrics` on `addr` (the admin port, or a static mode's `[metrics]`).
+pub fn scrape_metrics(addr: &str) -> String {
+    let mut resp = ureq::get(&format!("http://{addr}/metrics"))
+        .call()
+        .unwrap_or_else(|e| panic!("scraping {addr}: {e}"));
+    resp.body_mut().read_to_string().unwrap()
+}
+
+/// One `(api key, version)` row of the endpoint's request counters in a scrape.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointRequests {
+    pub served: u64,
+    /// `error` label → count (`decode`, `unsupported`, `other`).
+    pub errors: std::collections::BTreeMap<String, u64>,
+}
+
+/// `kmirror_endpoint_requests_total` and `kmirror_endpoint_request_errors_total` of a scrape,
+/// by `(api key, version)`.
+pub fn endpoint_requests(scrape: &str) -> std::collections::BTreeMap<(i16, i16), EndpointRequests> {
+    let mut out: std::collections::BTreeMap<(i16, i16), EndpointRequests> = Default::default();
+    for line in scrape.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Some((name, labels)) = series.split_once('{') else {
+            continue;
+        };
+        if name != "kmirror_endpoint_requests_total"
+            && name != "kmirror_endpoint_request_errors_total"
+        {
+            continue;
+        }
+        let label = |key: &str| -> String {
+            let start = labels
+                .find(&format!("{key}=\""))
+                .unwrap_or_else(|| panic!("no {key} in {line}"))
+                + key.len()
+                + 2;
+            labels[start..].split('"').next().unwrap().to_string()
+        };
+        let at = (
+            label("api_key").parse().unwrap(),
+            label("version").parse().unwrap(),
+        );
+        let n: u64 = value.parse().unwrap();
+        let row = out.entry(at).or_default();
+        if name == "kmirror_endpoint_requests_total" {
+            row.served += n;
+        } else {
+            *row.errors.entry(label("error")).or_default() += n;
+        }
+    }
+    out
+}
