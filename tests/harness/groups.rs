@@ -47,6 +47,27 @@ pub fn group_consume_with(
         .collect()
 }
 
+/// `group-consume` with `group.protocol=protocol` (`classic` or KIP-848's `consumer`), giving up
+/// after `timeout_ms`; returns whatever happened, for tests that expect the client to fail.
+pub fn group_consume_protocol(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    max: usize,
+    protocol: &str,
+    timeout_ms: u64,
+) -> std::process::Output {
+    let mut args = group_tool_args("group-consume", bootstrap, topic, group);
+    for (flag, value) in [
+        ("--max", max.to_string()),
+        ("--group-protocol", protocol.to_string()),
+        ("--timeout-ms", timeout_ms.to_string()),
+    ] {
+        args.extend([flag.to_string(), value]);
+    }
+    super::tool::run_tool_unchecked(&args)
+}
+
 /// What a `group-member` run printed: each assignment it got, and every record it read.
 #[derive(Debug, Default, Clone)]
 pub struct MemberRun {
