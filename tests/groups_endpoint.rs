@@ -358,13 +358,7 @@ fn two_members_on_kmirror_split_the_partitions_and_rebalance() {
 fn a_kip_848_consumer_is_told_to_use_the_classic_protocol() {
     // No source needed: the client fails on what kmirror's ApiVersions lacks.
     let work = tempfile::tempdir().unwrap();
-    let admin = format!("127.0.0.1:{}", free_loopback_port());
-    let config = work.path().join("kmirror.toml");
-    let data_dir = work.path().join("data");
-    write_serving_config(&config, &admin, Some("127.0.0.1:0"), &data_dir, "");
-    let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    wait_admin(&mut serve, &admin);
-    let kmirror = serve.kafka_listener();
+    let (_serve, admin, kmirror) = harness::mirrors_cli::serve_admin_with_listener(work.path());
 
     // The timeout is far beyond what the failure takes: a consumer that waited it out would
     // fail with "consumed 0 of 1" instead, which the test refuses.

@@ -17,7 +17,25 @@
 //! client sends, per API, the highest version both it and the broker support
 //! (`NetworkClient`/`ApiVersions.latestUsableVersion`), so from the `ApiKeys` ranges in their jars
 //! (2.1.1, 2.8.2, 3.9.1, 4.4.0: every served API's client maximum is at or above kmirror's
-//! minimum) they send min(client max, kmirror max); the report table lists those.
+//! minimum) they send min(client max, kmirror max), as the table below lists.
+//!
+//! Java clients not run here, from the `ApiKeys` ranges in their jars (`min(client max, kmirror
+//! max)`; a Java client sends no version below kmirror's minimum for any served API):
+//!
+//! | API | kmirror | Java 2.1.1 | 2.8.2 | 3.9.1 | 4.4.0 |
+//! |---|---|---|---|---|---|
+//! | Produce | 3–12 | 7 | 9 | 11 | 12 (4.1.1's transactional producer sent 11) |
+//! | Fetch | 4–17 | 10 | 12 | 17 | 17 |
+//! | ListOffsets | 1–10 | 4 | 6 | 9 | 10 |
+//! | Metadata | 0–12 | 7 | 11 | 12 | 12 |
+//! | OffsetCommit / OffsetFetch | 2–9 / 1–9 | 6 / 5 | 8 / 7 | 9 / 9 | 9 / 9 |
+//! | FindCoordinator | 0–6 | 2 | 3 | 6 | 6 |
+//! | JoinGroup / SyncGroup / Heartbeat / LeaveGroup | 0–9 / 0–5 / 0–4 / 0–5 | 3 / 2 / 2 / 2 | 7 / 5 / 4 / 4 | 9 / 5 / 4 / 5 | 9 / 5 / 4 / 5 |
+//! | DescribeGroups / ListGroups | 0–6 / 0–5 | 2 / 2 | 5 / 4 | 5 / 5 | 6 / 5 |
+//! | ApiVersions | 0–4 | 2 | 3 | 4 | 5, answered UNSUPPORTED_VERSION in the v0 layout, then 4 (seen by hand) |
+//! | InitProducerId / AddPartitionsToTxn / AddOffsetsToTxn / EndTxn / TxnOffsetCommit | 0–4 / 0–3 / 0–4 / 0–4 / 0–4 | 1 / 1 / 1 / 1 / 2 | 4 / 3 / 3 / 3 / 3 | 4 / 3 / 4 / 4 / 4 | 4 / 3 / 4 / 4 / 4 |
+//! | OffsetForLeaderEpoch | 2–4 | 2 | 4 | 4 | 4 |
+//! | DescribeConfigs | 1–4 | 2 | 4 | 4 | 4 |
 
 mod harness;
 
@@ -30,13 +48,9 @@ use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, RequestH
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use harness::groups::{describe_group, group_consume, txn_transform};
-use harness::mirrors_cli::{
-    cli_ok, create_mirror, free_loopback_port, wait_admin, write_serving_config,
-};
+use harness::mirrors_cli::{cli_ok, serve_mirroring};
 use harness::python_clients::{kafka_python, librdkafka};
-use harness::serve::{
-    endpoint_requests, scrape_metrics, wait_all_mirrored, EndpointRequests, Serve,
-};
+use harness::serve::{endpoint_requests, scrape_metrics, EndpointRequests};
 use harness::{Isolation, ProduceOpts, TxnEnd};
 
 /// One API kmirror serves: the range it advertises and the versions each client's workload
@@ -211,27 +225,7 @@ fn every_version_each_client_sends_is_advertised_and_understood() {
     k.produce(&output, 0, 10, &ProduceOpts::default());
 
     let work = tempfile::tempdir().unwrap();
-    let data_dir = work.path().join("data");
-    let config = work.path().join("kmirror.toml");
-    let admin = format!("127.0.0.1:{}", free_loopback_port());
-    write_serving_config(&config, &admin, Some("127.0.0.1:0"), &data_dir, "");
-    let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    wait_admin(&mut serve, &admin);
-    let kmirror = serve.kafka_listener();
-    create_mirror(&admin, work.path(), "m", &k.bootstrap(), "");
-    cli_ok(
-        &admin,
-        &[
-            "start",
-            "--mirror",
-            "m",
-            "--topics",
-            &format!("{input},{output}"),
-        ],
-    );
-    let mut pairs = k.mirror_pairs(&input, 2, &data_dir);
-    pairs.extend(k.mirror_pairs(&output, 1, &data_dir));
-    wait_all_mirrored(&mut serve, &pairs);
+    let (serve, admin, kmirror) = serve_mirroring(work.path(), k, &[(&input, 2), (&output, 1)]);
 
     let mut seen: BTreeMap<Client, BTreeSet<(i16, i16)>> = BTreeMap::new();
     let mut refused = Vec::new();

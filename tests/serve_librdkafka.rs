@@ -15,11 +15,9 @@ mod harness;
 
 use std::collections::BTreeSet;
 
-use harness::mirrors_cli::{
-    cli_ok, create_mirror, describe_rows, free_loopback_port, wait_admin, write_serving_config,
-};
+use harness::mirrors_cli::{cli_ok, describe_rows, serve_mirroring};
 use harness::python_clients::{librdkafka, records};
-use harness::serve::{endpoint_requests, scrape_metrics, wait_all_mirrored, Serve};
+use harness::serve::{endpoint_requests, scrape_metrics};
 use harness::{Codec, ConsumedRecord, Kafka, ProduceOpts, TxnEnd};
 
 const ISOLATIONS: [&str; 2] = ["read_uncommitted", "read_committed"];
@@ -102,21 +100,7 @@ fn librdkafka_reads_administers_and_writes_kmirror_as_it_does_the_source() {
     let partitions = [(a.as_str(), 0), (a.as_str(), 1), (b.as_str(), 0)];
 
     let work = tempfile::tempdir().unwrap();
-    let data_dir = work.path().join("data");
-    let config = work.path().join("kmirror.toml");
-    let admin = format!("127.0.0.1:{}", free_loopback_port());
-    write_serving_config(&config, &admin, Some("127.0.0.1:0"), &data_dir, "");
-    let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    wait_admin(&mut serve, &admin);
-    let kmirror = serve.kafka_listener();
-    create_mirror(&admin, work.path(), "m", &k.bootstrap(), "");
-    cli_ok(
-        &admin,
-        &["start", "--mirror", "m", "--topics", &format!("{a},{b}")],
-    );
-    let mut pairs = k.mirror_pairs(&a, 2, &data_dir);
-    pairs.extend(k.mirror_pairs(&b, 1, &data_dir));
-    wait_all_mirrored(&mut serve, &pairs);
+    let (serve, admin, kmirror) = serve_mirroring(work.path(), k, &[(&a, 2), (&b, 1)]);
     let source = k.bootstrap();
 
     // Records, both isolation levels, equal the source's record by record.
