@@ -246,6 +246,15 @@ mod tests {
             assert_eq!(m.brokers.len(), 1);
             assert_eq!(m.cluster_id.as_deref(), Some(CLUSTER_ID));
         }
+        // Both were counted as answered; a body with other trailing bytes is counted refused.
+        let mut bad = frame(ALL_TOPICS_V12).to_vec();
+        bad.push(0xff);
+        assert!(d.dispatch(bad.into()).is_err());
+        let counts = d.stats().snapshot();
+        assert_eq!(counts.len(), 1, "{counts:?}");
+        assert_eq!((counts[0].api_key, counts[0].version), (3, 12));
+        assert_eq!(counts[0].served, 2);
+        assert_eq!(counts[0].errors, [1, 0, 0], "one decode error");
     }
 
     #[test]

@@ -57,14 +57,8 @@ def consume(bootstrap, topic, partition, isolation):
         "isolation.level": isolation,
     })
     c.assign([TopicPartition(topic, int(partition), OFFSET_BEGINNING)])
-    deadline = time.time() + DEADLINE_S
     try:
-        while True:
-            if time.time() > deadline:
-                raise SystemExit(f"no end of {topic}-{partition} within {DEADLINE_S} s")
-            m = c.poll(0.5)
-            if m is None:
-                continue
+        for m in messages(c, lambda: f"no end of {topic}-{partition}"):
             if m.error():
                 if m.error().code() == KafkaError._PARTITION_EOF:
                     return
@@ -79,6 +73,18 @@ def consume(bootstrap, topic, partition, isolation):
             })
     finally:
         c.close()
+
+
+def messages(consumer, what):
+    """Polled messages (errors included) until the caller stops; fails after DEADLINE_S, saying
+    `what()` did not happen."""
+    deadline = time.time() + DEADLINE_S
+    while True:
+        if time.time() > deadline:
+            raise SystemExit(f"{what()} within {DEADLINE_S} s")
+        m = consumer.poll(0.5)
+        if m is not None:
+            yield m
 
 
 def admin(bootstrap):
@@ -131,18 +137,14 @@ def group(bootstrap, pattern, group_id, max_records):
     })
     c.subscribe([pattern])
     got, commit = 0, {}
-    deadline = time.time() + DEADLINE_S
-    while got < want:
-        if time.time() > deadline:
-            raise SystemExit(f"consumed {got} of {want} within {DEADLINE_S} s")
-        m = c.poll(0.5)
-        if m is None:
-            continue
+    for m in messages(c, lambda: f"consumed {got} of {want}") if want > 0 else ():
         if m.error():
             raise KafkaException(m.error())
         emit({"topic": m.topic(), "partition": m.partition(), "offset": m.offset()})
         commit[(m.topic(), m.partition())] = m.offset() + 1
         got += 1
+        if got == want:
+            break
     if commit:
         c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commit.items()],
                  asynchronous=False)
