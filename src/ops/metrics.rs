@@ -49,6 +49,29 @@ struct Scrape {
     states: Vec<PartitionState>,
     process: ProcessStats,
     fetch_sessions: Option<SessionStats>,
+    disk: Option<DiskSpace>,
+}
+
+/// The data dir's filesystem, from statvfs at scrape time.
+#[derive(Debug, Clone, Copy)]
+struct DiskSpace {
+    /// Bytes an unprivileged writer (kmirror) may still use (`f_bavail`).
+    free: u64,
+    capacity: u64,
+}
+
+fn disk_space(dir: &std::path::Path) -> Option<DiskSpace> {
+    match rustix::fs::statvfs(dir) {
+        Ok(v) => Some(DiskSpace {
+            free: v.f_bavail.saturating_mul(v.f_frsize),
+            capacity: v.f_blocks.saturating_mul(v.f_frsize),
+        }),
+        Err(e) => {
+            // Only these two series go missing from the scrape; the rest is still served.
+            tracing::warn!("/metrics: cannot statvfs {}: {e}", dir.display());
+            None
+        }
+    }
 }
 
 /// Renders one scrape. `states` are the control plane's partitions; partitions the shards
@@ -76,6 +99,7 @@ pub fn render(telemetry: &Telemetry, states: Vec<PartitionState>, default_mirror
         states,
         process: process_stats::read(),
         fetch_sessions: telemetry.fetch_sessions().map(|s| s.stats()),
+        disk: telemetry.data_dir().and_then(disk_space),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -174,6 +198,7 @@ impl Collector for Scrape {
         self.encode_partitions(&mut f)?;
         self.encode_shards(&mut f)?;
         self.encode_fetch_sessions(&mut f)?;
+        self.encode_disk(&mut f)?;
         self.encode_process(&mut f)
     }
 }
@@ -264,6 +289,37 @@ impl Scrape {
             "kmirror_partition_state",
             "1 for the partition's current mirror state (KIP-1279 names), 0 for the others.",
             &states,
+        )?;
+        // Per mirror, over the partitions the shards fetch for it (none: no series).
+        let mut reachable: Vec<(Labels, i64)> = Vec::new();
+        for (m, p) in &self.partitions {
+            match reachable.last_mut() {
+                Some((l, v)) if l[0].1 == *m => *v = (*v).min(i64::from(p.source_answered)),
+                _ => reachable.push((vec![("mirror", m.clone())], i64::from(p.source_answered))),
+            }
+        }
+        f.gauge(
+            "kmirror_source_reachable",
+            "1 when the source broker of every partition the mirror fetches has answered on its \
+             current connection; 0 while one is connecting or reconnecting.",
+            &reachable,
+        )
+    }
+
+    fn encode_disk(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
+        let Some(d) = self.disk else {
+            return Ok(());
+        };
+        let none: Labels = Vec::new();
+        f.gauge(
+            "kmirror_data_dir_free_bytes",
+            "Bytes still available to kmirror on the data dir's filesystem (statvfs f_bavail).",
+            &[(none.clone(), d.free as i64)],
+        )?;
+        f.gauge(
+            "kmirror_data_dir_capacity_bytes",
+            "Size of the data dir's filesystem (statvfs f_blocks).",
+            &[(none, d.capacity as i64)],
         )
     }
 

@@ -47,6 +47,8 @@ pub struct Telemetry {
     pub started: SystemTime,
     /// The Kafka endpoint's fetch sessions, once a listener serves them.
     fetch_sessions: OnceLock<Arc<FetchSessions>>,
+    /// The data dir, whose filesystem's free space `/metrics` shows (none: not shown).
+    data_dir: Option<PathBuf>,
 }
 
 impl Telemetry {
@@ -57,7 +59,12 @@ impl Telemetry {
             cumulative: Mutex::new(cumulative),
             started: SystemTime::now(),
             fetch_sessions: OnceLock::new(),
+            data_dir: None,
         }
+    }
+
+    pub fn data_dir(&self) -> Option<&Path> {
+        self.data_dir.as_deref()
     }
 
     /// Shows the endpoint's fetch session counters in `/metrics` from now on (the listener
@@ -116,7 +123,10 @@ impl TelemetryThread {
             path: dir.clone(),
             source,
         })?;
-        let telemetry = Arc::new(Telemetry::new(shards));
+        let telemetry = Arc::new(Telemetry {
+            data_dir: Some(data_dir.to_owned()),
+            ..Telemetry::new(shards)
+        });
         let stop = Arc::new(AtomicBool::new(false));
         let (t, s) = (Arc::clone(&telemetry), Arc::clone(&stop));
         let thread = std::thread::Builder::new()
