@@ -501,3 +501,51 @@ impl std::fmt::Debug for Scrape {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{Offset, ShardId};
+    use crate::runtime::ShardStats;
+    use std::sync::Arc;
+
+    fn sample(text: &str, key: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn source_reachable_is_one_only_when_every_partition_of_the_mirror_was_answered() {
+        let shards = [ShardStats::new(ShardId(0)), ShardStats::new(ShardId(1))].map(Arc::new);
+        let tp = |t: &str, p| TopicPartition::new(t, p);
+        // east: one partition on each shard, one of them reconnecting; west: all answered.
+        let east0 = shards[0].register(tp("orders", 0), Offset(0));
+        let east1 = shards[1].register(tp("orders", 1), Offset(0));
+        let west = shards[1].register(tp("pay", 0), Offset(0));
+        east0.source_answered(true);
+        west.source_answered(true);
+        let telemetry = Telemetry::new(shards.to_vec());
+        let state = |mirror: &str, tp| PartitionState {
+            mirror: mirror.to_owned(),
+            tp,
+            state: StateName::Mirroring,
+        };
+        let states = || {
+            vec![
+                state("east", tp("orders", 0)),
+                state("east", tp("orders", 1)),
+                state("west", tp("pay", 0)),
+            ]
+        };
+        let text = render(&telemetry, states(), "");
+        let east = r#"kmirror_source_reachable{mirror="east"}"#;
+        let west_key = r#"kmirror_source_reachable{mirror="west"}"#;
+        assert_eq!(sample(&text, east), Some(0.0), "{text}");
+        assert_eq!(sample(&text, west_key), Some(1.0), "{text}");
+        east1.source_answered(true);
+        let text = render(&telemetry, states(), "");
+        assert_eq!(sample(&text, east), Some(1.0), "{text}");
+        // No data dir given: no disk gauges rather than made-up ones.
+        assert!(!text.contains("kmirror_data_dir_"), "{text}");
+    }
+}
