@@ -12,8 +12,8 @@
 //! between cuts it off, 1 again after.
 //!
 //! The operator files under `ops/`: `promtool check rules` and `promtool test rules` pass on
-//! the alert rules, and every metric named by a rule or by a query of the Grafana dashboard is
-//! one the live scrape of the admin-mode kmirror offers.
+//! the alert rules, the Grafana dashboard is importable JSON, and every metric named by a rule
+//! or by a query of the dashboard is one the live scrape of the admin-mode kmirror offers.
 
 mod harness;
 mod mirror_support;
@@ -543,4 +543,51 @@ fn source_reachable_follows_the_source_connection() {
     wait_mirrored(&mut serve, &k.partition_dir(&topic, 0), &ours);
     let log = serve.sigterm_and_wait();
     assert!(log.contains("stopped cleanly"), "{log}");
+}
+
+/// The dashboard imports as it is: a uid, unique panel ids, panels inside the 24-column grid
+/// without overlapping, and every query panel on the `datasource` variable it declares, with
+/// distinct refIds.
+#[test]
+fn dashboard_is_importable_grafana_json() {
+    let path = ops_files::ops_dir().join(ops_files::DASHBOARD);
+    let d: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).expect("valid JSON");
+    assert!(d["uid"].as_str().is_some_and(|u| !u.is_empty()), "no uid");
+    assert!(d["schemaVersion"].as_u64().is_some(), "no schemaVersion");
+    let vars = d["templating"]["list"].as_array().expect("templating list");
+    assert!(
+        vars.iter()
+            .any(|v| v["name"] == "datasource" && v["type"] == "datasource"),
+        "no datasource variable"
+    );
+    let panels = d["panels"].as_array().expect("panels");
+    let mut ids = std::collections::BTreeSet::new();
+    let mut boxes: Vec<(u64, u64, u64, u64, &str)> = Vec::new();
+    for p in panels {
+        let title = p["title"].as_str().expect("every panel has a title");
+        assert!(
+            ids.insert(p["id"].as_u64().expect("panel id")),
+            "id twice: {title}"
+        );
+        let g = &p["gridPos"];
+        let [x, y, w, h] = ["x", "y", "w", "h"].map(|k| g[k].as_u64().expect("gridPos"));
+        assert!(x + w <= 24 && w > 0 && h > 0, "{title} outside the grid");
+        for &(x2, y2, w2, h2, other) in &boxes {
+            let apart = x + w <= x2 || x2 + w2 <= x || y + h <= y2 || y2 + h2 <= y;
+            assert!(apart, "{title} overlaps {other}");
+        }
+        boxes.push((x, y, w, h, title));
+        if p["type"] == "row" {
+            continue;
+        }
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "{title}");
+        let targets = p["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{title} has no query");
+        let refs: std::collections::BTreeSet<&str> = targets
+            .iter()
+            .map(|t| t["refId"].as_str().expect("refId"))
+            .collect();
+        assert_eq!(refs.len(), targets.len(), "{title}: refIds repeat");
+    }
 }
