@@ -148,6 +148,16 @@ impl LeaderEpochCache {
         self.dirty |= self.entries.len() != before;
     }
 
+    /// Opening a log that ends at `log_end`: drop the epochs that start beyond it (their
+    /// batches are gone) but keep one that starts exactly there. Such an entry has no batch
+    /// yet: it is the epoch a promotion (failover) assigned before anything was produced.
+    /// Kafka's loader drops it too (`truncateFromEnd(nextOffset)`) and relies on its controller
+    /// to announce the epoch again; kmirror is its own controller, so this checkpoint is the
+    /// only record of the epoch and stays authoritative for it.
+    pub fn truncate_past_end(&mut self, log_end: Offset) {
+        self.truncate_from_end(Offset(log_end.0.saturating_add(1)));
+    }
+
     /// The log start moved to `start_offset`: drop the epochs that begin at or before it, keeping
     /// the last of them (it covers the new start) moved to begin at `start_offset`.
     pub fn truncate_from_start(&mut self, start_offset: Offset) {
@@ -297,6 +307,17 @@ mod tests {
         assert_eq!(pairs(&c), vec![(1, 10)]);
         c.truncate_from_start(Offset(3));
         assert_eq!(pairs(&c), vec![(1, 10)]);
+    }
+
+    #[test]
+    fn truncate_past_end_keeps_an_epoch_starting_at_the_end() {
+        let (_d, mut c) = cache();
+        c.assign(LeaderEpoch(0), Offset(0));
+        c.assign(LeaderEpoch(4), Offset(10));
+        c.truncate_past_end(Offset(10));
+        assert_eq!(pairs(&c), vec![(0, 0), (4, 10)]);
+        c.truncate_past_end(Offset(9));
+        assert_eq!(pairs(&c), vec![(0, 0)]);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use crate::ids::Offset;
+use crate::ids::{LeaderEpoch, Offset};
 use crate::log::config::LogConfig;
 use crate::log::epoch_cache::LeaderEpochCache;
 use crate::log::io::LogIo;
@@ -67,6 +67,8 @@ pub(crate) fn load(
     epochs: &mut LeaderEpochCache,
     producers: &mut ProducerStateManager,
 ) -> Result<Loaded, LogError> {
+    // The checkpoint's newest epoch may have no batch yet (see `restore_unbacked_epoch`).
+    let checkpointed = epochs.latest();
     let bases = list_segments(dir)?;
     let now = now_ms();
     let mut segments = Vec::with_capacity(bases.len());
@@ -135,7 +137,8 @@ pub(crate) fn load(
     }
     let end = segments.last().expect("non-empty").next_offset();
     log_start = log_start.min(end);
-    epochs.truncate_from_end(end);
+    epochs.truncate_past_end(end);
+    restore_unbacked_epoch(epochs, checkpointed, end);
     epochs.truncate_from_start(log_start);
     epochs.flush_if_dirty()?;
     // Snapshots past the end describe data that is gone.
@@ -159,6 +162,26 @@ pub(crate) fn load(
         recovery_point,
         recovered,
     })
+}
+
+/// Puts back the checkpoint's newest epoch when it starts exactly at the recovered log end and
+/// is above every epoch the batches gave: the failover fence (`PartitionLog::promote`) of a
+/// partition nothing was written to since. Revalidation rebuilds the epochs of the region it
+/// rereads from batches only, and there is no batch to rebuild this one from; losing it would
+/// make kmirror lead, announce and stamp produced batches at the source's epoch again. An epoch
+/// starting beyond the end is not restored: its batches are gone and, for a partition still
+/// STOPPING, the next promotion assigns a new one.
+fn restore_unbacked_epoch(
+    epochs: &mut LeaderEpochCache,
+    checkpointed: Option<(LeaderEpoch, Offset)>,
+    end: Offset,
+) {
+    let Some((epoch, start)) = checkpointed else {
+        return;
+    };
+    if start == end && epochs.latest_epoch().is_none_or(|latest| latest < epoch) {
+        epochs.assign(epoch, start);
+    }
 }
 
 /// Feeds a trusted segment's batches to the epoch cache and producer state (it lies between

@@ -50,6 +50,8 @@ pub struct Telemetry {
     fetch_sessions: OnceLock<Arc<FetchSessions>>,
     /// The Kafka endpoint's requests per API and version, once a listener counts them.
     endpoint_requests: OnceLock<Arc<RequestStats>>,
+    /// The data dir, whose filesystem's free space `/metrics` shows (none: not shown).
+    data_dir: Option<PathBuf>,
 }
 
 impl Telemetry {
@@ -61,7 +63,12 @@ impl Telemetry {
             started: SystemTime::now(),
             fetch_sessions: OnceLock::new(),
             endpoint_requests: OnceLock::new(),
+            data_dir: None,
         }
+    }
+
+    pub fn data_dir(&self) -> Option<&Path> {
+        self.data_dir.as_deref()
     }
 
     /// Shows the endpoint's fetch session counters in `/metrics` from now on (the listener
@@ -129,7 +136,10 @@ impl TelemetryThread {
             path: dir.clone(),
             source,
         })?;
-        let telemetry = Arc::new(Telemetry::new(shards));
+        let telemetry = Arc::new(Telemetry {
+            data_dir: Some(data_dir.to_owned()),
+            ..Telemetry::new(shards)
+        });
         let stop = Arc::new(AtomicBool::new(false));
         let (t, s) = (Arc::clone(&telemetry), Arc::clone(&stop));
         let thread = std::thread::Builder::new()

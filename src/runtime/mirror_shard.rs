@@ -239,6 +239,9 @@ struct Source {
     /// The group the next head-of-pipe request is offered to first (round robin).
     next_head: usize,
     deadline_armed: bool,
+    /// The source answered a request on this connection since it (re)connected; mirrored into
+    /// every partition's stats when it changes (`kmirror_source_reachable`), never per response.
+    answered: bool,
 }
 
 /// Logs handed back to the control thread when a shard stops or drops a partition, so the
@@ -326,6 +329,7 @@ impl MirrorShard {
             securing_since: None,
             next_head: 0,
             deadline_armed: false,
+            answered: false,
         });
         let i = self.sources.len() - 1;
         self.connect(cx, i);
@@ -407,7 +411,9 @@ impl MirrorShard {
                     group.meters.resize_with(n + 1, || None);
                     group.leader_wanted.resize(n + 1, false);
                 }
-                group.meters[n] = Some(cx.stats.register(tp.clone(), log.log_end_offset()));
+                let meter = cx.stats.register(tp.clone(), log.log_end_offset());
+                meter.source_answered(src.answered);
+                group.meters[n] = Some(meter);
                 group.logs[n] = Some(log);
                 group.leader_wanted[n] = false;
                 let at = Loc {
@@ -582,9 +588,17 @@ impl MirrorShard {
         src.partial = None;
         src.out.clear();
         let now = Instant::now();
+        let answered = std::mem::replace(&mut src.answered, false);
         for group in &mut src.groups {
             group.fetcher.connection_lost(now);
             group.streaming = true;
+            if answered {
+                group
+                    .meters
+                    .iter()
+                    .flatten()
+                    .for_each(|m| m.source_answered(false));
+            }
         }
     }
 
@@ -931,6 +945,16 @@ impl MirrorShard {
             return Err("response with no request outstanding".to_string());
         };
         src.turn_since = now;
+        if !src.answered {
+            src.answered = true;
+            for group in &src.groups {
+                group
+                    .meters
+                    .iter()
+                    .flatten()
+                    .for_each(|m| m.source_answered(true));
+            }
+        }
         let took = now.saturating_duration_since(request.sent_at);
         cx.stats.fetched(took);
         cx.latency.record(Latency::FetchRoundTrip, took);

@@ -8,7 +8,7 @@
 //! both ways, so after warm-up nothing allocates). The only mutex is the partition registry,
 //! touched when a partition is added to or leaves the shard, never per fetch.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,8 @@ pub struct PartitionStats {
     throttle_ms: AtomicU64,
     /// Largest batch timestamp appended so far (-1: none yet).
     max_timestamp_ms: AtomicI64,
+    /// The connection fetching the partition is up and its source broker has answered on it.
+    source_answered: AtomicBool,
 }
 
 /// A consistent-enough copy of `PartitionStats` for rendering.
@@ -46,6 +48,7 @@ pub struct PartitionSnapshot {
     pub fetch_errors: u64,
     pub throttle_ms: u64,
     pub max_timestamp: Option<TimestampMs>,
+    pub source_answered: bool,
 }
 
 impl PartitionStats {
@@ -59,6 +62,7 @@ impl PartitionStats {
             fetch_errors: AtomicU64::new(0),
             throttle_ms: AtomicU64::new(0),
             max_timestamp_ms: AtomicI64::new(-1),
+            source_answered: AtomicBool::new(false),
         }
     }
 
@@ -87,6 +91,11 @@ impl PartitionStats {
         self.fetch_errors.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The partition's source connection answered since it connected (true), or was lost.
+    pub fn source_answered(&self, yes: bool) {
+        self.source_answered.store(yes, Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> PartitionSnapshot {
         let hw = self.high_watermark.load(Ordering::Relaxed);
         let ts = self.max_timestamp_ms.load(Ordering::Relaxed);
@@ -99,6 +108,7 @@ impl PartitionStats {
             fetch_errors: self.fetch_errors.load(Ordering::Relaxed),
             throttle_ms: self.throttle_ms.load(Ordering::Relaxed),
             max_timestamp: (ts >= 0).then_some(TimestampMs(ts)),
+            source_answered: self.source_answered.load(Ordering::Relaxed),
         }
     }
 }

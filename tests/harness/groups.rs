@@ -166,6 +166,24 @@ impl Member {
         }
     }
 
+    /// Waits until the records read so far satisfy `done` (`what` names it in a failure).
+    pub fn wait_records(&mut self, what: &str, done: impl Fn(&[Consumed]) -> bool) {
+        let deadline = Instant::now() + REBALANCE_LIMIT;
+        while !done(&self.seen.records) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.take(line);
+                }
+                Err(_) => panic!(
+                    "{what}: not seen within {REBALANCE_LIMIT:?}; so far {:?}; stderr:\n{}",
+                    self.seen,
+                    self.stderr.lock().unwrap()
+                ),
+            }
+        }
+    }
+
     /// Closes the member's stdin, so it leaves the group and exits; returns all it printed.
     pub fn leave(mut self) -> MemberRun {
         drop(self.child.stdin.take());

@@ -2,7 +2,8 @@
 //! threads. It forwards every byte unchanged except:
 //! * Metadata responses: every broker is re-advertised at the proxy's own address, so the
 //!   client's connections to the leader also go through the proxy;
-//! * Fetch responses, per the chosen [`Fault`], for one partition index.
+//! * Fetch responses, per the chosen [`Fault`], for one partition index;
+//! * while [`FaultProxy::sever`]ed, nothing at all: the broker looks unreachable.
 //!
 //! It frames both directions (4-byte length + body), remembers each request's api key and
 //! version by correlation id, and decodes only the responses it changes with the
@@ -40,6 +41,9 @@ pub struct FaultProxy {
     pub max_in_flight: Arc<AtomicUsize>,
     /// Fetch requests forwarded, on all connections.
     pub fetches: Arc<AtomicUsize>,
+    /// While set, the source looks unreachable: connections are closed at their next frame and
+    /// new ones as soon as they are accepted (`sever`).
+    severed: Arc<AtomicBool>,
 }
 
 /// (api key, version) of each request on one connection, oldest first: Kafka answers a
@@ -59,12 +63,18 @@ impl FaultProxy {
         let fetches2 = Arc::clone(&fetches);
         let (stop2, applied2) = (Arc::clone(&stop), Arc::clone(&applied));
         let truncated = Arc::new(AtomicBool::new(false));
+        let severed = Arc::new(AtomicBool::new(false));
+        let severed2 = Arc::clone(&severed);
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 if stop2.load(Ordering::Relaxed) {
                     return;
                 }
                 let Ok(client) = client else { continue };
+                if severed2.load(Ordering::Relaxed) {
+                    // Dropped: the client sees EOF before any answer.
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(upstream) else {
                     continue;
                 };
@@ -72,11 +82,21 @@ impl FaultProxy {
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let p2 = Arc::clone(&pending);
                 let counters = (Arc::clone(&max2), Arc::clone(&fetches2));
-                std::thread::spawn(move || requests(c2, s2, p2, counters));
+                let cut = Arc::clone(&severed2);
+                std::thread::spawn(move || requests(c2, s2, p2, counters, cut));
                 let applied = Arc::clone(&applied2);
                 let truncated = Arc::clone(&truncated);
+                let cut = Arc::clone(&severed2);
                 std::thread::spawn(move || {
-                    responses(server, client, pending, addr, fault, applied, truncated)
+                    responses(
+                        server,
+                        client,
+                        pending,
+                        addr,
+                        fault,
+                        applied,
+                        (truncated, cut),
+                    )
                 });
             }
         });
@@ -86,7 +106,14 @@ impl FaultProxy {
             applied,
             max_in_flight,
             fetches,
+            severed,
         }
+    }
+
+    /// `true`: the broker becomes unreachable through the proxy (every connection closed, new
+    /// ones closed on accept); `false`: reachable again.
+    pub fn sever(&self, yes: bool) {
+        self.severed.store(yes, Ordering::Relaxed);
     }
 
     /// `host:port` for the client's bootstrap list.
@@ -129,9 +156,13 @@ fn requests(
     mut server: TcpStream,
     pending: Pending,
     counters: (Arc<AtomicUsize>, Arc<AtomicUsize>),
+    severed: Arc<AtomicBool>,
 ) {
     let (max, fetches) = counters;
     while let Some(body) = read_frame(&mut client) {
+        if severed.load(Ordering::Relaxed) {
+            break;
+        }
         if body.len() >= 8 {
             let key = i16::from_be_bytes([body[0], body[1]]);
             let version = i16::from_be_bytes([body[2], body[3]]);
@@ -157,9 +188,12 @@ fn responses(
     me: SocketAddr,
     fault: Fault,
     applied: Arc<AtomicUsize>,
-    truncated: Arc<AtomicBool>,
+    (truncated, severed): (Arc<AtomicBool>, Arc<AtomicBool>),
 ) {
     while let Some(mut body) = read_frame(&mut server) {
+        if severed.load(Ordering::Relaxed) {
+            break;
+        }
         let request = pending.lock().unwrap().pop_front();
         match request {
             Some((key, version)) if key == ApiKey::Metadata as i16 => {

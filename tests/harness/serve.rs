@@ -1,6 +1,7 @@
 //! Running the `kmirror serve` binary in a test and waiting until its partition logs equal the
 //! broker's byte for byte.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,10 +34,22 @@ pub fn log_files(dir: &Path) -> Vec<PathBuf> {
 
 /// A running `kmirror serve`; killed when dropped.
 pub struct Serve {
+    /// kmirror itself, or the wrapper that runs it (see `Launch::wrapper`).
     pub child: Child,
     pub log: PathBuf,
     /// Length of `log` when this process started: earlier runs appended what precedes it.
     log_start: usize,
+    wrapped: bool,
+}
+
+/// How to start `kmirror serve` beyond its config file.
+#[derive(Debug, Default, Clone)]
+pub struct Launch {
+    /// A command that runs kmirror as its only child and exits with its status (e.g.
+    /// `strace -f -o FILE`); kmirror's command line is appended to it.
+    pub wrapper: Vec<OsString>,
+    /// Extra environment (e.g. NOTIFY_SOCKET).
+    pub env: Vec<(String, OsString)>,
 }
 
 /// What `kmirror serve` logs once its Kafka listener accepts connections.
@@ -56,24 +69,62 @@ pub fn add_kafka_listener(config: &Path) {
 impl Serve {
     /// Starts the binary; its stderr is appended to `log` (so restarts keep earlier output).
     pub fn start(config: &Path, log: PathBuf) -> Serve {
+        Serve::start_with(config, log, &Launch::default())
+    }
+
+    /// `start`, under `launch`'s wrapper and with its environment.
+    pub fn start_with(config: &Path, log: PathBuf, launch: &Launch) -> Serve {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
             .unwrap();
         let log_start = out.metadata().unwrap().len() as usize;
-        let child = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        let bin = OsString::from(env!("CARGO_BIN_EXE_kmirror"));
+        let (program, wrapper_args) = match launch.wrapper.split_first() {
+            Some((program, args)) => (program.clone(), [args, &[bin]].concat()),
+            None => (bin, Vec::new()),
+        };
+        let child = Command::new(&program)
+            .args(wrapper_args)
             .args(["serve", "--config"])
             .arg(config)
             .env("KMIRROR_LOG", "info")
+            .envs(launch.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(out)
             .spawn()
-            .unwrap();
+            .unwrap_or_else(|e| {
+                panic!("cannot run {program:?} (tests/setup.sh installs strace): {e}")
+            });
         Serve {
             child,
             log,
             log_start,
+            wrapped: !launch.wrapper.is_empty(),
+        }
+    }
+
+    /// The pid of kmirror itself (the wrapper's child when started under one), waiting for
+    /// the wrapper to have started it.
+    pub fn pid(&mut self) -> u32 {
+        let id = self.child.id();
+        if !self.wrapped {
+            return id;
+        }
+        let start = Instant::now();
+        loop {
+            self.assert_running();
+            let children =
+                std::fs::read_to_string(format!("/proc/{id}/task/{id}/children")).unwrap();
+            if let Some(pid) = children.split_whitespace().next() {
+                return pid.parse().unwrap();
+            }
+            assert!(
+                start.elapsed() < START_LIMIT,
+                "the wrapper started no child"
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -134,12 +185,28 @@ impl Serve {
 
     /// SIGKILL: no shutdown code runs, as after a crash or power loss of the process.
     pub fn kill9(mut self) {
+        self.kill_all();
+    }
+
+    /// SIGKILL to kmirror and its wrapper (a tracer that dies leaves its tracee running).
+    fn kill_all(&mut self) {
+        if self.wrapped && self.child.try_wait().ok().flatten().is_none() {
+            let pid = self.child.id();
+            if let Ok(children) =
+                std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            {
+                for c in children.split_whitespace() {
+                    let _ = Command::new("kill").args(["-KILL", c]).status();
+                }
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
+    /// SIGTERM to kmirror, then waits for it (and its wrapper) to exit successfully.
     pub fn sigterm_and_wait(mut self) -> String {
-        let pid = self.child.id().to_string();
+        let pid = self.pid().to_string();
         let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(killed.success());
         let status = self.child.wait().unwrap();
@@ -154,8 +221,7 @@ impl Serve {
 
 impl Drop for Serve {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill_all();
     }
 }
 
