@@ -41,10 +41,23 @@ impl KafkaVersion {
         name: "4.1.1",
         metadata: Metadata::Kraft,
     };
+    /// The newest release (KRaft), as a source and for its Java clients
+    /// (tests/kafka/newer/4.4.0/pom.xml).
+    pub const V4_4_0: KafkaVersion = KafkaVersion {
+        name: "4.4.0",
+        metadata: Metadata::Kraft,
+    };
     /// The last 3.x release (KRaft).
     pub const V3_9_1: KafkaVersion = KafkaVersion {
         name: "3.9.1",
         metadata: Metadata::Kraft,
+    };
+
+    /// The last release before KRaft was usable (2.8's KRaft was an early-access preview): the
+    /// middle of the ZooKeeper-to-KRaft path, run with ZooKeeper.
+    pub const V2_8_2: KafkaVersion = KafkaVersion {
+        name: "2.8.2",
+        metadata: Metadata::ZooKeeper,
     };
 
     /// The oldest release the harness runs: ZooKeeper-based. On Java 17 it needs a newer
@@ -56,8 +69,10 @@ impl KafkaVersion {
 
     /// Every release the harness can start, newest first.
     pub const ALL: &'static [KafkaVersion] = &[
+        KafkaVersion::V4_4_0,
         KafkaVersion::DEFAULT,
         KafkaVersion::V3_9_1,
+        KafkaVersion::V2_8_2,
         KafkaVersion::V2_1_1,
     ];
 
