@@ -22,6 +22,7 @@
 pub mod admin;
 pub mod control_run;
 pub mod controller;
+pub mod fault;
 pub mod group_sync;
 pub mod leader_refresh;
 pub mod leader_store;
@@ -33,6 +34,7 @@ pub mod shard_plane;
 pub mod source_catalog;
 pub mod source_epochs;
 pub mod source_security;
+pub mod source_worker;
 pub mod state;
 pub mod state_log;
 pub mod topic_configs;
