@@ -470,14 +470,35 @@ async fn serve_loop<S, D>(
             watchdog.ping();
         }
     };
-    let serve = axum::serve(listener, router(controller)).with_graceful_shutdown(async {
+    // Shutdown: stop accepting, let requests that need no source finish, and drop after
+    // `SHUTDOWN_GRACE_MS` those still awaiting a source worker (SIGTERM never waits on a
+    // source; the workers end at their own deadlines, holding nothing of the controller).
+    let (down_tx, down_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
         let _ = shutdown.await;
+        let _ = down_tx.send(true);
     });
+    let mut graceful = down_rx.clone();
+    let serve = axum::serve(listener, router(controller)).with_graceful_shutdown(async move {
+        let _ = graceful.wait_for(|down| *down).await;
+    });
+    let mut cutoff_rx = down_rx;
+    let cutoff = async move {
+        if cutoff_rx.wait_for(|down| *down).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(SHUTDOWN_GRACE_MS)).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
     tokio::select! {
         r = serve => if let Err(e) = r { tracing::error!("admin API: {e}") },
         () = tick => {}
+        () = cutoff => tracing::warn!("admin API: requests still waiting for a source dropped at shutdown"),
     }
 }
+
+/// How long shutdown lets admin requests in progress finish.
+const SHUTDOWN_GRACE_MS: u64 = 1_000;
 
 /// Like [`spawn`], but the controller is built on the control thread itself by `build` (the
 /// shards' events wake the thread that started them, so the data plane must start there), and
