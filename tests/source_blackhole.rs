@@ -20,7 +20,7 @@ mod harness;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use harness::groups::{describe_group, group_consume};
+use harness::groups::{committed_offset, group_consume};
 use harness::mirrors_cli::{
     cli, cli_ok, create_mirror, describe_rows, free_loopback_port, wait_admin, write_serving_config,
 };
@@ -120,25 +120,6 @@ fn polling_while<T>(admin: &str, f: impl FnOnce() -> T) -> (T, Slowest) {
     (out, poller.join().unwrap())
 }
 
-fn wait_for(what: &str, serve: &Serve, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < WAIT_LIMIT,
-            "gave up waiting for {what}\n{}",
-            serve.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
-fn committed_on(bootstrap: &str, group: &str) -> Option<i64> {
-    describe_group(bootstrap, group)
-        .into_iter()
-        .find(|r| r.partition == 0)
-        .and_then(|r| r.current_offset)
-}
-
 /// The leader epoch kmirror's Metadata announces for partition 0.
 fn announced_epoch(kmirror: &str, topic: &str) -> i32 {
     let mut c = kmirror::fetch::blocking::BlockingClient::connect(kmirror, "test").unwrap();
@@ -196,11 +177,11 @@ fn mirroring(k: &Kafka, bootstrap: &str, topic: &str) -> Rig {
     );
     create_mirror(&admin, work.path(), "m", bootstrap, &sync);
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", topic]);
-    wait_for("the topic to be mirrored", &serve, || {
+    serve.wait_for("the topic to be mirrored", WAIT_LIMIT, || {
         describe_rows(&admin, "m")[0]["destinationOffset"] == RECORDS as i64
     });
-    wait_for("the group sync", &serve, || {
-        committed_on(&kmirror, &group) == Some(CONSUMED as i64)
+    serve.wait_for("the group sync", WAIT_LIMIT, || {
+        committed_offset(&kmirror, &group, 0) == Some(CONSUMED as i64)
     });
     Rig {
         serve,
@@ -217,17 +198,9 @@ fn mirroring(k: &Kafka, bootstrap: &str, topic: &str) -> Rig {
 /// The outage, once the source is black-holed. `create_check`: also try `mirrors create`
 /// against the black hole.
 fn outage(rig: Rig, create_check: bool) {
-    let Rig {
-        serve,
-        work,
-        admin,
-        config,
-        kmirror,
-        group,
-        topic,
-        bootstrap,
-    } = rig;
-    let (admin, topic, bootstrap) = (admin.as_str(), topic.as_str(), bootstrap.as_str());
+    let (admin, topic, bootstrap) = (&*rig.admin, &*rig.topic, &*rig.bootstrap);
+    let (work, config, kmirror, group) = (&rig.work, &rig.config, &*rig.kmirror, &*rig.group);
+    let serve = rig.serve;
     let during = poll(admin, Duration::from_secs(8), || false);
     eprintln!("black hole, mirroring: {during:?}");
 
@@ -282,7 +255,7 @@ fn outage(rig: Rig, create_check: bool) {
     let row = describe_rows(admin, "m").remove(0);
     assert_eq!(row["state"], "STOPPED", "{row}");
     // The group resumes on kmirror where it was synced.
-    let resumed = group_consume(&kmirror, topic, &group, RECORDS - CONSUMED);
+    let resumed = group_consume(kmirror, topic, group, RECORDS - CONSUMED);
     assert_eq!(
         resumed.iter().map(|r| r.offset).collect::<Vec<_>>(),
         (CONSUMED as i64..RECORDS as i64).collect::<Vec<_>>()
@@ -304,13 +277,13 @@ fn outage(rig: Rig, create_check: bool) {
         assert_eq!(written.count, 10);
         assert!(written.first_offset >= RECORDS as i64, "{written:?}");
     };
-    produce(&kmirror, 2);
-    let epoch = announced_epoch(&kmirror, topic);
+    produce(kmirror, 2);
+    let epoch = announced_epoch(kmirror, topic);
     assert!(epoch > 0, "promoted above the source's epoch 0");
 
     // A crash, and a restart with the source still frozen.
     serve.kill9();
-    let (mut serve, up) = start_serve(&config, work.path().join("serve2.log"), admin);
+    let (mut serve, up) = start_serve(config, work.path().join("serve2.log"), admin);
     eprintln!("admin API up after the restart: {up:?}");
     assert!(up < ADMIN_UP_LIMIT, "admin API up after {up:?}");
     let kmirror = serve.kafka_listener();

@@ -615,6 +615,12 @@ impl DataPlane for ShardDataPlane {
             self.logs().restore(log);
         }
         let security = Arc::new(security_of(&mirror.source)?);
+        // The log exists from now on (describe shows its end, a pause or stop finds it).
+        let id = (!topic_id.is_nil()).then_some(topic_id);
+        let config = self.configs.get(&tp.topic).cloned();
+        self.logs()
+            .get_or_create(tp, id, config)
+            .map_err(|e| Fault::from(e.to_string()))?;
         let access = SourceAccess {
             bootstrap_servers: mirror.source.bootstrap_servers.clone(),
             client_id: mirror.source.client_id.clone(),
@@ -632,6 +638,9 @@ impl DataPlane for ShardDataPlane {
                 next: Instant::now(),
             },
         );
+        // Asked at once (on a worker); a look-up of the same source already out takes the
+        // rest at the next tick.
+        self.dispatch_look_ups();
         Ok(())
     }
 

@@ -856,10 +856,20 @@ fn frozen_rig(dir: &std::path::Path, data: &FakeData) -> (Frozen, FreezableSourc
     (c, source)
 }
 
-fn final_timeout_props() -> BTreeMap<String, String> {
+/// `frozen_rig` mirroring `topics` as mirror m1 (last group sync bounded by 300 ms), then the
+/// source frozen.
+fn frozen_mirror(
+    dir: &std::path::Path,
+    data: &FakeData,
+    topics: &str,
+) -> (Frozen, FreezableSource) {
+    let (mut c, source) = frozen_rig(dir, data);
     let mut p = props();
     p.insert("sync.group.offsets.final.timeout.ms".into(), "300".into());
-    p
+    c.create("m1", &p).unwrap();
+    c.start("m1", topics, None).unwrap();
+    source.freeze();
+    (c, source)
 }
 
 /// Liveness bound for control-thread work while the source hangs: well under the 2 s source
@@ -870,11 +880,8 @@ const NEVER_WAITS: std::time::Duration = std::time::Duration::from_millis(1_000)
 fn a_frozen_source_blocks_no_tick_describe_or_command_and_piles_up_no_calls() {
     let dir = tempfile::tempdir().unwrap();
     let data = FakeData::default();
-    let (mut c, source) = frozen_rig(dir.path(), &data);
-    c.create("m1", &final_timeout_props()).unwrap();
-    c.start("m1", "orders", None).unwrap();
-    c.command("m1", "orders-0|orders", Command::Pause).unwrap();
-    source.freeze();
+    let (mut c, _source) = frozen_mirror(dir.path(), &data, "orders");
+    c.command("m1", "orders", Command::Pause).unwrap();
     let t0 = std::time::Instant::now();
     for round in 0..20 {
         let started = std::time::Instant::now();
@@ -912,10 +919,7 @@ fn a_frozen_source_blocks_no_tick_describe_or_command_and_piles_up_no_calls() {
 fn stop_with_a_frozen_source_skips_the_last_group_sync_and_fails_over() {
     let dir = tempfile::tempdir().unwrap();
     let data = FakeData::default();
-    let (mut c, source) = frozen_rig(dir.path(), &data);
-    c.create("m1", &final_timeout_props()).unwrap();
-    c.start("m1", "orders", None).unwrap();
-    source.freeze();
+    let (mut c, _source) = frozen_mirror(dir.path(), &data, "orders");
     let (report, last) = c.command_begin("m1", "orders", Command::Stop).unwrap();
     let mut last = last.expect("a last group sync to run");
     assert_eq!(last.timeout_ms, 300);
@@ -942,10 +946,7 @@ fn stop_with_a_frozen_source_skips_the_last_group_sync_and_fails_over() {
 fn a_stop_whose_answer_never_comes_is_reported_and_a_restart_finishes_it() {
     let dir = tempfile::tempdir().unwrap();
     let data = FakeData::default();
-    let (mut c, source) = frozen_rig(dir.path(), &data);
-    c.create("m1", &final_timeout_props()).unwrap();
-    c.start("m1", "orders,payments", None).unwrap();
-    source.freeze();
+    let (mut c, _source) = frozen_mirror(dir.path(), &data, "orders,payments");
     let (report, last) = c.command_begin("m1", "orders", Command::Stop).unwrap();
     // The admin API gave up waiting (`None`): the report says why, the failover goes on.
     let report = c.command_finish(report, last.unwrap(), None).unwrap();
