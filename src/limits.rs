@@ -133,6 +133,11 @@ pub const SOURCE_BACKOFF_MS_MAX: u64 = 10_000;
 /// `quota.window.size.seconds * num` (default 11 s); anything larger is treated as this.
 pub const SOURCE_THROTTLE_MS_MAX: u64 = 60_000;
 
+/// Source calls of the control plane in flight at once (`control::source_worker`), each on its
+/// own thread. With at most one call of each kind per mirror in flight, this is reached only
+/// with many mirrors whose sources all hang; further calls wait for the next tick.
+pub const SOURCE_WORKERS_MAX: usize = 64;
+
 /// Socket timeouts of the blocking driver (control-thread tools and tests).
 pub const BLOCKING_CONNECT_TIMEOUT_MS: u64 = 10_000;
 pub const BLOCKING_IO_TIMEOUT_MS: u64 = FETCH_WAIT_MS_MAX as u64 + 30_000;

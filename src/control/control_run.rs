@@ -129,11 +129,12 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
             }
         }
         c.set_sync_interval_ms(sync_interval_ms);
+        c.set_source_timeout_ms(u64::from(request_timeout_ms));
         if let Some(g) = groups {
             // Group-offset sync from each mirror's source, on the controller's tick, into the
             // coordinator the endpoint serves (kip1279.md §8).
             c.attach_group_sync(GroupSyncPlane {
-                source: Box::new(BlockingSourceGroups),
+                source: Arc::new(BlockingSourceGroups),
                 local: Box::new(Arc::clone(&build_catalog)),
                 sink: Box::new(Arc::clone(g.coordinator())),
                 schedule: GroupSyncSchedule::default(),

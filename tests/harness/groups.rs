@@ -228,6 +228,14 @@ pub struct DescribeRow {
     pub log_end_offset: Option<i64>,
 }
 
+/// The offset `group` has committed for `partition` (of its one topic) on `bootstrap`, if any.
+pub fn committed_offset(bootstrap: &str, group: &str, partition: i32) -> Option<i64> {
+    describe_group(bootstrap, group)
+        .into_iter()
+        .find(|r| r.partition == partition)
+        .and_then(|r| r.current_offset)
+}
+
 /// Runs Kafka's `ConsumerGroupCommand --describe --group G` against `bootstrap` and parses its
 /// table; panics with its output when it fails.
 pub fn describe_group(bootstrap: &str, group: &str) -> Vec<DescribeRow> {

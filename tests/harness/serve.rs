@@ -183,6 +183,20 @@ impl Serve {
         }
     }
 
+    /// Waits until `done` (checked every 300 ms); fails with the log after `limit` (a failure
+    /// guard, not a performance claim).
+    pub fn wait_for(&self, what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+        let start = std::time::Instant::now();
+        while !done() {
+            assert!(
+                start.elapsed() < limit,
+                "gave up waiting for {what}\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
     /// SIGKILL: no shutdown code runs, as after a crash or power loss of the process.
     pub fn kill9(mut self) {
         self.kill_all();
