@@ -42,6 +42,7 @@ impl DataPlane for RecordingPlane {
             return Err(kmirror::control::controller::Fault {
                 message: "test fetcher refused".into(),
                 retryable: true,
+                timed_out: false,
             });
         }
         self.0.lock().unwrap().insert(tp.clone());
