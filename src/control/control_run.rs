@@ -17,7 +17,7 @@ use crate::control::shard_plane::ShardDataPlane;
 use crate::control::source_catalog::BlockingSourceCatalog;
 use crate::control::state::RetryPolicy;
 use crate::control::state_log::StateLog;
-use crate::limits::CONTROL_TICK_MS;
+use crate::limits::{CONTROL_TICK_MS, SHARD_FAILURE_EXIT_DELAY_MS};
 use crate::log::read_view::ReadCatalog;
 use crate::serve::fetch_sessions::FetchSessions;
 use crate::serve::groups::GroupService;
@@ -39,6 +39,8 @@ pub enum ControlRunError {
     Kafka(#[from] std::io::Error),
     #[error("closing: {0}")]
     Close(String),
+    #[error("{0}; exited for a restart (the next start recovers its partitions)")]
+    ShardFailed(String),
 }
 
 /// Runs the control plane until `stop` is set (by SIGTERM/SIGINT in the binary).
@@ -72,9 +74,13 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     // The endpoint's fetch sessions: served by the listener, counted in the admin `/metrics`.
     let fetch_sessions = FetchSessions::new();
     let build_sessions = Arc::clone(&fetch_sessions);
+    // Set by the shard plane with the reason once a shard panicked or stalled.
+    let shard_failed: Arc<OnceLock<String>> = Arc::default();
+    let build_failed = Arc::clone(&shard_failed);
     let build = move || {
         let mut plane = ShardDataPlane::start(&data_dir, &runtime, fetch, request_timeout_ms)
             .map_err(|e| e.to_string())?;
+        plane.report_shard_failure_to(build_failed);
         if serve_groups {
             if let Some(t) = plane.telemetry() {
                 t.attach_fetch_sessions(build_sessions);
@@ -170,8 +176,18 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     // Recovery ran and the shards started inside `spawn_built`; the control thread's tick
     // pings the watchdog from now on.
     crate::ops::sd_notify::ready("control plane serving");
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.load(Ordering::Relaxed) && shard_failed.get().is_none() {
         std::thread::sleep(Duration::from_millis(CONTROL_TICK_MS.min(200)));
+    }
+    if let Some(why) = shard_failed.get() {
+        // A shard is not restarted in place: its partitions' logs died with it. Describe and
+        // /metrics show the FAILED partitions a little longer, then the process exits non-zero
+        // and systemd restarts it; that start recovers the logs.
+        tracing::error!(%why, delay_ms = SHARD_FAILURE_EXIT_DELAY_MS, "a shard failed; exiting");
+        let until = std::time::Instant::now() + Duration::from_millis(SHARD_FAILURE_EXIT_DELAY_MS);
+        while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
     // No client reads a log once the control plane starts closing them.
     drop(kafka);
@@ -190,5 +206,13 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
             tracing::warn!("closing __consumer_offsets-0: {e}");
         }
     }
-    finished
+    match shard_failed.get() {
+        Some(why) => {
+            if let Err(e) = finished {
+                tracing::error!("closing after the shard failure: {e}");
+            }
+            Err(ControlRunError::ShardFailed(why.clone()))
+        }
+        None => finished,
+    }
 }

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
@@ -24,7 +24,7 @@ use crate::fetch::fetcher::{FetchConfig, PartitionStart};
 use crate::fetch::list_offsets::{Listed, OffsetQuery};
 use crate::fetch::security::AUTHENTICATION_FAILED;
 use crate::ids::{Offset, ShardId, TopicPartition};
-use crate::limits::{RETENTION_CHECK_INTERVAL_MS_DEFAULT, SHARD_REMOVE_WAIT_MS};
+use crate::limits::{RETENTION_CHECK_INTERVAL_MS_DEFAULT, SHARD_REMOVE_WAIT_MS, SHARD_STALL_MS};
 use crate::log::config::LogConfig;
 use crate::log::io::StdIo;
 use crate::log::log_dir::LogDir;
@@ -32,6 +32,7 @@ use crate::log::partition_log::Promotion;
 use crate::log::read_view::ReadCatalog;
 use crate::log::LogError;
 use crate::ops::telemetry::{Telemetry, TelemetryError, TelemetryThread};
+use crate::runtime::health::ShardHealth;
 use crate::runtime::mirror_shard::{
     resume_point, MirrorEvent, MirrorMsg, MirrorShard, ReturnedLogs, SourceSpec,
 };
@@ -77,6 +78,10 @@ pub struct ShardDataPlane {
     /// The highest leader epoch each partition's source leader was seen at (persisted), so a
     /// promotion leads above it even when the source moved on without writing.
     source_epochs: SourceEpochs,
+    /// The shards' heartbeats, checked on every poll.
+    health: ShardHealth,
+    /// Set with the reason once a shard failed: the process must exit for a restart.
+    shard_failed: Arc<OnceLock<String>>,
 }
 
 impl ShardDataPlane {
@@ -91,13 +96,13 @@ impl ShardDataPlane {
         let mut logs = LogDir::open(data_dir, LogConfig::default(), &mut StdIo)?;
         // `__mirror_state` belongs to the state log and `__consumer_offsets` to the group
         // coordinator; each reopens its own right after.
-        drop(logs.take(&TopicPartition::new(state_log::TOPIC, 0)));
-        drop(logs.take(&TopicPartition::new(
+        logs.hand_off(&TopicPartition::new(state_log::TOPIC, 0));
+        logs.hand_off(&TopicPartition::new(
             crate::serve::groups::offsets::TOPIC,
             0,
-        )));
+        ));
         // ...and `__transaction_state` to the transaction coordinator.
-        drop(logs.take(&TopicPartition::new(crate::serve::txn::store::TOPIC, 0)));
+        logs.hand_off(&TopicPartition::new(crate::serve::txn::store::TOPIC, 0));
         let returned: ReturnedLogs = Arc::new(Mutex::new(Vec::new()));
         let shard_returned = Arc::clone(&returned);
         let progress = ProgressBoard::default();
@@ -113,7 +118,14 @@ impl ShardDataPlane {
             MirrorShard::new(Arc::clone(&shard_returned)).with_progress(board.clone())
         })?;
         let telemetry = TelemetryThread::start(rt.stats().to_vec(), data_dir)?;
+        let health = ShardHealth::new(
+            rt.stats(),
+            Duration::from_millis(SHARD_STALL_MS),
+            Instant::now(),
+        );
         Ok(ShardDataPlane {
+            health,
+            shard_failed: Arc::default(),
             telemetry: Some(telemetry),
             rt: Some(rt),
             logs: Some(logs),
@@ -131,6 +143,46 @@ impl ShardDataPlane {
                 + Duration::from_millis(RETENTION_CHECK_INTERVAL_MS_DEFAULT),
             source_epochs,
         })
+    }
+
+    /// Where the reason goes once a shard failed (the caller stops the process on it).
+    pub fn report_shard_failure_to(&mut self, to: Arc<OnceLock<String>>) {
+        self.shard_failed = to;
+    }
+
+    /// Checks every shard's heartbeat. A failed shard's partitions are FAILED (retryable: the
+    /// restart that follows recovers their logs and mirrors them on) and the failure is
+    /// reported, so the process exits; the watchdog pings only while every shard is healthy.
+    fn check_shards(&mut self) {
+        let failed = self.health.check(Instant::now());
+        crate::ops::sd_notify::shards_checked(self.health.all_healthy());
+        for f in failed {
+            let tps: Vec<TopicPartition> = self
+                .lent
+                .iter()
+                .filter(|(_, (shard, _))| *shard == f.shard)
+                .map(|(tp, _)| tp.clone())
+                .collect();
+            tracing::error!(
+                shard = f.shard.0,
+                partitions = tps.len(),
+                why = %f.why,
+                "shard failed: its partitions are FAILED and kmirror exits to be restarted"
+            );
+            for tp in tps {
+                self.lent.remove(&tp);
+                self.refresh.forget(&tp);
+                self.failures.push((
+                    tp,
+                    Fault {
+                        message: f.why.clone(),
+                        retryable: true,
+                    },
+                ));
+            }
+            crate::ops::sd_notify::shard_failed(&f.why);
+            let _ = self.shard_failed.set(f.why);
+        }
     }
 
     /// How often retention runs (`admin.retention_check_interval_ms`).
@@ -393,6 +445,10 @@ impl DataPlane for ShardDataPlane {
         if self.lent.contains_key(tp) {
             return Ok(());
         }
+        let shard = shard_for(tp, self.rt().shard_count());
+        if self.health.is_failed(shard) {
+            return Err(format!("shard {} failed; kmirror exits to be restarted", shard.0).into());
+        }
         // Mirroring a failed-over partition again: it stops being writable first.
         if let Some(log) = self.leaders.release(tp) {
             self.logs().restore(log);
@@ -428,7 +484,6 @@ impl DataPlane for ShardDataPlane {
             }
         }
         let (log_end, last_epoch) = resume_point(&log);
-        let shard = shard_for(tp, self.rt().shard_count());
         let msg = MirrorMsg::AddPartition {
             source: spec,
             start: PartitionStart {
@@ -568,6 +623,7 @@ impl DataPlane for ShardDataPlane {
     /// Drains pending shard events without waiting; returns the failures they reported.
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         self.pump(Duration::ZERO, |_| false);
+        self.check_shards();
         self.answer_leaders();
         let now = Instant::now();
         if now >= self.next_retention {

@@ -3,9 +3,11 @@
 //!
 //! Opening removes `.kafka_cleanshutdown` (after loading every partition, so a crash during the
 //! open still finds it and loses nothing); only `close`, after every partition has written its
-//! final index entries and producer snapshot and fsynced, writes it back.
+//! final index entries and producer snapshot and fsynced, writes it back, and only when every
+//! log lent out (`take`) came back: a log that died with its owner (a panicked shard) was never
+//! closed, so the next start must recover.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -25,6 +27,8 @@ pub struct LogDir {
     root: PathBuf,
     default_config: LogConfig,
     logs: BTreeMap<TopicPartition, PartitionLog>,
+    /// Partitions lent out by `take` and not restored yet.
+    lent: BTreeSet<TopicPartition>,
     /// Where partitions are announced to the Kafka endpoint, once attached.
     catalog: Option<Arc<ReadCatalog>>,
 }
@@ -102,6 +106,7 @@ impl LogDir {
             root: root.to_path_buf(),
             default_config,
             logs,
+            lent: BTreeSet::new(),
             catalog: None,
         };
         // From here on the directory is live: a crash must trigger recovery.
@@ -165,13 +170,28 @@ impl LogDir {
 
     /// Lends a partition's log to its owner (a shard) until `restore` gives it back; while out,
     /// it is not part of `flush`, `write_checkpoints` or `close`.
+    /// `close` writes the clean-shutdown marker only once every lent log is back.
     pub fn take(&mut self, tp: &TopicPartition) -> Option<PartitionLog> {
-        self.logs.remove(tp)
+        let log = self.logs.remove(tp)?;
+        self.lent.insert(tp.clone());
+        Some(log)
+    }
+
+    /// Removes a partition this dir will never own again: its own owner (the state log, a
+    /// coordinator) reopens the directory itself and closes it.
+    pub fn hand_off(&mut self, tp: &TopicPartition) {
+        drop(self.logs.remove(tp));
+    }
+
+    /// Partitions lent by `take` that are still out.
+    pub fn lent(&self) -> impl Iterator<Item = &TopicPartition> {
+        self.lent.iter()
     }
 
     /// Gives back a log lent by `take`.
     pub fn restore(&mut self, log: PartitionLog) {
         let tp = log.topic_partition().clone();
+        self.lent.remove(&tp);
         let previous = self.logs.insert(tp, log);
         assert!(
             previous.is_none(),
@@ -231,14 +251,23 @@ impl LogDir {
     }
 
     /// Closes every partition (final index entries, snapshots, fsync), writes the checkpoints
-    /// and then the clean-shutdown marker. If any step fails the marker is not written, so the
-    /// next open recovers.
+    /// and then the clean-shutdown marker. If any step fails, or a lent log never came back
+    /// (its owner died with it), the marker is not written, so the next open recovers.
     pub fn close(mut self, io: &mut impl LogIo) -> Result<(), LogError> {
         self.flush(io)?;
         let root = self.root.clone();
         let logs = std::mem::take(&mut self.logs);
         for (_, log) in logs {
             log.close(io)?;
+        }
+        if let Some(first) = self.lent.first() {
+            tracing::error!(
+                dir = %root.display(),
+                missing = self.lent.len(),
+                first = %first,
+                "partition logs were never handed back; no clean-shutdown marker, the next start recovers"
+            );
+            return Ok(());
         }
         clean_shutdown::write(&root, None)
     }
@@ -261,6 +290,30 @@ mod tests {
         assert!(dir.get(&tp).is_none());
         dir.restore(log);
         assert!(dir.get(&tp).is_some());
+        dir.close(&mut io).unwrap();
+        assert!(clean_shutdown::exists(root.path()).unwrap());
+    }
+
+    // Goal: a log lent out and never restored (its owner died with it) keeps the clean-shutdown
+    // marker away, so the next open recovers; a log handed off for good does not.
+    #[test]
+    fn no_clean_marker_while_a_lent_log_is_out() {
+        let root = tempfile::tempdir().unwrap();
+        let mut io = crate::log::io::StdIo;
+        let mut dir = LogDir::open(root.path(), LogConfig::default(), &mut io).unwrap();
+        let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        dir.get_or_create(&a, None, None).unwrap();
+        dir.get_or_create(&b, None, None).unwrap();
+        dir.hand_off(&b);
+        let lost = dir.take(&a).unwrap();
+        drop(lost);
+        assert_eq!(dir.lent().cloned().collect::<Vec<_>>(), vec![a.clone()]);
+        dir.close(&mut io).unwrap();
+        assert!(!clean_shutdown::exists(root.path()).unwrap());
+        let dir = LogDir::open(root.path(), LogConfig::default(), &mut io).unwrap();
+        assert!(dir
+            .get(&a)
+            .is_some_and(|l| l.recovered_at_open() || l.log_end_offset().0 == 0));
         dir.close(&mut io).unwrap();
         assert!(clean_shutdown::exists(root.path()).unwrap());
     }

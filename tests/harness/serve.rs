@@ -10,6 +10,25 @@ use std::time::{Duration, Instant};
 /// 2-core machine set it; larger topics get it anew after each partition that finishes).
 pub const CATCH_UP_LIMIT: Duration = Duration::from_secs(180);
 
+/// The serve log without the ANSI colour codes tracing puts around field names.
+pub fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // CSI: ESC [ parameters final-byte (a letter).
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Every `.log` segment of a partition directory, in offset order, concatenated.
 pub fn log_bytes(dir: &Path) -> Vec<u8> {
     log_files(dir)
@@ -56,6 +75,11 @@ pub fn add_kafka_listener(config: &Path) {
 impl Serve {
     /// Starts the binary; its stderr is appended to `log` (so restarts keep earlier output).
     pub fn start(config: &Path, log: PathBuf) -> Serve {
+        Self::start_with_env(config, log, &[])
+    }
+
+    /// `start` with extra environment variables (test hooks, `NOTIFY_SOCKET`).
+    pub fn start_with_env(config: &Path, log: PathBuf, env: &[(&str, &std::ffi::OsStr)]) -> Serve {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -66,6 +90,7 @@ impl Serve {
             .args(["serve", "--config"])
             .arg(config)
             .env("KMIRROR_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(out)
             .spawn()
@@ -79,6 +104,30 @@ impl Serve {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// What this process (not an earlier run appending to the same file) logged.
+    pub fn own_log_text(&self) -> String {
+        self.log_text()
+            .get(self.log_start..)
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Waits up to `limit` for the process to exit on its own.
+    pub fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "kmirror serve did not exit:\n{}",
+                self.own_log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The Kafka listener's `host:port` from this process's start-up line, waiting for it.
