@@ -513,3 +513,25 @@ pub const SHARD_FAILURE_EXIT_DELAY_MS: u64 = 3_000;
 /// How long stopping the runtime waits for each shard thread to end; a stalled shard is left
 /// behind (its logs were never handed back, so no clean-shutdown marker is written).
 pub const SHARD_JOIN_WAIT_MS: u64 = 10_000;
+
+// ---- recovery at scale (log/log_dir, recovery-point checkpoints) ----
+
+/// Most threads opening and recovering partitions at start (`log_dir::recovery_threads`
+/// takes twice the CPUs, bounded by this and the partition count).
+pub const RECOVERY_THREADS_MAX: usize = 64;
+
+/// Default period of the recovery-point checkpoint (Kafka's
+/// `log.flush.offset.checkpoint.interval.ms`): every partition with new data is flushed by its
+/// owner and `recovery-point-offset-checkpoint` rewritten, so a restart after kill -9
+/// revalidates only what came after. Bounds of `storage.recovery_checkpoint_interval_ms`.
+pub const RECOVERY_CHECKPOINT_INTERVAL_MS_DEFAULT: u64 = 60_000;
+pub const RECOVERY_CHECKPOINT_INTERVAL_MS_MIN: u64 = 1_000;
+pub const RECOVERY_CHECKPOINT_INTERVAL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+const _: () = assert!(
+    RECOVERY_CHECKPOINT_INTERVAL_MS_MIN <= RECOVERY_CHECKPOINT_INTERVAL_MS_DEFAULT
+        && RECOVERY_CHECKPOINT_INTERVAL_MS_DEFAULT <= RECOVERY_CHECKPOINT_INTERVAL_MS_MAX
+);
+
+/// The checkpoint file is written this long after the owners were asked to flush, so the shards'
+/// flushes of this round are in it (a later one lands in the next round).
+pub const RECOVERY_CHECKPOINT_WRITE_LAG_MS: u64 = 1_000;

@@ -49,6 +49,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     let listen = admin_section.listen;
     let sync_interval_ms = admin_section.sync_interval_ms;
     let retention_every = Duration::from_millis(admin_section.retention_check_interval_ms);
+    let checkpoint_every = Duration::from_millis(config.storage.recovery_checkpoint_interval_ms);
     let data_dir = config.storage.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|source| ControlRunError::DataDir {
         path: data_dir.display().to_string(),
@@ -81,6 +82,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
         let mut plane = ShardDataPlane::start(&data_dir, &runtime, fetch, request_timeout_ms)
             .map_err(|e| e.to_string())?;
         plane.report_shard_failure_to(build_failed);
+        plane.set_recovery_checkpoint_interval(checkpoint_every);
         if serve_groups {
             if let Some(t) = plane.telemetry() {
                 t.attach_fetch_sessions(build_sessions);

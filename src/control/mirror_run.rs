@@ -19,8 +19,9 @@ use crate::fetch::fetcher::PartitionStart;
 use crate::fetch::metadata::{ClusterMetadata, TopicInfo};
 use crate::fetch::versions::Versions;
 use crate::ids::{ShardId, TopicPartition};
-use crate::limits::{SHARD_FAILURE_EXIT_DELAY_MS, SHARD_STALL_MS};
-use crate::log::config::LogConfig;
+use crate::limits::{
+    RECOVERY_CHECKPOINT_WRITE_LAG_MS, SHARD_FAILURE_EXIT_DELAY_MS, SHARD_STALL_MS,
+};
 use crate::log::io::StdIo;
 use crate::log::log_dir::LogDir;
 use crate::log::partition_log::PartitionLog;
@@ -183,7 +184,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
     // Opening recovers every partition found (fully unless the last stop was clean); an error
     // from here until the shards start leaves the dir without its clean-shutdown marker, so
     // the next start recovers again.
-    let mut log_dir = LogDir::open(data_dir, LogConfig::default(), &mut StdIo)?;
+    let mut log_dir = crate::control::shard_plane::open_log_dir(data_dir)?;
     // The group coordinator owns `__consumer_offsets-0`; it is not a mirrored partition.
     log_dir.hand_off(&TopicPartition::new(
         crate::serve::groups::offsets::TOPIC,
@@ -341,7 +342,29 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         std::time::Instant::now(),
     );
     let mut shard_failed: Option<(String, std::time::Instant)> = None;
+    let checkpoint_every = Duration::from_millis(config.storage.recovery_checkpoint_interval_ms);
+    let mut next_checkpoint = std::time::Instant::now() + checkpoint_every;
+    let mut checkpoint_write_at: Option<std::time::Instant> = None;
     while !stop.load(Ordering::Relaxed) {
+        // Recovery-point checkpoints: the shards flush what they own, the file follows.
+        let now = std::time::Instant::now();
+        if now >= next_checkpoint {
+            next_checkpoint = now + checkpoint_every;
+            for shard in 0..rt.shard_count() {
+                let shard = ShardId(shard as u16);
+                if !health.is_failed(shard) && rt.send(shard, MirrorMsg::Flush).is_err() {
+                    tracing::warn!(shard = shard.0, "checkpoint flush skipped: mailbox full");
+                }
+            }
+            checkpoint_write_at =
+                Some(now + Duration::from_millis(RECOVERY_CHECKPOINT_WRITE_LAG_MS));
+        }
+        if checkpoint_write_at.is_some_and(|at| now >= at) {
+            checkpoint_write_at = None;
+            if let Err(e) = log_dir.write_checkpoints() {
+                tracing::error!("writing the recovery-point checkpoint: {e}");
+            }
+        }
         let before = stopped.len();
         drain_events(
             &mut rt,

@@ -24,7 +24,10 @@ use crate::fetch::fetcher::{FetchConfig, PartitionStart};
 use crate::fetch::list_offsets::{Listed, OffsetQuery};
 use crate::fetch::security::AUTHENTICATION_FAILED;
 use crate::ids::{Offset, ShardId, TopicPartition};
-use crate::limits::{RETENTION_CHECK_INTERVAL_MS_DEFAULT, SHARD_REMOVE_WAIT_MS, SHARD_STALL_MS};
+use crate::limits::{
+    RECOVERY_CHECKPOINT_INTERVAL_MS_DEFAULT, RECOVERY_CHECKPOINT_WRITE_LAG_MS,
+    RETENTION_CHECK_INTERVAL_MS_DEFAULT, SHARD_REMOVE_WAIT_MS, SHARD_STALL_MS,
+};
 use crate::log::config::LogConfig;
 use crate::log::io::StdIo;
 use crate::log::log_dir::LogDir;
@@ -78,6 +81,11 @@ pub struct ShardDataPlane {
     /// The highest leader epoch each partition's source leader was seen at (persisted), so a
     /// promotion leads above it even when the source moved on without writing.
     source_epochs: SourceEpochs,
+    /// Recovery-point checkpoint rounds: how often, when the next flush round is due, and
+    /// when the checkpoint file of the round in progress is to be written.
+    checkpoint_every: Duration,
+    next_checkpoint: Instant,
+    checkpoint_write_at: Option<Instant>,
     /// The shards' heartbeats, checked on every poll.
     health: ShardHealth,
     /// Set with the reason once a shard failed: the process must exit for a restart.
@@ -93,7 +101,7 @@ impl ShardDataPlane {
         fetch: FetchConfig,
         request_timeout_ms: u32,
     ) -> Result<ShardDataPlane, ShardPlaneError> {
-        let mut logs = LogDir::open(data_dir, LogConfig::default(), &mut StdIo)?;
+        let mut logs = open_log_dir(data_dir)?;
         // `__mirror_state` belongs to the state log and `__consumer_offsets` to the group
         // coordinator; each reopens its own right after.
         logs.hand_off(&TopicPartition::new(state_log::TOPIC, 0));
@@ -123,7 +131,11 @@ impl ShardDataPlane {
             Duration::from_millis(SHARD_STALL_MS),
             Instant::now(),
         );
+        let checkpoint_every = Duration::from_millis(RECOVERY_CHECKPOINT_INTERVAL_MS_DEFAULT);
         Ok(ShardDataPlane {
+            checkpoint_every,
+            next_checkpoint: Instant::now() + checkpoint_every,
+            checkpoint_write_at: None,
             health,
             shard_failed: Arc::default(),
             telemetry: Some(telemetry),
@@ -143,6 +155,45 @@ impl ShardDataPlane {
                 + Duration::from_millis(RETENTION_CHECK_INTERVAL_MS_DEFAULT),
             source_epochs,
         })
+    }
+
+    /// How often recovery points are checkpointed (`storage.recovery_checkpoint_interval_ms`).
+    pub fn set_recovery_checkpoint_interval(&mut self, every: Duration) {
+        self.checkpoint_every = every;
+        self.next_checkpoint = Instant::now() + every;
+    }
+
+    /// A checkpoint round: every owner flushes its logs that have new data (the shards on
+    /// their rings, between fetches; the logs held here and the failed-over ones on this
+    /// thread), and a little later, once the shards' flushes are in, the checkpoint files are
+    /// rewritten from every partition's cell.
+    fn checkpoint_round(&mut self, now: Instant) {
+        if now >= self.next_checkpoint {
+            self.next_checkpoint = now + self.checkpoint_every;
+            for shard in 0..self.rt().shard_count() {
+                let shard = ShardId(shard as _);
+                if self.health.is_failed(shard) {
+                    continue;
+                }
+                if self.rt().send(shard, MirrorMsg::Flush).is_err() {
+                    tracing::warn!(shard = shard.0, "checkpoint flush skipped: mailbox full");
+                }
+            }
+            self.take_returned();
+            let mut failed = self.logs().flush_unflushed(&mut StdIo);
+            failed.extend(self.leaders.flush_unflushed());
+            for why in failed {
+                tracing::error!("{why}");
+            }
+            self.checkpoint_write_at =
+                Some(now + Duration::from_millis(RECOVERY_CHECKPOINT_WRITE_LAG_MS));
+        }
+        if self.checkpoint_write_at.is_some_and(|at| now >= at) {
+            self.checkpoint_write_at = None;
+            if let Err(e) = self.logs().write_checkpoints() {
+                tracing::error!("writing the recovery-point checkpoint: {e}");
+            }
+        }
     }
 
     /// Where the reason goes once a shard failed (the caller stops the process on it).
@@ -401,6 +452,22 @@ impl ShardDataPlane {
     }
 }
 
+/// Opens (and after a crash recovers) the log dir, telling systemd as partitions get done so
+/// its start timeout cannot expire while recovery makes progress (READY=1 comes after).
+pub fn open_log_dir(data_dir: &Path) -> Result<LogDir, LogError> {
+    let opened = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let _extend =
+        crate::ops::sd_notify::StartExtension::start("opening partition logs", Arc::clone(&opened));
+    let default = LogConfig::default();
+    LogDir::open_reporting(
+        data_dir,
+        default.clone(),
+        |_| default.clone(),
+        &mut StdIo,
+        &opened,
+    )
+}
+
 /// Where a new partition starts on the source: `None` for earliest (the fetcher starts at the
 /// log start), the high watermark for latest, the ListOffsets answer for a timestamp (the high
 /// watermark when no record is that new).
@@ -626,6 +693,7 @@ impl DataPlane for ShardDataPlane {
         self.check_shards();
         self.answer_leaders();
         let now = Instant::now();
+        self.checkpoint_round(now);
         if now >= self.next_retention {
             self.next_retention = now + self.retention_every;
             self.enforce_retention(crate::log::partition_log::now_ms());
