@@ -168,7 +168,10 @@ pub(crate) fn load(
     if !recovered || producers.map_end_offset() != end {
         rebuild_producer_state(dir, &segments, producers, end)?;
     }
-    let recovery_point = if recovered {
+    // Batches re-read (or a tail cut) may exist only in the page cache of a crashed run: fsync
+    // them before the recovery point moves over them. A revalidation that found nothing past
+    // the recovery point has nothing to make durable (most partitions after a checkpoint).
+    let recovery_point = if recovered && (revalidated.batches > 0 || revalidated.cut > 0) {
         for seg in &mut segments {
             seg.flush(io)?;
         }
