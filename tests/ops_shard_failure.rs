@@ -42,6 +42,31 @@ fn metric(text: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
 
+/// Waits until at least `n` WATCHDOG=1 arrived (the shards are healthy).
+fn wait_pings(notify: &NotifySocket, n: usize) {
+    notify.wait_for(DETECT_LIMIT, |m| {
+        m.iter()
+            .filter(|m| m.lines().any(|l| l == "WATCHDOG=1"))
+            .count()
+            >= n
+    });
+}
+
+/// The failure's STATUS was sent and no WATCHDOG=1 followed it.
+fn assert_no_ping_after(notify: &NotifySocket, status: &str, log: &str) {
+    let messages = notify.messages();
+    let at = messages
+        .iter()
+        .position(|m| m.contains(status))
+        .unwrap_or_else(|| panic!("no {status:?} in {messages:?}\n{log}"));
+    assert!(
+        !messages[at..]
+            .iter()
+            .any(|m| m.lines().any(|l| l == "WATCHDOG=1")),
+        "watchdog pinged after {status:?}: {messages:?}"
+    );
+}
+
 #[test]
 fn a_panicked_shard_fails_its_partitions_stops_the_watchdog_and_exits_for_recovery() {
     let k = harness::shared();
@@ -87,12 +112,7 @@ fn a_panicked_shard_fails_its_partitions_stops_the_watchdog_and_exits_for_recove
     let pairs = k.mirror_pairs(&topic, PARTITIONS, &data_dir);
     wait_all_mirrored(&mut serve, &pairs);
     // Healthy: the watchdog is pinged and the gauge says so.
-    notify.wait_for(DETECT_LIMIT, |m| {
-        m.iter()
-            .filter(|m| m.lines().any(|l| l == "WATCHDOG=1"))
-            .count()
-            >= 2
-    });
+    wait_pings(&notify, 2);
     let before = scrape(&admin).expect("/metrics answers");
     assert_eq!(
         metric(&before, "kmirror_shard_healthy{shard=\"0\"}"),
@@ -150,17 +170,7 @@ fn a_panicked_shard_fails_its_partitions_stops_the_watchdog_and_exits_for_recove
         !data_dir.join(".kafka_cleanshutdown").exists(),
         "clean-shutdown marker left after a shard died:\n{text}"
     );
-    let messages = notify.messages();
-    let failed_at = messages
-        .iter()
-        .position(|m| m.contains("STATUS=shard 0 panicked"))
-        .unwrap_or_else(|| panic!("no failure STATUS in {messages:?}"));
-    assert!(
-        !messages[failed_at..]
-            .iter()
-            .any(|m| m.lines().any(|l| l == "WATCHDOG=1")),
-        "watchdog pinged after the shard failed: {messages:?}"
-    );
+    assert_no_ping_after(&notify, "STATUS=shard 0 panicked", &text);
     drop(serve);
 
     // The restart recovers (no marker) and mirrors every partition on, the failed ones too,
@@ -215,25 +225,10 @@ fn a_stalled_shard_stops_the_watchdog_and_the_process_exits() {
         ],
     );
     wait_admin(&mut serve, &admin);
-    notify.wait_for(DETECT_LIMIT, |m| {
-        m.iter()
-            .filter(|m| m.lines().any(|l| l == "WATCHDOG=1"))
-            .count()
-            >= 2
-    });
+    wait_pings(&notify, 2);
     std::fs::write(&trigger, b"").unwrap();
     let status = serve.wait_exit(EXIT_LIMIT);
     let text = serve.own_log_text();
     assert!(!status.success(), "exited with {status}:\n{text}");
-    let messages = notify.messages();
-    let stalled_at = messages
-        .iter()
-        .position(|m| m.contains("STATUS=shard 0 stalled"))
-        .unwrap_or_else(|| panic!("no stall STATUS in {messages:?}\n{text}"));
-    assert!(
-        !messages[stalled_at..]
-            .iter()
-            .any(|m| m.lines().any(|l| l == "WATCHDOG=1")),
-        "watchdog pinged after the shard stalled: {messages:?}"
-    );
+    assert_no_ping_after(&notify, "STATUS=shard 0 stalled", &text);
 }
