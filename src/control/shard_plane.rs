@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
@@ -31,8 +31,9 @@ use crate::fetch::list_offsets::{Listed, OffsetQuery};
 use crate::fetch::security::AUTHENTICATION_FAILED;
 use crate::ids::{Offset, ShardId, TopicPartition};
 use crate::limits::{
-    LEADER_REFRESH_MS_MAX, LEADER_REFRESH_MS_MIN, RETENTION_CHECK_INTERVAL_MS_DEFAULT,
-    SHARD_REMOVE_WAIT_MS,
+    LEADER_REFRESH_MS_MAX, LEADER_REFRESH_MS_MIN, RECOVERY_CHECKPOINT_INTERVAL_MS_DEFAULT,
+    RECOVERY_CHECKPOINT_WRITE_LAG_MS, RETENTION_CHECK_INTERVAL_MS_DEFAULT, SHARD_REMOVE_WAIT_MS,
+    SHARD_STALL_MS,
 };
 use crate::log::config::LogConfig;
 use crate::log::io::StdIo;
@@ -41,6 +42,7 @@ use crate::log::partition_log::Promotion;
 use crate::log::read_view::ReadCatalog;
 use crate::log::LogError;
 use crate::ops::telemetry::{Telemetry, TelemetryError, TelemetryThread};
+use crate::runtime::health::ShardHealth;
 use crate::runtime::mirror_shard::{
     resume_point, MirrorEvent, MirrorMsg, MirrorShard, ReturnedLogs,
 };
@@ -129,6 +131,15 @@ pub struct ShardDataPlane {
     workers: SourceWorkers,
     answers_tx: mpsc::Sender<PlaneAnswer>,
     answers_rx: mpsc::Receiver<PlaneAnswer>,
+    /// Recovery-point checkpoint rounds: how often, when the next flush round is due, and
+    /// when the checkpoint file of the round in progress is to be written.
+    checkpoint_every: Duration,
+    next_checkpoint: Instant,
+    checkpoint_write_at: Option<Instant>,
+    /// The shards' heartbeats, checked on every poll.
+    health: ShardHealth,
+    /// Set with the reason once a shard failed: the process must exit for a restart.
+    shard_failed: Arc<OnceLock<String>>,
 }
 
 impl ShardDataPlane {
@@ -140,16 +151,16 @@ impl ShardDataPlane {
         fetch: FetchConfig,
         request_timeout_ms: u32,
     ) -> Result<ShardDataPlane, ShardPlaneError> {
-        let mut logs = LogDir::open(data_dir, LogConfig::default(), &mut StdIo)?;
+        let mut logs = open_log_dir(data_dir)?;
         // `__mirror_state` belongs to the state log and `__consumer_offsets` to the group
         // coordinator; each reopens its own right after.
-        drop(logs.take(&TopicPartition::new(state_log::TOPIC, 0)));
-        drop(logs.take(&TopicPartition::new(
+        logs.hand_off(&TopicPartition::new(state_log::TOPIC, 0));
+        logs.hand_off(&TopicPartition::new(
             crate::serve::groups::offsets::TOPIC,
             0,
-        )));
+        ));
         // ...and `__transaction_state` to the transaction coordinator.
-        drop(logs.take(&TopicPartition::new(crate::serve::txn::store::TOPIC, 0)));
+        logs.hand_off(&TopicPartition::new(crate::serve::txn::store::TOPIC, 0));
         let returned: ReturnedLogs = Arc::new(Mutex::new(Vec::new()));
         let shard_returned = Arc::clone(&returned);
         let progress = ProgressBoard::default();
@@ -166,11 +177,22 @@ impl ShardDataPlane {
         })?;
         let telemetry = TelemetryThread::start(rt.stats().to_vec(), data_dir)?;
         let (answers_tx, answers_rx) = mpsc::channel();
+        let health = ShardHealth::new(
+            rt.stats(),
+            Duration::from_millis(SHARD_STALL_MS),
+            Instant::now(),
+        );
+        let checkpoint_every = Duration::from_millis(RECOVERY_CHECKPOINT_INTERVAL_MS_DEFAULT);
         Ok(ShardDataPlane {
             pending: HashMap::new(),
             workers: SourceWorkers::threaded(),
             answers_tx,
             answers_rx,
+            checkpoint_every,
+            next_checkpoint: Instant::now() + checkpoint_every,
+            checkpoint_write_at: None,
+            health,
+            shard_failed: Arc::default(),
             telemetry: Some(telemetry),
             rt: Some(rt),
             logs: Some(logs),
@@ -188,6 +210,86 @@ impl ShardDataPlane {
                 + Duration::from_millis(RETENTION_CHECK_INTERVAL_MS_DEFAULT),
             source_epochs,
         })
+    }
+
+    /// How often recovery points are checkpointed (`storage.recovery_checkpoint_interval_ms`).
+    pub fn set_recovery_checkpoint_interval(&mut self, every: Duration) {
+        self.checkpoint_every = every;
+        self.next_checkpoint = Instant::now() + every;
+    }
+
+    /// A checkpoint round: every owner flushes its logs that have new data (the shards on
+    /// their rings, between fetches; the logs held here and the failed-over ones on this
+    /// thread), and a little later, once the shards' flushes are in, the checkpoint files are
+    /// rewritten from every partition's cell.
+    fn checkpoint_round(&mut self, now: Instant) {
+        if now >= self.next_checkpoint {
+            self.next_checkpoint = now + self.checkpoint_every;
+            for shard in 0..self.rt().shard_count() {
+                let shard = ShardId(shard as _);
+                if self.health.is_failed(shard) {
+                    continue;
+                }
+                if self.rt().send(shard, MirrorMsg::Flush).is_err() {
+                    tracing::warn!(shard = shard.0, "checkpoint flush skipped: mailbox full");
+                }
+            }
+            self.take_returned();
+            let mut failed = self.logs().flush_unflushed(&mut StdIo);
+            failed.extend(self.leaders.flush_unflushed());
+            for why in failed {
+                tracing::error!("{why}");
+            }
+            self.checkpoint_write_at =
+                Some(now + Duration::from_millis(RECOVERY_CHECKPOINT_WRITE_LAG_MS));
+        }
+        if self.checkpoint_write_at.is_some_and(|at| now >= at) {
+            self.checkpoint_write_at = None;
+            if let Err(e) = self.logs().write_checkpoints() {
+                tracing::error!("writing the recovery-point checkpoint: {e}");
+            }
+        }
+    }
+
+    /// Where the reason goes once a shard failed (the caller stops the process on it).
+    pub fn report_shard_failure_to(&mut self, to: Arc<OnceLock<String>>) {
+        self.shard_failed = to;
+    }
+
+    /// Checks every shard's heartbeat. A failed shard's partitions are FAILED (retryable: the
+    /// restart that follows recovers their logs and mirrors them on) and the failure is
+    /// reported, so the process exits; the watchdog pings only while every shard is healthy.
+    fn check_shards(&mut self) {
+        let failed = self.health.check(Instant::now());
+        crate::ops::sd_notify::shards_checked(self.health.all_healthy());
+        for f in failed {
+            let tps: Vec<TopicPartition> = self
+                .lent
+                .iter()
+                .filter(|(_, (shard, _))| *shard == f.shard)
+                .map(|(tp, _)| tp.clone())
+                .collect();
+            tracing::error!(
+                shard = f.shard.0,
+                partitions = tps.len(),
+                why = %f.why,
+                "shard failed: its partitions are FAILED and kmirror exits to be restarted"
+            );
+            for tp in tps {
+                self.lent.remove(&tp);
+                self.refresh.forget(&tp);
+                self.failures.push((
+                    tp,
+                    Fault {
+                        message: f.why.clone(),
+                        retryable: true,
+                        timed_out: false,
+                    },
+                ));
+            }
+            crate::ops::sd_notify::shard_failed(&f.why);
+            let _ = self.shard_failed.set(f.why);
+        }
     }
 
     /// How often retention runs (`admin.retention_check_interval_ms`).
@@ -463,6 +565,10 @@ impl ShardDataPlane {
         let spec = found.source;
         let topic_id = p.topic_id;
         let start = p.start;
+        let shard = shard_for(tp, self.rt().shard_count());
+        if self.health.is_failed(shard) {
+            return Err(format!("shard {} failed; kmirror exits to be restarted", shard.0).into());
+        }
         // Persisted before fetching starts: once records of this leader may be here, a
         // failover must lead above its epoch even if kmirror restarts without the source.
         self.source_epochs
@@ -492,7 +598,6 @@ impl ShardDataPlane {
             }
         }
         let (log_end, last_epoch) = resume_point(&log);
-        let shard = shard_for(tp, self.rt().shard_count());
         let msg = MirrorMsg::AddPartition {
             source: spec,
             start: PartitionStart {
@@ -562,6 +667,22 @@ fn resolve(
             Ok((f, start_offset))
         })
         .collect())
+}
+
+/// Opens (and after a crash recovers) the log dir, telling systemd as partitions get done so
+/// its start timeout cannot expire while recovery makes progress (READY=1 comes after).
+pub fn open_log_dir(data_dir: &Path) -> Result<LogDir, LogError> {
+    let opened = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let _extend =
+        crate::ops::sd_notify::StartExtension::start("opening partition logs", Arc::clone(&opened));
+    let default = LogConfig::default();
+    LogDir::open_reporting(
+        data_dir,
+        default.clone(),
+        |_| default.clone(),
+        &mut StdIo,
+        &opened,
+    )
 }
 
 /// Where a new partition starts on the source: `None` for earliest (the fetcher starts at the
@@ -758,9 +879,11 @@ impl DataPlane for ShardDataPlane {
     /// Drains pending shard events without waiting; returns the failures they reported.
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         self.pump(Duration::ZERO, |_| false);
+        self.check_shards();
         self.take_answers();
         self.dispatch_look_ups();
         let now = Instant::now();
+        self.checkpoint_round(now);
         if now >= self.next_retention {
             self.next_retention = now + self.retention_every;
             self.enforce_retention(crate::log::partition_log::now_ms());

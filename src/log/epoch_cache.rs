@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::ids::{LeaderEpoch, Offset};
 use crate::log::checkpoint::{read_lines, split_fields, write_lines};
 use crate::log::LogError;
+use crate::wire::batch::Batch;
 
 pub const FILE_NAME: &str = "leader-epoch-checkpoint";
 const VERSION: i32 = 0;
@@ -228,6 +229,22 @@ pub fn end_offset_for(
         Some(floor) => (floor.epoch, higher.start_offset),
         None => (requested, higher.start_offset),
     }
+}
+
+/// The rule shared by append and recovery: a v2 batch whose epoch is known and higher than the
+/// latest starts a new epoch at its base offset. Legacy batches carry no epoch and leave the
+/// cache alone (Kafka's leader clears its cache on a legacy append to fall back to
+/// high-watermark truncation; a mirror keeps the source's epochs, which remain true for the
+/// v2 batches around the legacy ones). Returns whether the cache changed.
+pub(crate) fn assign_epoch(epochs: &mut LeaderEpochCache, batch: &Batch<'_>) -> bool {
+    if batch.is_legacy() {
+        return false;
+    }
+    let epoch: LeaderEpoch = batch.partition_leader_epoch();
+    if !epoch.is_known() || epochs.latest_epoch().is_some_and(|latest| epoch <= latest) {
+        return false;
+    }
+    epochs.assign(epoch, batch.base_offset())
 }
 
 #[cfg(test)]

@@ -11,16 +11,18 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use crate::ids::{LeaderEpoch, Offset};
+use crate::log::clock::now_ms;
 use crate::log::config::LogConfig;
+use crate::log::epoch_cache::assign_epoch;
 use crate::log::epoch_cache::LeaderEpochCache;
 use crate::log::io::LogIo;
-use crate::log::partition_log::{assign_epoch, now_ms};
 use crate::log::producer_state::{
     delete_snapshots_above, list_snapshots, snapshot_path, ProducerStateManager,
 };
 use crate::log::scan::for_each_batch;
 use crate::log::segment::{
-    parse_base_offset, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
+    parse_base_offset, Recovered, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
 };
 use crate::log::LogError;
 
@@ -54,6 +56,8 @@ pub(crate) struct Loaded {
     pub recovery_point: Offset,
     /// Some segment was revalidated batch by batch (unclean stop, or a bad index).
     pub recovered: bool,
+    /// What that revalidation re-read.
+    pub revalidated: Recovered,
 }
 
 /// Suffixes of files left by interrupted Kafka operations that are safe to drop.
@@ -78,38 +82,59 @@ pub(crate) fn load(
         segments.push(seg);
         needs.push(bad_index);
     }
+    // Below the recovery point everything was fsynced: the segment holding it is revalidated
+    // only from there (unless its own indexes failed the check), later ones whole.
+    let mut resume_at: Option<(usize, Offset)> = None;
     if !opts.clean_shutdown && !segments.is_empty() {
         let from = segments
             .partition_point(|s| s.base_offset() <= opts.recovery_point)
             .saturating_sub(1);
+        if !needs[from] && opts.recovery_point > segments[from].base_offset() {
+            resume_at = Some((from, opts.recovery_point));
+        }
         for flag in &mut needs[from..] {
             *flag = true;
         }
     }
     let mut recovered = false;
+    let mut revalidated = Recovered::default();
     if let Some(first) = needs.iter().position(|&n| n) {
         recovered = true;
+        // Only when nothing before it needs revalidating (an earlier bad index starts the
+        // region at that segment, and every batch from there must be replayed).
+        let resume_at = resume_at.filter(|(at, _)| *at == first).map(|(_, o)| o);
         // Epochs and producer state of the region being revalidated are rebuilt from its
         // batches; the producer state first has to reach the region's start.
-        let region_start = segments[first].base_offset();
+        let region_start = resume_at.unwrap_or(segments[first].base_offset());
         epochs.truncate_from_end(region_start);
-        rebuild_producer_state(dir, &segments[..first], producers, region_start)?;
+        let trusted = if resume_at.is_some() {
+            first + 1
+        } else {
+            first
+        };
+        rebuild_producer_state(dir, &segments[..trusted], producers, region_start)?;
         let mut i = first;
         while i < segments.len() {
-            let cut = if needs[i] {
-                segments[i].recover(io, |batch| {
-                    assign_epoch(epochs, batch);
-                    Ok(producers.on_batch(batch))
-                })?
-            } else {
-                replay(&segments[i], epochs, producers)?;
-                0
+            let mut on_batch = |batch: &crate::wire::batch::Batch<'_>| {
+                assign_epoch(epochs, batch);
+                Ok(producers.on_batch(batch))
             };
-            if cut > 0 {
+            let pass = if !needs[i] {
+                replay(&segments[i], epochs, producers)?;
+                Recovered::default()
+            } else if let (true, Some(at)) = (i == first, resume_at) {
+                segments[i].recover_from(io, at, &mut on_batch)?
+            } else {
+                segments[i].recover(io, &mut on_batch)?
+            };
+            revalidated.bytes += pass.bytes;
+            revalidated.batches += pass.batches;
+            revalidated.cut += pass.cut;
+            if pass.cut > 0 {
                 tracing::warn!(
                     dir = %dir.display(),
                     segment = %segments[i].base_offset(),
-                    bytes = cut,
+                    bytes = pass.cut,
                     "recovery truncated the log; deleting later segments"
                 );
                 for seg in segments.drain(i + 1..) {
@@ -146,7 +171,10 @@ pub(crate) fn load(
     if !recovered || producers.map_end_offset() != end {
         rebuild_producer_state(dir, &segments, producers, end)?;
     }
-    let recovery_point = if recovered {
+    // Batches re-read (or a tail cut) may exist only in the page cache of a crashed run: fsync
+    // them before the recovery point moves over them. A revalidation that found nothing past
+    // the recovery point has nothing to make durable (most partitions after a checkpoint).
+    let recovery_point = if recovered && (revalidated.batches > 0 || revalidated.cut > 0) {
         for seg in &mut segments {
             seg.flush(io)?;
         }
@@ -161,6 +189,7 @@ pub(crate) fn load(
         log_start,
         recovery_point,
         recovered,
+        revalidated,
     })
 }
 

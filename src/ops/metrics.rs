@@ -370,6 +370,16 @@ impl Scrape {
             "Registered arena slots of the shard.",
             &rows(|s| s.arena_slots),
         )?;
+        f.gauge(
+            "kmirror_shard_healthy",
+            "1 while the shard's loop keeps turning (its heartbeat advances), 0 once it stalled or died.",
+            &rows(|s| s.healthy),
+        )?;
+        f.counter(
+            "kmirror_shard_failures",
+            "Times the shard was found stalled or dead (its partitions were failed and kmirror exits).",
+            &rows(|s| s.failures),
+        )?;
         let throttle: Vec<(Labels, f64)> = self
             .shards
             .iter()

@@ -94,6 +94,10 @@ pub enum MirrorMsg {
     /// A retention pass: every owned log deletes the segments its retention.ms and
     /// retention.bytes (and log start) make deletable at `now_ms`.
     EnforceRetention { now_ms: i64 },
+    /// A recovery-point checkpoint round: every owned log with data above its recovery point
+    /// is flushed (fdatasync on the ring), which publishes its new recovery point to the log
+    /// dir's checkpoint cell.
+    Flush,
 }
 
 /// How to reach and talk to one source broker.
@@ -443,6 +447,29 @@ impl MirrorShard {
                 for log in group.logs.iter_mut().flatten() {
                     if let Err(e) = log.delete_old_segments(&mut RingIo::new(cx.ring), now_ms) {
                         failed.push(format!("{}: retention failed: {e}", log.topic_partition()));
+                    }
+                }
+            }
+        }
+        for what in failed {
+            let _ = cx.emit(MirrorEvent::Notice { what });
+        }
+    }
+
+    fn flush_logs(&mut self, cx: &mut Cx<'_>) {
+        let mut failed = Vec::new();
+        for src in &mut self.sources {
+            for group in &mut src.groups {
+                for log in group
+                    .logs
+                    .iter_mut()
+                    .flatten()
+                    .filter(|l| l.has_unflushed())
+                {
+                    // Each fsync is progress: a long round must not look like a stall.
+                    cx.stats.heartbeat().beat();
+                    if let Err(e) = log.flush(&mut RingIo::new(cx.ring)) {
+                        failed.push(format!("{}: flush failed: {e}", log.topic_partition()));
                     }
                 }
             }
@@ -1175,6 +1202,7 @@ impl ShardHandler for MirrorShard {
             } => self.releader(cx, tp, source, topic_id, leader_epoch),
             MirrorMsg::SetConfig { tp, config } => self.set_config(cx, &tp, *config),
             MirrorMsg::EnforceRetention { now_ms } => self.enforce_retention(cx, now_ms),
+            MirrorMsg::Flush => self.flush_logs(cx),
         }
     }
 

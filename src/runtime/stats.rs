@@ -199,6 +199,8 @@ pub struct ShardStats {
     ring_completed: AtomicU64,
     arena_slots_in_use: AtomicU64,
     arena_slots: AtomicU64,
+    /// Turns of the shard loop and how the thread ended (`runtime::health`).
+    heartbeat: super::health::Heartbeat,
     partitions: Mutex<Vec<Arc<PartitionStats>>>,
     filled: ArrayQueue<Box<LatencySet>>,
     blank: ArrayQueue<Box<LatencySet>>,
@@ -217,6 +219,10 @@ pub struct ShardSnapshot {
     pub ring_completed: u64,
     pub arena_slots_in_use: u64,
     pub arena_slots: u64,
+    /// 1 while the health check finds the shard turning, 0 once it failed.
+    pub healthy: u64,
+    /// Times the health check found the shard failed.
+    pub failures: u64,
 }
 
 impl ShardStats {
@@ -237,6 +243,7 @@ impl ShardStats {
             ring_completed: AtomicU64::new(0),
             arena_slots_in_use: AtomicU64::new(0),
             arena_slots: AtomicU64::new(0),
+            heartbeat: Default::default(),
             partitions: Mutex::new(Vec::new()),
             // Room for every set in circulation (the blanks plus the one recording), so the
             // final hand-over at shutdown never finds the queue full.
@@ -269,6 +276,12 @@ impl ShardStats {
         self.ring_completed.store(completed, Ordering::Relaxed);
         self.arena_slots_in_use.store(in_use, Ordering::Relaxed);
         self.arena_slots.store(slots, Ordering::Relaxed);
+    }
+
+    /// The shard loop's heartbeat (written by the shard) and health verdict (by the control
+    /// side's check).
+    pub fn heartbeat(&self) -> &super::health::Heartbeat {
+        &self.heartbeat
     }
 
     /// A partition joined the shard. Not on the hot path (mailbox message).
@@ -306,6 +319,8 @@ impl ShardStats {
             ring_completed: l(&self.ring_completed),
             arena_slots_in_use: l(&self.arena_slots_in_use),
             arena_slots: l(&self.arena_slots),
+            healthy: u64::from(self.heartbeat.healthy()),
+            failures: self.heartbeat.failures(),
         }
     }
 

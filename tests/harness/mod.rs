@@ -18,6 +18,7 @@ pub mod files;
 pub mod groups;
 mod jars;
 pub mod mirrors_cli;
+pub mod notify;
 mod process;
 pub mod proxy;
 pub mod python_clients;

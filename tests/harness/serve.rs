@@ -11,6 +11,25 @@ use std::time::{Duration, Instant};
 /// 2-core machine set it; larger topics get it anew after each partition that finishes).
 pub const CATCH_UP_LIMIT: Duration = Duration::from_secs(180);
 
+/// The serve log without the ANSI colour codes tracing puts around field names.
+pub fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // CSI: ESC [ parameters final-byte (a letter).
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Every `.log` segment of a partition directory, in offset order, concatenated.
 pub fn log_bytes(dir: &Path) -> Vec<u8> {
     log_files(dir)
@@ -72,6 +91,18 @@ impl Serve {
         Serve::start_with(config, log, &Launch::default())
     }
 
+    /// `start` with extra environment variables (test hooks, `NOTIFY_SOCKET`).
+    pub fn start_with_env(config: &Path, log: PathBuf, env: &[(&str, &std::ffi::OsStr)]) -> Serve {
+        let launch = Launch {
+            wrapper: Vec::new(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_os_string()))
+                .collect(),
+        };
+        Serve::start_with(config, log, &launch)
+    }
+
     /// `start`, under `launch`'s wrapper and with its environment.
     pub fn start_with(config: &Path, log: PathBuf, launch: &Launch) -> Serve {
         let out = std::fs::OpenOptions::new()
@@ -130,6 +161,30 @@ impl Serve {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// What this process (not an earlier run appending to the same file) logged.
+    pub fn own_log_text(&self) -> String {
+        self.log_text()
+            .get(self.log_start..)
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Waits up to `limit` for the process to exit on its own.
+    pub fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "kmirror serve did not exit:\n{}",
+                self.own_log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The Kafka listener's `host:port` from this process's start-up line, waiting for it.
