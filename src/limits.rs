@@ -431,6 +431,15 @@ pub const SERVE_FETCH_SESSION_EVICTION_MS: u64 = 120_000;
 /// client can pin with partitions added one request at a time.
 pub const SERVE_FETCH_SESSION_PARTITIONS_MAX: usize = 100_000;
 
+/// Decoding a request may allocate this many bytes per request byte, plus the floor below
+/// (the vendored decoder's budget). Honest requests of stock clients stay near 2.5 (Fetch
+/// v12+), 5 at worst (Fetch v4: 16 encoded bytes per 80-byte partition); a count that would
+/// need more is refused before anything is reserved for it.
+pub const SERVE_DECODE_BYTES_PER_REQUEST_BYTE: usize = 6;
+
+/// Decode budget every request gets whatever its size, so small requests of any shape pass.
+pub const SERVE_DECODE_BUDGET_FLOOR_BYTES: usize = 256 * 1024;
+
 const _: () = assert!(SERVE_REQUEST_BYTES_MAX <= FRAME_BYTES_MAX);
 const _: () = assert!(SERVE_FETCH_RESPONSE_BYTES_MAX < i32::MAX as u64);
 /// SCRAM iteration counts a source may ask for: Kafka's own bounds (below 4096 is too weak to

@@ -76,7 +76,9 @@ fn promtool_check(text: &str) {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("promtool (Debian package prometheus, installed by tests/setup.sh) must be installed");
+        .expect(
+            "promtool (Debian package prometheus, installed by tests/setup.sh) must be installed",
+        );
     child
         .stdin
         .take()
