@@ -399,8 +399,35 @@ const _: () = assert!(GROUP_MEMBER_BLOB_BYTES_MAX < FRAME_BYTES_MAX);
 /// Largest request frame a client may send (Kafka's `socket.request.max.bytes` default).
 pub const SERVE_REQUEST_BYTES_MAX: usize = 100 * 1024 * 1024;
 
-/// Client connections served at once; one more is accepted and closed at once with a log line.
-pub const SERVE_CONNECTIONS_MAX: usize = 1024;
+/// Default `kafka.max_connections` (Kafka's `max.connections`): connections served at once; one
+/// more is accepted and closed at once, counted in /metrics. Kafka's default is unlimited; each
+/// connection here is a thread, so the default is bounded.
+pub const SERVE_CONNECTIONS_DEFAULT: usize = 1024;
+
+/// Highest `kafka.max_connections` (and `max_connections_per_ip`) accepted: one thread each.
+pub const SERVE_CONNECTIONS_MAX: usize = 16_384;
+
+/// Default `kafka.connections_max_idle_ms` (Kafka's `connections.max.idle.ms`, 10 min): a
+/// connection with no request for this long is closed.
+pub const SERVE_CONNECTIONS_MAX_IDLE_MS_DEFAULT: u64 = 600_000;
+
+/// Default `kafka.request_receive_timeout_ms`: once a request's first byte has arrived, the
+/// whole frame must arrive within this (Kafka's clients' `request.timeout.ms` default: a client
+/// that has not sent its request by then has given up on it), else the connection is closed.
+pub const SERVE_REQUEST_RECEIVE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+
+/// Bounds of both timeouts above.
+pub const SERVE_CONN_TIMEOUT_MS_MIN: u64 = 100;
+pub const SERVE_CONN_TIMEOUT_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// Default `kafka.queued_max_request_bytes` (Kafka's `queued.max.request.bytes`, unlimited by
+/// default there): request bytes all connections may buffer at once. A connection whose frame
+/// does not fit waits for others' bytes to be freed (up to its receive timeout) instead of
+/// allocating; a frame larger than the whole budget closes its connection.
+pub const SERVE_QUEUED_REQUEST_BYTES_DEFAULT: usize = 512 * 1024 * 1024;
+
+/// Smallest `kafka.queued_max_request_bytes`.
+pub const SERVE_QUEUED_REQUEST_BYTES_MIN: usize = 64 * 1024;
 
 /// Longest a Fetch may wait for `min_bytes` (a client's larger `max_wait_ms` is cut to this).
 pub const SERVE_FETCH_WAIT_MS_MAX: u64 = FETCH_WAIT_MS_MAX as u64;

@@ -56,13 +56,27 @@ pub fn add_kafka_listener(config: &Path) {
 impl Serve {
     /// Starts the binary; its stderr is appended to `log` (so restarts keep earlier output).
     pub fn start(config: &Path, log: PathBuf) -> Serve {
+        Self::start_under(&[], config, log)
+    }
+
+    /// `start` with the binary run by `wrapper` (e.g. `["prlimit", "--as=..."]`), if not empty.
+    pub fn start_under(wrapper: &[&str], config: &Path, log: PathBuf) -> Serve {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
             .unwrap();
         let log_start = out.metadata().unwrap().len() as usize;
-        let child = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        let bin = env!("CARGO_BIN_EXE_kmirror");
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let child = cmd
             .args(["serve", "--config"])
             .arg(config)
             .env("KMIRROR_LOG", "info")
