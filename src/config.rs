@@ -213,6 +213,14 @@ pub struct KafkaSection {
     /// connection waits for room rather than allocating.
     #[serde(default = "default_queued_max_request_bytes")]
     pub queued_max_request_bytes: usize,
+    /// Kafka's `transactional.id.expiration.ms`: a transactional id with no transaction under
+    /// way is forgotten this long after its last one.
+    #[serde(default = "default_transactional_id_expiration_ms")]
+    pub transactional_id_expiration_ms: i64,
+}
+
+fn default_transactional_id_expiration_ms() -> i64 {
+    crate::limits::TXN_ID_EXPIRATION_MS_DEFAULT
 }
 
 fn default_max_connections() -> usize {
@@ -414,6 +422,13 @@ impl ServeConfig {
             if !(TMIN..=TMAX).contains(&v) {
                 return Err(invalid(key, format!("must be {TMIN}..={TMAX}")));
             }
+        }
+        use crate::limits::{TXN_ID_EXPIRATION_MS_MAX as XMAX, TXN_ID_EXPIRATION_MS_MIN as XMIN};
+        if !(XMIN..=XMAX).contains(&k.transactional_id_expiration_ms) {
+            return Err(invalid(
+                "kafka.transactional_id_expiration_ms",
+                format!("must be {XMIN}..={XMAX}"),
+            ));
         }
         if k.queued_max_request_bytes < QMIN {
             return Err(invalid(

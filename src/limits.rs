@@ -527,5 +527,15 @@ pub const TXN_TIMEOUT_MS_MAX: i32 = 900_000;
 /// Transactional ids the coordinator keeps (each is a key in `__transaction_state-0`).
 pub const TXN_IDS_MAX: usize = 100_000;
 
+/// Default `kafka.transactional_id_expiration_ms` (Kafka's `transactional.id.expiration.ms`,
+/// 7 days): a transactional id with no transaction under way is forgotten this long after its
+/// last one, so the id table (at most `TXN_IDS_MAX`) does not fill up for ever.
+pub const TXN_ID_EXPIRATION_MS_DEFAULT: i64 = 7 * 24 * 60 * 60 * 1000;
+
+/// Bounds of `kafka.transactional_id_expiration_ms` (Kafka's minimum is 1 ms; 1 s here, the
+/// timer's tick; at most 1 year).
+pub const TXN_ID_EXPIRATION_MS_MIN: i64 = 1_000;
+pub const TXN_ID_EXPIRATION_MS_MAX: i64 = 365 * 24 * 60 * 60 * 1000;
+
 /// How often the transaction timer looks for transactions past their timeout.
 pub const TXN_TIMER_TICK_MS: u64 = 1_000;

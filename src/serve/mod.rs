@@ -70,6 +70,7 @@ pub fn start_configured(
                 g.register(d, host, port);
             }
             if let Some(t) = txn {
+                t.set_id_expiration_ms(k.transactional_id_expiration_ms);
                 t.register(d, writer);
             }
         },
