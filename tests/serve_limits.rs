@@ -113,10 +113,12 @@ fn api_versions_frame() -> Vec<u8> {
 
 /// Sends ApiVersions on `s` and reads the whole answer; false if the connection was closed.
 fn answers(s: &mut TcpStream) -> bool {
+    s.write_all(&api_versions_frame()).is_ok() && answered(s)
+}
+
+/// Reads one whole response frame; false if the connection was closed instead.
+fn answered(s: &mut TcpStream) -> bool {
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    if s.write_all(&api_versions_frame()).is_err() {
-        return false;
-    }
     let mut len = [0u8; 4];
     if s.read_exact(&mut len).is_err() {
         return false;
@@ -221,9 +223,14 @@ fn the_per_address_limit_refuses_a_flood_and_a_fresh_consumer_reads_everything()
         .map(|_| connect_from("127.0.0.2", rig.kafka))
         .collect();
     // The excess is closed at once; the held ones answer.
+    // Every connection asks first, then the answers are read: the held ones are answered
+    // (well within their idle timeout), the excess finds its connection closed.
+    for s in flood.iter_mut() {
+        let _ = s.write_all(&api_versions_frame());
+    }
     let mut held = Vec::new();
     for mut s in flood.drain(..) {
-        if answers(&mut s) {
+        if answered(&mut s) {
             held.push(s);
         }
     }

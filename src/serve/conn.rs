@@ -46,7 +46,7 @@ fn serve_inner(
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(read_poll(&admission.limits)))?;
     stream.set_write_timeout(Some(Duration::from_millis(SERVE_WRITE_TIMEOUT_MS)))?;
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut buf = BytesMut::new();
     loop {
         let Some((frame, _permit)) = read_frame(stream, &mut buf, admission, stop)? else {
             return Ok(());
@@ -151,22 +151,27 @@ fn read_frame(
             }
             _ => {}
         }
-        let mut chunk = [0u8; 64 * 1024];
-        // Never read past the frame whose bytes were granted, nor much into the next one.
+        // Read the length prefix, then exactly the frame it announces, straight into `buf`:
+        // nothing past the frame whose bytes were granted, and no per-connection scratch
+        // buffer, so an idle connection holds only its thread (as Kafka reads size, then
+        // payload).
         let want = if buf.len() >= 4 {
             let len = i32::from_be_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
-            (4 + len - buf.len()).min(chunk.len())
+            (4 + len - buf.len()).min(READ_CHUNK_BYTES)
         } else {
-            chunk.len()
+            4 - buf.len()
         };
-        match stream.read(&mut chunk[..want]) {
+        let start = buf.len();
+        buf.resize(start + want, 0);
+        let read = stream.read(&mut buf[start..]);
+        buf.truncate(start + *read.as_ref().unwrap_or(&0));
+        match read {
             Ok(0) if buf.is_empty() => return Ok(None),
             Ok(0) => {
                 return Err(ServeError::Truncated { len: buf.len() });
             }
-            Ok(n) => {
+            Ok(_) => {
                 begun.get_or_insert_with(Instant::now);
-                buf.extend_from_slice(&chunk[..n]);
             }
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -174,6 +179,9 @@ fn read_frame(
         }
     }
 }
+
+/// Most bytes one read asks for (a frame arrives in such steps, zeroed just before).
+const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 fn write_response(stream: &mut TcpStream, head: Bytes, parts: &[Part]) -> Result<(), ServeError> {
     // Consecutive byte parts go out in one write; a file part is flushed around.
