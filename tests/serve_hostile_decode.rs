@@ -12,15 +12,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, FetchRequest, MetadataRequest, ProduceRequest};
 use kafka_protocol::protocol::Decodable;
-use kmirror::ids::{ProducerId, TopicPartition};
-use kmirror::log::partition_log::ProduceOutcome;
 use kmirror::log::read_view::ReadCatalog;
 use kmirror::serve::catalog_apis;
 use kmirror::serve::dispatch::decode_body;
 use kmirror::serve::fetch_sessions::FetchSessions;
 use kmirror::serve::groups::GroupService;
 use kmirror::serve::txn::TxnService;
-use kmirror::serve::writes::{writer_slot, PartitionWriter, WriteError};
+use kmirror::serve::writes::{writer_slot, NothingWritable, PartitionWriter};
 use kmirror::serve::ServeError;
 
 /// What decoding a few hostile bytes may allocate at its peak: the error message and little else.
@@ -75,36 +73,12 @@ fn an_honest_count_still_decodes() {
 const FRAME_BYTES: usize = 1024 * 1024;
 const FRAME_PEAK_BYTES_MAX: u64 = 8 * 1024 * 1024;
 
-/// Nothing is writable; only needed so the transaction APIs register.
-struct NoPartitions;
-
-impl PartitionWriter for NoPartitions {
-    fn produce(&self, tp: &TopicPartition, _: &mut [u8]) -> Result<ProduceOutcome, WriteError> {
-        Err(WriteError::NotWritable(tp.clone()))
-    }
-    fn new_producer_id(&self) -> Result<ProducerId, String> {
-        Err("no producer ids in this test".into())
-    }
-    fn is_writable(&self, _: &TopicPartition) -> bool {
-        false
-    }
-    fn end_txn(
-        &self,
-        tp: &TopicPartition,
-        _: ProducerId,
-        _: i16,
-        _: bool,
-    ) -> Result<bool, WriteError> {
-        Err(WriteError::NotWritable(tp.clone()))
-    }
-}
-
 /// The dispatcher a kmirror `[kafka]` listener serves with: the catalog APIs, the group
 /// coordinator's and the transaction coordinator's.
 fn served_apis(dir: &std::path::Path) -> Vec<(ApiKey, i16, i16)> {
     let catalog = ReadCatalog::new();
     let slot = writer_slot();
-    let writer: Arc<dyn PartitionWriter> = Arc::new(NoPartitions);
+    let writer: Arc<dyn PartitionWriter> = Arc::new(NothingWritable);
     let _ = slot.set(Arc::clone(&writer));
     let mut d = catalog_apis::dispatcher(
         Arc::clone(&catalog),

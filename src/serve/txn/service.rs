@@ -318,10 +318,9 @@ impl ApiHandler for TxnApi {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::partition_log::ProduceOutcome;
     use crate::log::read_view::ReadCatalog;
     use crate::serve::dispatch::Part;
-    use crate::serve::writes::{writer_slot, WriteError};
+    use crate::serve::writes::{writer_slot, NothingWritable};
     use bytes::{Bytes, BytesMut};
     use kafka_protocol::messages::txn_offset_commit_request::{
         TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
@@ -331,30 +330,6 @@ mod tests {
         RequestHeader, TopicName, TransactionalId,
     };
     use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-
-    /// Nothing is writable; producer ids come from a counter.
-    struct NoPartitions;
-
-    impl PartitionWriter for NoPartitions {
-        fn produce(&self, tp: &TopicPartition, _: &mut [u8]) -> Result<ProduceOutcome, WriteError> {
-            Err(WriteError::NotWritable(tp.clone()))
-        }
-        fn new_producer_id(&self) -> Result<ProducerId, String> {
-            Ok(ProducerId(1 << 40))
-        }
-        fn is_writable(&self, _: &TopicPartition) -> bool {
-            false
-        }
-        fn end_txn(
-            &self,
-            tp: &TopicPartition,
-            _: ProducerId,
-            _: i16,
-            _: bool,
-        ) -> Result<bool, WriteError> {
-            Err(WriteError::NotWritable(tp.clone()))
-        }
-    }
 
     fn call<Q: Encodable, R: Decodable>(d: &Dispatcher, key: ApiKey, version: i16, body: &Q) -> R {
         let mut buf = BytesMut::new();
@@ -408,7 +383,7 @@ mod tests {
     fn offset_apis_are_advertised_and_served_at_every_version() {
         let dir = tempfile::tempdir().unwrap();
         let groups = GroupService::open_with(dir.path(), ReadCatalog::new(), 0).unwrap();
-        let writer: Arc<dyn PartitionWriter> = Arc::new(NoPartitions);
+        let writer: Arc<dyn PartitionWriter> = Arc::new(NothingWritable);
         let slot = writer_slot();
         let _ = slot.set(Arc::clone(&writer));
         let txn = TxnService::open(dir.path(), writer, Arc::clone(&groups)).unwrap();
