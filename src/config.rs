@@ -205,6 +205,57 @@ pub struct KafkaSection {
     /// Required when `listen` is a wildcard address (clients cannot connect to 0.0.0.0).
     #[serde(default)]
     pub advertised: Option<String>,
+    /// Kafka's `max.connections`: connections held at once; more are closed at once.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Kafka's `max.connections.per.ip` (no other limit than `max_connections` by default).
+    #[serde(default)]
+    pub max_connections_per_ip: Option<usize>,
+    /// Kafka's `connections.max.idle.ms`: a connection with no request this long is closed.
+    #[serde(default = "default_connections_max_idle_ms")]
+    pub connections_max_idle_ms: u64,
+    /// Once a request frame has begun to arrive, it must be complete within this, else the
+    /// connection is closed (a half-sent frame holds no slot for ever).
+    #[serde(default = "default_request_receive_timeout_ms")]
+    pub request_receive_timeout_ms: u64,
+    /// Kafka's `queued.max.request.bytes`: request bytes all connections may buffer at once; a
+    /// connection waits for room rather than allocating.
+    #[serde(default = "default_queued_max_request_bytes")]
+    pub queued_max_request_bytes: usize,
+    /// Kafka's `transactional.id.expiration.ms`: a transactional id with no transaction under
+    /// way is forgotten this long after its last one.
+    #[serde(default = "default_transactional_id_expiration_ms")]
+    pub transactional_id_expiration_ms: i64,
+}
+
+fn default_transactional_id_expiration_ms() -> i64 {
+    crate::limits::TXN_ID_EXPIRATION_MS_DEFAULT
+}
+
+fn default_max_connections() -> usize {
+    crate::limits::SERVE_CONNECTIONS_DEFAULT
+}
+fn default_connections_max_idle_ms() -> u64 {
+    crate::limits::SERVE_CONNECTIONS_MAX_IDLE_MS_DEFAULT
+}
+fn default_request_receive_timeout_ms() -> u64 {
+    crate::limits::SERVE_REQUEST_RECEIVE_TIMEOUT_MS_DEFAULT
+}
+fn default_queued_max_request_bytes() -> usize {
+    crate::limits::SERVE_QUEUED_REQUEST_BYTES_DEFAULT
+}
+
+impl KafkaSection {
+    /// The listener's limits from this section.
+    pub fn conn_limits(&self) -> crate::serve::admission::ConnLimits {
+        crate::serve::admission::ConnLimits {
+            max_connections: self.max_connections,
+            max_connections_per_ip: self.max_connections_per_ip.unwrap_or(self.max_connections),
+            connections_max_idle_ms: self.connections_max_idle_ms,
+            request_receive_timeout_ms: self.request_receive_timeout_ms,
+            queued_max_request_bytes: self.queued_max_request_bytes,
+        }
+    }
 }
 
 /// `/metrics` for the static `[source]` mode, which has no admin port. With `[admin]` the
@@ -362,6 +413,48 @@ impl ServeConfig {
     }
 
     fn validate_kafka(k: &KafkaSection) -> Result<(), ConfigError> {
+        use crate::limits::{
+            SERVE_CONNECTIONS_MAX as CMAX, SERVE_CONN_TIMEOUT_MS_MAX as TMAX,
+            SERVE_CONN_TIMEOUT_MS_MIN as TMIN, SERVE_QUEUED_REQUEST_BYTES_MIN as QMIN,
+        };
+        if !(1..=CMAX).contains(&k.max_connections) {
+            return Err(invalid(
+                "kafka.max_connections",
+                format!("must be 1..={CMAX}"),
+            ));
+        }
+        if k.max_connections_per_ip
+            .is_some_and(|n| !(1..=CMAX).contains(&n))
+        {
+            return Err(invalid(
+                "kafka.max_connections_per_ip",
+                format!("must be 1..={CMAX}"),
+            ));
+        }
+        for (key, v) in [
+            ("kafka.connections_max_idle_ms", k.connections_max_idle_ms),
+            (
+                "kafka.request_receive_timeout_ms",
+                k.request_receive_timeout_ms,
+            ),
+        ] {
+            if !(TMIN..=TMAX).contains(&v) {
+                return Err(invalid(key, format!("must be {TMIN}..={TMAX}")));
+            }
+        }
+        use crate::limits::{TXN_ID_EXPIRATION_MS_MAX as XMAX, TXN_ID_EXPIRATION_MS_MIN as XMIN};
+        if !(XMIN..=XMAX).contains(&k.transactional_id_expiration_ms) {
+            return Err(invalid(
+                "kafka.transactional_id_expiration_ms",
+                format!("must be {XMIN}..={XMAX}"),
+            ));
+        }
+        if k.queued_max_request_bytes < QMIN {
+            return Err(invalid(
+                "kafka.queued_max_request_bytes",
+                format!("must be at least {QMIN}"),
+            ));
+        }
         match &k.advertised {
             None if k.listen.ip().is_unspecified() => Err(invalid(
                 "kafka.advertised",
@@ -594,6 +687,31 @@ data_dir = "/tmp/kmirror"
         let k = c.kafka.unwrap();
         assert_eq!(k.listen, "127.0.0.1:9092".parse().unwrap());
         assert_eq!(k.advertised, None);
+        // Kafka's defaults where it has bounded ones; connections bounded (a thread each).
+        let l = k.conn_limits();
+        assert_eq!(
+            (
+                l.max_connections,
+                l.max_connections_per_ip,
+                l.connections_max_idle_ms
+            ),
+            (1024, 1024, 600_000)
+        );
+        let c = ServeConfig::parse(&format!(
+            "{GOOD}[kafka]\nlisten = \"127.0.0.1:9092\"\nmax_connections_per_ip = 5\n\
+             connections_max_idle_ms = 2000\nrequest_receive_timeout_ms = 1000\n\
+             queued_max_request_bytes = 1048576\n"
+        ))
+        .unwrap();
+        let l = c.kafka.unwrap().conn_limits();
+        assert_eq!(
+            (l.max_connections_per_ip, l.connections_max_idle_ms),
+            (5, 2000)
+        );
+        assert_eq!(
+            (l.request_receive_timeout_ms, l.queued_max_request_bytes),
+            (1000, 1 << 20)
+        );
         let c = ServeConfig::parse(&format!(
             "{GOOD}[kafka]\nlisten = \"0.0.0.0:9092\"\nadvertised = \"mirror.example:9092\"\n"
         ))
@@ -612,6 +730,18 @@ data_dir = "/tmp/kmirror"
                 "kafka.advertised",
             ),
             (format!("{GOOD}[kafka]\nlisten = \"localhost\"\n"), "listen"),
+            (
+                format!("{GOOD}[kafka]\nlisten = \"127.0.0.1:1\"\nmax_connections = 0\n"),
+                "kafka.max_connections",
+            ),
+            (
+                format!("{GOOD}[kafka]\nlisten = \"127.0.0.1:1\"\nconnections_max_idle_ms = 5\n"),
+                "kafka.connections_max_idle_ms",
+            ),
+            (
+                format!("{GOOD}[kafka]\nlisten = \"127.0.0.1:1\"\nqueued_max_request_bytes = 5\n"),
+                "kafka.queued_max_request_bytes",
+            ),
             (
                 format!("{ADMIN}[kafka]\nlisten = \"127.0.0.1:1\"\nport = 3\n"),
                 "port",

@@ -404,8 +404,35 @@ const _: () = assert!(GROUP_MEMBER_BLOB_BYTES_MAX < FRAME_BYTES_MAX);
 /// Largest request frame a client may send (Kafka's `socket.request.max.bytes` default).
 pub const SERVE_REQUEST_BYTES_MAX: usize = 100 * 1024 * 1024;
 
-/// Client connections served at once; one more is accepted and closed at once with a log line.
-pub const SERVE_CONNECTIONS_MAX: usize = 1024;
+/// Default `kafka.max_connections` (Kafka's `max.connections`): connections served at once; one
+/// more is accepted and closed at once, counted in /metrics. Kafka's default is unlimited; each
+/// connection here is a thread, so the default is bounded.
+pub const SERVE_CONNECTIONS_DEFAULT: usize = 1024;
+
+/// Highest `kafka.max_connections` (and `max_connections_per_ip`) accepted: one thread each.
+pub const SERVE_CONNECTIONS_MAX: usize = 16_384;
+
+/// Default `kafka.connections_max_idle_ms` (Kafka's `connections.max.idle.ms`, 10 min): a
+/// connection with no request for this long is closed.
+pub const SERVE_CONNECTIONS_MAX_IDLE_MS_DEFAULT: u64 = 600_000;
+
+/// Default `kafka.request_receive_timeout_ms`: once a request's first byte has arrived, the
+/// whole frame must arrive within this (Kafka's clients' `request.timeout.ms` default: a client
+/// that has not sent its request by then has given up on it), else the connection is closed.
+pub const SERVE_REQUEST_RECEIVE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+
+/// Bounds of both timeouts above.
+pub const SERVE_CONN_TIMEOUT_MS_MIN: u64 = 100;
+pub const SERVE_CONN_TIMEOUT_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// Default `kafka.queued_max_request_bytes` (Kafka's `queued.max.request.bytes`, unlimited by
+/// default there): request bytes all connections may buffer at once. A connection whose frame
+/// does not fit waits for others' bytes to be freed (up to its receive timeout) instead of
+/// allocating; a frame larger than the whole budget closes its connection.
+pub const SERVE_QUEUED_REQUEST_BYTES_DEFAULT: usize = 512 * 1024 * 1024;
+
+/// Smallest `kafka.queued_max_request_bytes`.
+pub const SERVE_QUEUED_REQUEST_BYTES_MIN: usize = 64 * 1024;
 
 /// Longest a Fetch may wait for `min_bytes` (a client's larger `max_wait_ms` is cut to this).
 pub const SERVE_FETCH_WAIT_MS_MAX: u64 = FETCH_WAIT_MS_MAX as u64;
@@ -442,6 +469,15 @@ pub const SERVE_STATS_API_KEYS: usize = 128;
 
 /// Versions per API the request counters have a column for (no Kafka API is above v17).
 pub const SERVE_STATS_VERSIONS: usize = 32;
+
+/// Decoding a request may allocate this many bytes per request byte, plus the floor below
+/// (the vendored decoder's budget). Honest requests of stock clients stay near 2.5 (Fetch
+/// v12+), 5 at worst (Fetch v4: 16 encoded bytes per 80-byte partition); a count that would
+/// need more is refused before anything is reserved for it.
+pub const SERVE_DECODE_BYTES_PER_REQUEST_BYTE: usize = 6;
+
+/// Decode budget every request gets whatever its size, so small requests of any shape pass.
+pub const SERVE_DECODE_BUDGET_FLOOR_BYTES: usize = 256 * 1024;
 
 const _: () = assert!(SERVE_REQUEST_BYTES_MAX <= FRAME_BYTES_MAX);
 const _: () = assert!(SERVE_FETCH_RESPONSE_BYTES_MAX < i32::MAX as u64);
@@ -502,6 +538,16 @@ pub const TXN_TIMEOUT_MS_MAX: i32 = 900_000;
 
 /// Transactional ids the coordinator keeps (each is a key in `__transaction_state-0`).
 pub const TXN_IDS_MAX: usize = 100_000;
+
+/// Default `kafka.transactional_id_expiration_ms` (Kafka's `transactional.id.expiration.ms`,
+/// 7 days): a transactional id with no transaction under way is forgotten this long after its
+/// last one, so the id table (at most `TXN_IDS_MAX`) does not fill up for ever.
+pub const TXN_ID_EXPIRATION_MS_DEFAULT: i64 = 7 * 24 * 60 * 60 * 1000;
+
+/// Bounds of `kafka.transactional_id_expiration_ms` (Kafka's minimum is 1 ms; 1 s here, the
+/// timer's tick; at most 1 year).
+pub const TXN_ID_EXPIRATION_MS_MIN: i64 = 1_000;
+pub const TXN_ID_EXPIRATION_MS_MAX: i64 = 365 * 24 * 60 * 60 * 1000;
 
 /// How often the transaction timer looks for transactions past their timeout.
 pub const TXN_TIMER_TICK_MS: u64 = 1_000;

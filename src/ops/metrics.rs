@@ -453,6 +453,54 @@ impl Scrape {
         ] {
             f.counter(name, help, &[(none.clone(), v)])?;
         }
+        self.encode_connections(f)
+    }
+
+    /// The endpoint's connection counters (process-wide, `serve::admission::CONN_STATS`);
+    /// shown with the fetch sessions, i.e. when a Kafka listener runs.
+    fn encode_connections(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
+        use crate::serve::admission::CONN_STATS as C;
+        use std::sync::atomic::Ordering::Relaxed;
+        let none: Labels = Vec::new();
+        f.gauge(
+            "kmirror_endpoint_connections",
+            "Kafka client connections the endpoint holds now.",
+            &[(none.clone(), C.open.load(Relaxed) as i64)],
+        )?;
+        for (name, help, v) in [
+            (
+                "kmirror_endpoint_connections_accepted",
+                "Kafka client connections let in.",
+                &C.accepted,
+            ),
+            (
+                "kmirror_endpoint_connections_refused_max_connections",
+                "Connections closed at once because max.connections were held.",
+                &C.refused_max_connections,
+            ),
+            (
+                "kmirror_endpoint_connections_refused_per_ip",
+                "Connections closed at once because their address held max.connections.per.ip.",
+                &C.refused_per_ip,
+            ),
+            (
+                "kmirror_endpoint_connections_closed_idle",
+                "Connections closed after connections.max.idle.ms without a request.",
+                &C.closed_idle,
+            ),
+            (
+                "kmirror_endpoint_connections_closed_receive_timeout",
+                "Connections closed because a begun request frame missed request.receive.timeout.ms.",
+                &C.closed_receive_timeout,
+            ),
+            (
+                "kmirror_endpoint_handler_panics",
+                "Requests whose handler panicked (their connection was closed).",
+                &C.handler_panics,
+            ),
+        ] {
+            f.counter(name, help, &[(none.clone(), v.load(Relaxed))])?;
+        }
         Ok(())
     }
 

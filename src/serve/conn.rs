@@ -8,19 +8,29 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::limits::{SERVE_READ_POLL_MS, SERVE_REQUEST_BYTES_MAX, SERVE_WRITE_TIMEOUT_MS};
+use crate::limits::{SERVE_REQUEST_BYTES_MAX, SERVE_WRITE_TIMEOUT_MS};
+use crate::serve::admission::{bump, read_poll, Admission, BytesPermit, CONN_STATS};
 use crate::serve::dispatch::{frame_head, Dispatcher, Outcome, Part};
 use crate::serve::ServeError;
 
-/// Serves `stream` until the client leaves, sends something we cannot parse, or `stop` is set.
-pub fn serve(mut stream: TcpStream, peer: SocketAddr, dispatcher: &Dispatcher, stop: &AtomicBool) {
+/// Serves `stream` until the client leaves, sends something we cannot parse, misses a
+/// deadline of `admission`'s limits, or `stop` is set.
+pub fn serve(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    dispatcher: &Dispatcher,
+    admission: &Arc<Admission>,
+    stop: &AtomicBool,
+) {
     // The socket closes when `stream` drops, after the log line.
-    match serve_inner(&mut stream, peer, dispatcher, stop) {
+    match serve_inner(&mut stream, peer, dispatcher, admission, stop) {
         Ok(()) => tracing::debug!(%peer, "Kafka client disconnected"),
         Err(e) => tracing::warn!(%peer, error = %e, "Kafka client connection closed"),
     }
@@ -30,17 +40,29 @@ fn serve_inner(
     stream: &mut TcpStream,
     peer: SocketAddr,
     dispatcher: &Dispatcher,
+    admission: &Arc<Admission>,
     stop: &AtomicBool,
 ) -> Result<(), ServeError> {
     stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(Duration::from_millis(SERVE_READ_POLL_MS)))?;
+    stream.set_read_timeout(Some(read_poll(&admission.limits)))?;
     stream.set_write_timeout(Some(Duration::from_millis(SERVE_WRITE_TIMEOUT_MS)))?;
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut buf = BytesMut::new();
     loop {
-        let Some(frame) = read_frame(stream, &mut buf, stop)? else {
+        let Some((frame, _permit)) = read_frame(stream, &mut buf, admission, stop)? else {
             return Ok(());
         };
-        let (api, version, response) = dispatcher.dispatch_from(frame, Some(peer))?;
+        // A panicking handler is a bug of ours: it closes this connection only (the slot and
+        // the request bytes are released by their guards either way).
+        let dispatched = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            dispatcher.dispatch_from(frame, Some(peer))
+        }))
+        .unwrap_or_else(|_| {
+            bump(&CONN_STATS.handler_panics);
+            Err(ServeError::Io(std::io::Error::other(
+                "request handler panicked",
+            )))
+        });
+        let (api, version, response) = dispatched?;
         match response.outcome {
             Outcome::Reply(parts) => {
                 let body_len = parts.iter().map(Part::len).sum();
@@ -55,12 +77,25 @@ fn serve_inner(
     }
 }
 
-/// The next whole frame body, or `None` when the client closed between frames (or we stop).
+fn closed(why: String) -> ServeError {
+    ServeError::Io(std::io::Error::new(ErrorKind::TimedOut, why))
+}
+
+/// The next whole frame body with the request bytes it holds, or `None` when the client
+/// closed between frames (or we stop). Closes (an error) a connection idle for
+/// `connections.max.idle.ms`, or whose frame, once begun, is not complete within
+/// `request.receive.timeout.ms`. The frame's bytes are taken from the request budget before
+/// they are allocated.
 fn read_frame(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
+    admission: &Arc<Admission>,
     stop: &AtomicBool,
-) -> Result<Option<Bytes>, ServeError> {
+) -> Result<Option<(Bytes, Option<BytesPermit>)>, ServeError> {
+    let limits = admission.limits;
+    let idle_since = Instant::now();
+    let mut begun: Option<Instant> = (!buf.is_empty()).then(Instant::now);
+    let mut permit: Option<BytesPermit> = None;
     loop {
         if buf.len() >= 4 {
             let len = i32::from_be_bytes(buf[..4].try_into().expect("4 bytes"));
@@ -74,28 +109,79 @@ fn read_frame(
             if buf.len() >= need {
                 let mut frame = buf.split_to(need);
                 let _ = frame.split_to(4);
-                return Ok(Some(frame.freeze()));
+                return Ok(Some((frame.freeze(), permit)));
             }
-            buf.reserve(need - buf.len());
+            if permit.is_none() {
+                let deadline = begun.unwrap_or_else(Instant::now)
+                    + Duration::from_millis(limits.request_receive_timeout_ms);
+                permit = Some(admission.request_bytes(need, deadline).ok_or_else(|| {
+                    closed(format!(
+                        "no room for a request of {need} bytes in queued.max.request.bytes ({}) before the receive timeout",
+                        limits.queued_max_request_bytes
+                    ))
+                })?);
+                buf.reserve(need - buf.len());
+            }
         } else {
             buf.reserve(4);
         }
         if stop.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let mut chunk = [0u8; 64 * 1024];
-        match stream.read(&mut chunk) {
+        match begun {
+            None if idle_since.elapsed()
+                >= Duration::from_millis(limits.connections_max_idle_ms) =>
+            {
+                bump(&CONN_STATS.closed_idle);
+                return Err(closed(format!(
+                    "idle for connections.max.idle.ms ({} ms)",
+                    limits.connections_max_idle_ms
+                )));
+            }
+            Some(at)
+                if at.elapsed() >= Duration::from_millis(limits.request_receive_timeout_ms) =>
+            {
+                bump(&CONN_STATS.closed_receive_timeout);
+                return Err(closed(format!(
+                    "request frame incomplete after request.receive.timeout.ms ({} ms): {} bytes \
+                     received",
+                    limits.request_receive_timeout_ms,
+                    buf.len()
+                )));
+            }
+            _ => {}
+        }
+        // Read the length prefix, then exactly the frame it announces, straight into `buf`:
+        // nothing past the frame whose bytes were granted, and no per-connection scratch
+        // buffer, so an idle connection holds only its thread (as Kafka reads size, then
+        // payload).
+        let want = if buf.len() >= 4 {
+            let len = i32::from_be_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
+            (4 + len - buf.len()).min(READ_CHUNK_BYTES)
+        } else {
+            4 - buf.len()
+        };
+        let start = buf.len();
+        buf.resize(start + want, 0);
+        let read = stream.read(&mut buf[start..]);
+        buf.truncate(start + *read.as_ref().unwrap_or(&0));
+        match read {
             Ok(0) if buf.is_empty() => return Ok(None),
             Ok(0) => {
                 return Err(ServeError::Truncated { len: buf.len() });
             }
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Ok(_) => {
+                begun.get_or_insert_with(Instant::now);
+            }
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(e.into()),
         }
     }
 }
+
+/// Most bytes one read asks for (a frame arrives in such steps, zeroed just before).
+const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 fn write_response(stream: &mut TcpStream, head: Bytes, parts: &[Part]) -> Result<(), ServeError> {
     // Consecutive byte parts go out in one write; a file part is flushed around.

@@ -9,13 +9,15 @@ use std::fs::File;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
 };
+use kafka_protocol::protocol::buf::BudgetedBytes;
 use kafka_protocol::protocol::{Decodable, Encodable};
 
+use crate::limits::{SERVE_DECODE_BUDGET_FLOOR_BYTES, SERVE_DECODE_BYTES_PER_REQUEST_BYTE};
 use crate::serve::request_stats::{RequestError, RequestStats};
 use crate::serve::ServeError;
 
@@ -36,21 +38,29 @@ pub struct Request {
 impl Request {
     /// Decodes the body as `M`, refusing trailing bytes (they mean we misread the layout).
     pub fn decode<M: Decodable>(&self) -> Result<M, ServeError> {
-        let mut body = self.body.clone();
-        let m = M::decode(&mut body, self.version).map_err(|e| ServeError::Decode {
-            api: self.api_key as i16,
-            version: self.version,
-            reason: format!("{e:#}"),
-        })?;
-        if !body.is_empty() {
-            return Err(ServeError::Decode {
-                api: self.api_key as i16,
-                version: self.version,
-                reason: format!("{} bytes left after the body", body.len()),
-            });
-        }
-        Ok(m)
+        decode_body(self.api_key, self.version, self.body.clone())
     }
+}
+
+/// Decodes a request body as `M` (`api` and `version` name it in errors), allocating at most
+/// `decode_budget` of its length whatever element counts it declares, and refusing trailing
+/// bytes.
+pub fn decode_body<M: Decodable>(api: ApiKey, version: i16, body: Bytes) -> Result<M, ServeError> {
+    let budget = decode_budget(body.len());
+    let mut body = BudgetedBytes::new(body, budget);
+    let m = M::decode(&mut body, version).map_err(|e| ServeError::Decode {
+        api: api as i16,
+        version,
+        reason: format!("{e:#}"),
+    })?;
+    if body.has_remaining() {
+        return Err(ServeError::Decode {
+            api: api as i16,
+            version,
+            reason: format!("{} bytes left after the body", body.remaining()),
+        });
+    }
+    Ok(m)
 }
 
 /// A piece of a response body: bytes we built, or a range of a file the kernel sends itself.
@@ -345,17 +355,27 @@ impl Dispatcher {
     }
 }
 
+/// What decoding a request of `len` bytes may allocate (the vendored decoder's budget, see
+/// vendor/kafka-protocol/KMIRROR-PATCH.md): a lying element count is refused before memory is
+/// reserved for it, and an honest request whose structures would outgrow this is refused too.
+pub fn decode_budget(len: usize) -> usize {
+    len.saturating_mul(SERVE_DECODE_BYTES_PER_REQUEST_BYTE)
+        .saturating_add(SERVE_DECODE_BUDGET_FLOOR_BYTES)
+}
+
 fn split_header(
     api: ApiKey,
     version: i16,
-    mut frame: Bytes,
+    frame: Bytes,
 ) -> Result<(RequestHeader, Bytes), ServeError> {
     let header_version = api.request_header_version(version);
+    let budget = decode_budget(frame.len());
+    let mut frame = BudgetedBytes::new(frame, budget);
     let header =
         RequestHeader::decode(&mut frame, header_version).map_err(|e| ServeError::Decode {
             api: api as i16,
             version,
             reason: format!("header: {e:#}"),
         })?;
-    Ok((header, frame))
+    Ok((header, frame.into_inner()))
 }

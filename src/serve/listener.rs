@@ -1,15 +1,16 @@
 //! The accept loop: one thread accepting clients, one thread per connection (bounded by
-//! `SERVE_CONNECTIONS_MAX`). Blocking sockets keep `sendfile` simple; connection threads are
+//! `max.connections` and `max.connections.per.ip`, see `admission`). Blocking sockets keep `sendfile` simple; connection threads are
 //! not pinned, so they compete with shards only for spare CPU.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::limits::{SERVE_CONNECTIONS_MAX, SERVE_READ_POLL_MS};
+use crate::limits::SERVE_READ_POLL_MS;
 use crate::log::read_view::ReadCatalog;
+use crate::serve::admission::{Admission, ConnLimits, Refusal};
 use crate::serve::catalog_apis;
 use crate::serve::conn;
 use crate::serve::dispatch::Dispatcher;
@@ -23,6 +24,8 @@ pub struct ListenerConfig {
     pub listen: SocketAddr,
     /// `host:port` announced in Metadata; the bound address when `None`.
     pub advertised: Option<String>,
+    /// Connection limits and timeouts.
+    pub limits: ConnLimits,
 }
 
 /// A running listener; dropping it (or `stop`) stops accepting. Open connections end when
@@ -65,9 +68,10 @@ impl KafkaListener {
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = Arc::clone(&stop);
+        let admission = Admission::new(config.limits);
         let thread = std::thread::Builder::new()
             .name("kafka-accept".into())
-            .spawn(move || accept_loop(listener, dispatcher, thread_stop))?;
+            .spawn(move || accept_loop(listener, dispatcher, admission, thread_stop))?;
         tracing::info!("Kafka listener serving on {addr}");
         Ok(KafkaListener {
             addr,
@@ -98,11 +102,15 @@ impl Drop for KafkaListener {
     }
 }
 
-fn accept_loop(listener: TcpListener, dispatcher: Arc<Dispatcher>, stop: Arc<AtomicBool>) {
-    let open = Arc::new(AtomicUsize::new(0));
+fn accept_loop(
+    listener: TcpListener,
+    dispatcher: Arc<Dispatcher>,
+    admission: Arc<Admission>,
+    stop: Arc<AtomicBool>,
+) {
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
-            Ok((stream, peer)) => spawn_connection(stream, peer, &dispatcher, &stop, &open),
+            Ok((stream, peer)) => spawn_connection(stream, peer, &dispatcher, &admission, &stop),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(SERVE_READ_POLL_MS / 10));
             }
@@ -114,27 +122,121 @@ fn accept_loop(listener: TcpListener, dispatcher: Arc<Dispatcher>, stop: Arc<Ato
     }
 }
 
+/// Over a limit the connection is closed at once, as Kafka does (counted in /metrics); the
+/// client sees its connection closed and retries with backoff.
 fn spawn_connection(
     stream: TcpStream,
     peer: SocketAddr,
     dispatcher: &Arc<Dispatcher>,
+    admission: &Arc<Admission>,
     stop: &Arc<AtomicBool>,
-    open: &Arc<AtomicUsize>,
 ) {
-    if open.fetch_add(1, Ordering::AcqRel) >= SERVE_CONNECTIONS_MAX {
-        open.fetch_sub(1, Ordering::AcqRel);
-        tracing::warn!(%peer, max = SERVE_CONNECTIONS_MAX, "Kafka client refused: too many connections");
-        return;
-    }
-    let (dispatcher, stop, open2) = (Arc::clone(dispatcher), Arc::clone(stop), Arc::clone(open));
+    let slot = match admission.admit(peer.ip()) {
+        Ok(slot) => slot,
+        Err(Refusal::MaxConnections(max)) => {
+            tracing::info!(%peer, max, "Kafka client refused: max.connections reached");
+            return;
+        }
+        Err(Refusal::PerIp(max)) => {
+            tracing::info!(%peer, max, "Kafka client refused: max.connections.per.ip reached");
+            return;
+        }
+    };
+    let (dispatcher, stop, admission) = (
+        Arc::clone(dispatcher),
+        Arc::clone(stop),
+        Arc::clone(admission),
+    );
     let spawned = std::thread::Builder::new()
         .name("kafka-conn".into())
         .spawn(move || {
-            conn::serve(stream, peer, &dispatcher, &stop);
-            open2.fetch_sub(1, Ordering::AcqRel);
+            // Dropped when the thread ends, also by a panic: the slot cannot leak.
+            let _slot = slot;
+            conn::serve(stream, peer, &dispatcher, &admission, &stop);
         });
     if let Err(e) = spawned {
-        open.fetch_sub(1, Ordering::AcqRel);
+        // The closure (and the slot in it) was dropped with the error.
         tracing::warn!(%peer, error = %e, "Kafka client refused: cannot start its thread");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::dispatch::{ApiHandler, Outcome, Request};
+    use crate::serve::ServeError;
+    use kafka_protocol::messages::{ApiKey, RequestHeader};
+    use kafka_protocol::protocol::Encodable;
+    use std::io::{Read, Write};
+
+    struct Panics;
+    impl ApiHandler for Panics {
+        fn handle(&self, _: &Request) -> Result<Outcome, ServeError> {
+            panic!("test handler bug");
+        }
+    }
+
+    /// A request with only a v1 header (Heartbeat's body is not decoded by `Panics`; ApiVersions
+    /// v0 has an empty body) as a length-prefixed frame.
+    fn frame(api: ApiKey, version: i16) -> Vec<u8> {
+        let mut h = bytes::BytesMut::new();
+        let mut header = RequestHeader::default();
+        header.request_api_key = api as i16;
+        header.request_api_version = version;
+        header.correlation_id = 7;
+        header.encode(&mut h, 1).unwrap();
+        let mut out = (h.len() as i32).to_be_bytes().to_vec();
+        out.extend_from_slice(&h);
+        out
+    }
+
+    /// Reads until the peer closes or a whole response frame arrived; true if it answered.
+    fn answered(stream: &mut TcpStream) -> bool {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut len = [0u8; 4];
+        stream.read_exact(&mut len).is_ok()
+    }
+
+    /// Goal: a handler that panics closes only its connection and leaks no connection slot.
+    /// Method: a listener with max.connections = 1 and a panicking Heartbeat handler; after the
+    /// panic, a new connection is still let in and answered.
+    #[test]
+    fn a_panicking_handler_leaks_no_connection_slot() {
+        let config = ListenerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            advertised: None,
+            limits: ConnLimits {
+                max_connections: 1,
+                max_connections_per_ip: 1,
+                ..ConnLimits::default()
+            },
+        };
+        let listener = KafkaListener::start(
+            &config,
+            ReadCatalog::new(),
+            crate::serve::writes::writer_slot(),
+            FetchSessions::new(),
+            crate::serve::request_stats::RequestStats::new(),
+            |d, _, _| d.register(ApiKey::Heartbeat, 0, 4, Arc::new(Panics)),
+        )
+        .unwrap();
+        let addr = listener.local_addr();
+        for _ in 0..3 {
+            let mut c = TcpStream::connect(addr).unwrap();
+            c.write_all(&frame(ApiKey::Heartbeat, 0)).unwrap();
+            assert!(
+                !answered(&mut c),
+                "a panicking handler's connection must close"
+            );
+        }
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(&frame(ApiKey::ApiVersions, 0)).unwrap();
+        assert!(
+            answered(&mut c),
+            "the slot of the panicked connections was not freed"
+        );
+        listener.stop();
     }
 }

@@ -9,7 +9,8 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | `listener` | accept loop, connection limit, start/stop |
+//! | `listener` | accept loop, start/stop |
+//! | `admission` | connection slots (total, per IP), request-bytes budget, connection counters |
 //! | `conn` | one connection: frames in, responses (bytes + `sendfile` ranges) out |
 //! | `dispatch` | API registry, ApiVersions, request header decoding; no I/O |
 //! | `catalog_apis` | builds the dispatcher with every API this module implements |
@@ -20,6 +21,7 @@
 //! | `segment_reader` | offset/time/txn index lookups on a published segment, by `pread` |
 //! | `groups` | the consumer-group coordinator (sans-IO), registered on the dispatcher |
 
+pub mod admission;
 pub mod catalog_apis;
 pub mod conn;
 pub mod describe_configs;
@@ -59,6 +61,7 @@ pub fn start_configured(
     let listener_config = ListenerConfig {
         listen: k.listen,
         advertised: k.advertised.clone(),
+        limits: k.conn_limits(),
     };
     KafkaListener::start(
         &listener_config,
@@ -71,6 +74,7 @@ pub fn start_configured(
                 g.register(d, host, port);
             }
             if let Some(t) = txn {
+                t.set_id_expiration_ms(k.transactional_id_expiration_ms);
                 t.register(d, writer);
             }
         },

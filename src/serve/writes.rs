@@ -43,6 +43,32 @@ pub trait PartitionWriter: Send + Sync {
     ) -> Result<bool, WriteError>;
 }
 
+/// A writer with no writable partitions (a kmirror before any failover); producer ids
+/// are all `PRODUCER_ID_FLOOR`. For tests that need the write APIs registered.
+#[derive(Debug, Default)]
+pub struct NothingWritable;
+
+impl PartitionWriter for NothingWritable {
+    fn produce(&self, tp: &TopicPartition, _: &mut [u8]) -> Result<ProduceOutcome, WriteError> {
+        Err(WriteError::NotWritable(tp.clone()))
+    }
+    fn new_producer_id(&self) -> Result<ProducerId, String> {
+        Ok(ProducerId(crate::limits::PRODUCER_ID_FLOOR))
+    }
+    fn is_writable(&self, _: &TopicPartition) -> bool {
+        false
+    }
+    fn end_txn(
+        &self,
+        tp: &TopicPartition,
+        _: ProducerId,
+        _: i16,
+        _: bool,
+    ) -> Result<bool, WriteError> {
+        Err(WriteError::NotWritable(tp.clone()))
+    }
+}
+
 /// Set once, when the control plane that owns writable partitions is up.
 pub type WriterSlot = Arc<OnceLock<Arc<dyn PartitionWriter>>>;
 

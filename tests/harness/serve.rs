@@ -103,6 +103,15 @@ impl Serve {
         Serve::start_with(config, log, &launch)
     }
 
+    /// `start` with the binary run by `wrapper` (e.g. `["prlimit", "--as=..."]`), if not empty.
+    pub fn start_under(wrapper: &[&str], config: &Path, log: PathBuf) -> Serve {
+        let launch = Launch {
+            wrapper: wrapper.iter().map(OsString::from).collect(),
+            env: Vec::new(),
+        };
+        Serve::start_with(config, log, &launch)
+    }
+
     /// `start`, under `launch`'s wrapper and with its environment.
     pub fn start_with(config: &Path, log: PathBuf, launch: &Launch) -> Serve {
         let out = std::fs::OpenOptions::new()

@@ -439,6 +439,32 @@ impl<S: TxnStore> TxnCoordinator<S> {
         Ok(expired.len())
     }
 
+    /// Forgets every transactional id with no transaction under way (Empty or Complete*) whose
+    /// last change is more than `expiration_ms` old (Kafka's `transactional.id.expiration.ms`);
+    /// returns how many. The last change is taken as the start of its last transaction (or
+    /// its InitProducerId) plus that transaction's timeout, the latest it can have ended, so
+    /// an id is never forgotten early. A producer using a forgotten id gets
+    /// INVALID_PRODUCER_ID_MAPPING and calls InitProducerId again, as with Kafka.
+    pub fn expire_ids(&mut self, now_ms: i64, expiration_ms: i64) -> Result<usize, TxnError> {
+        let idle: Vec<String> = self
+            .txns
+            .iter()
+            .filter(|(_, m)| {
+                matches!(
+                    m.state,
+                    TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+                ) && now_ms - (m.started_ms + i64::from(m.timeout_ms)) > expiration_ms
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &idle {
+            self.store.delete(id)?;
+            self.txns.remove(id);
+            tracing::info!(transactional_id = %id, "transactional id expired");
+        }
+        Ok(idle.len())
+    }
+
     pub fn into_store(self) -> S {
         self.store
     }
@@ -498,6 +524,10 @@ mod tests {
         }
         fn put(&mut self, id: &str, meta: &TxnMeta) -> Result<(), TxnStoreError> {
             self.0.lock().unwrap().insert(id.to_owned(), meta.clone());
+            Ok(())
+        }
+        fn delete(&mut self, id: &str) -> Result<(), TxnStoreError> {
+            self.0.lock().unwrap().remove(id);
             Ok(())
         }
     }
@@ -631,6 +661,37 @@ mod tests {
         let c = TxnCoordinator::open(store.clone(), markers.clone(), no_groups()).unwrap();
         assert_eq!(c.get("t").unwrap().state, TxnState::CompleteCommit);
         assert_eq!(markers.0.lock().unwrap().len(), 1);
+    }
+
+    /// Goal: transactional ids expire only when no transaction is under way, and only once
+    /// `transactional.id.expiration.ms` has passed since their last transaction could have
+    /// ended; the store forgets them too (a restart does not bring them back).
+    #[test]
+    fn transactional_ids_expire_only_when_idle_past_the_expiration() {
+        let store = Memory::default();
+        let mut c =
+            TxnCoordinator::open(store.clone(), Arc::new(Markers::default()), no_groups()).unwrap();
+        let (idle, _) = c.init_producer("idle", 1_000, 0).unwrap();
+        let (busy, _) = c.init_producer("busy", 1_000, 0).unwrap();
+        c.add_partitions("busy", busy.0, 0, &[tp("a")], 10).unwrap();
+        let (done, _) = c.init_producer("done", 1_000, 0).unwrap();
+        c.add_partitions("done", done.0, 0, &[tp("a")], 5_000)
+            .unwrap();
+        c.end("done", done.0, 0, true).unwrap();
+        // "idle" last changed at 0 (+ its 1 s timeout), "done" at 5 s (+ 1 s).
+        assert_eq!(c.expire_ids(1_000 + 10_000, 10_000).unwrap(), 0);
+        assert_eq!(c.expire_ids(1_001 + 10_000, 10_000).unwrap(), 1);
+        assert!(c.get("idle").is_none() && c.get("done").is_some());
+        // "busy" is Ongoing: never expired here (its own timeout aborts it first).
+        assert_eq!(c.expire_ids(6_001 + 10_000, 10_000).unwrap(), 1);
+        assert_eq!(c.get("busy").unwrap().state, TxnState::Ongoing);
+        let c = TxnCoordinator::open(store, Arc::new(Markers::default()), no_groups()).unwrap();
+        assert!(c.get("idle").is_none() && c.get("done").is_none());
+        assert!(matches!(
+            c.get("busy"),
+            Some(m) if m.producer_id == busy.0
+        ));
+        let _ = idle;
     }
 
     #[test]

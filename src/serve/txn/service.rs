@@ -4,7 +4,7 @@
 //! transactions past their timeout.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -22,7 +22,7 @@ use kafka_protocol::messages::{
 };
 
 use crate::ids::{ProducerId, TopicPartition};
-use crate::limits::TXN_TIMER_TICK_MS;
+use crate::limits::{TXN_ID_EXPIRATION_MS_DEFAULT, TXN_TIMER_TICK_MS};
 use crate::serve::dispatch::{ApiHandler, Dispatcher, Outcome, Request};
 use crate::serve::groups::GroupService;
 use crate::serve::txn::coordinator::{TxnCoordinator, TxnError};
@@ -50,6 +50,8 @@ pub struct TxnService {
     groups: Mutex<Option<Arc<GroupService>>>,
     stop: AtomicBool,
     timer: Mutex<Option<JoinHandle<()>>>,
+    /// `transactional.id.expiration.ms`, applied by the timer (`set_id_expiration_ms`).
+    id_expiration_ms: AtomicI64,
 }
 
 impl std::fmt::Debug for TxnService {
@@ -86,6 +88,7 @@ impl TxnService {
             groups: Mutex::new(Some(groups)),
             stop: AtomicBool::new(false),
             timer: Mutex::new(None),
+            id_expiration_ms: AtomicI64::new(TXN_ID_EXPIRATION_MS_DEFAULT),
         });
         let me = Arc::clone(&service);
         let timer = std::thread::Builder::new()
@@ -97,11 +100,21 @@ impl TxnService {
                         if let Err(e) = c.expire(now_ms()) {
                             tracing::error!("aborting timed-out transactions: {e}");
                         }
+                        let expiration = me.id_expiration_ms.load(Ordering::Relaxed);
+                        if let Err(e) = c.expire_ids(now_ms(), expiration) {
+                            tracing::error!("expiring transactional ids: {e}");
+                        }
                     }
                 }
             })?;
         *lock(&service.timer) = Some(timer);
         Ok(service)
+    }
+
+    /// Kafka's `transactional.id.expiration.ms`: ids with no transaction under way are
+    /// forgotten this long after their last one.
+    pub fn set_id_expiration_ms(&self, ms: i64) {
+        self.id_expiration_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Registers AddPartitionsToTxn, EndTxn and an InitProducerId that also serves
@@ -305,10 +318,9 @@ impl ApiHandler for TxnApi {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::partition_log::ProduceOutcome;
     use crate::log::read_view::ReadCatalog;
     use crate::serve::dispatch::Part;
-    use crate::serve::writes::{writer_slot, WriteError};
+    use crate::serve::writes::{writer_slot, NothingWritable};
     use bytes::{Bytes, BytesMut};
     use kafka_protocol::messages::txn_offset_commit_request::{
         TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
@@ -318,30 +330,6 @@ mod tests {
         RequestHeader, TopicName, TransactionalId,
     };
     use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-
-    /// Nothing is writable; producer ids come from a counter.
-    struct NoPartitions;
-
-    impl PartitionWriter for NoPartitions {
-        fn produce(&self, tp: &TopicPartition, _: &mut [u8]) -> Result<ProduceOutcome, WriteError> {
-            Err(WriteError::NotWritable(tp.clone()))
-        }
-        fn new_producer_id(&self) -> Result<ProducerId, String> {
-            Ok(ProducerId(1 << 40))
-        }
-        fn is_writable(&self, _: &TopicPartition) -> bool {
-            false
-        }
-        fn end_txn(
-            &self,
-            tp: &TopicPartition,
-            _: ProducerId,
-            _: i16,
-            _: bool,
-        ) -> Result<bool, WriteError> {
-            Err(WriteError::NotWritable(tp.clone()))
-        }
-    }
 
     fn call<Q: Encodable, R: Decodable>(d: &Dispatcher, key: ApiKey, version: i16, body: &Q) -> R {
         let mut buf = BytesMut::new();
@@ -395,7 +383,7 @@ mod tests {
     fn offset_apis_are_advertised_and_served_at_every_version() {
         let dir = tempfile::tempdir().unwrap();
         let groups = GroupService::open_with(dir.path(), ReadCatalog::new(), 0).unwrap();
-        let writer: Arc<dyn PartitionWriter> = Arc::new(NoPartitions);
+        let writer: Arc<dyn PartitionWriter> = Arc::new(NothingWritable);
         let slot = writer_slot();
         let _ = slot.set(Arc::clone(&writer));
         let txn = TxnService::open(dir.path(), writer, Arc::clone(&groups)).unwrap();

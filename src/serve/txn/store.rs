@@ -27,6 +27,8 @@ pub trait TxnStore: Send {
     fn load(&self) -> Result<Vec<(String, TxnMeta)>, TxnStoreError>;
     /// Durable before it returns (fdatasync): an answer is only sent after its record.
     fn put(&mut self, id: &str, meta: &TxnMeta) -> Result<(), TxnStoreError>;
+    /// Forgets `id` (a tombstone, durable before it returns).
+    fn delete(&mut self, id: &str) -> Result<(), TxnStoreError>;
 }
 
 #[derive(Debug)]
@@ -63,5 +65,9 @@ impl TxnStore for TxnLog {
     fn put(&mut self, id: &str, meta: &TxnMeta) -> Result<(), TxnStoreError> {
         let value = serde_json::to_vec(meta).expect("TxnMeta serialises");
         Ok(self.log.put(id.as_bytes().to_vec(), value)?)
+    }
+
+    fn delete(&mut self, id: &str) -> Result<(), TxnStoreError> {
+        Ok(self.log.delete(id.as_bytes())?)
     }
 }

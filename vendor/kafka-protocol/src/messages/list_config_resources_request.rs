@@ -117,6 +117,7 @@ impl Decodable for ListConfigResourcesRequest {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            buf.charge_decode(crate::protocol::buf::TAGGED_FIELD_CHARGE_BYTES)?; // kmirror patch
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {

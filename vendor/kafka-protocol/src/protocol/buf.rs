@@ -18,6 +18,36 @@ impl Display for NotEnoughBytesError {
 
 impl Error for NotEnoughBytesError {}
 
+/// kmirror patch: error when decoding would allocate more than the buffer's decode budget.
+#[derive(Debug)]
+pub struct DecodeBudgetExceeded {
+    /// Bytes the refused allocation asked for.
+    pub wanted: usize,
+    /// Bytes the budget had left.
+    pub left: usize,
+}
+
+impl Display for DecodeBudgetExceeded {
+    fn fmt(&self, f: &mut Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "decoding would allocate {} more bytes with {} left in the decode budget",
+            self.wanted, self.left
+        )
+    }
+}
+
+impl Error for DecodeBudgetExceeded {}
+
+/// kmirror patch: the most an array decoder reserves up front for a buffer without a decode
+/// budget; a longer array grows as its elements are actually decoded (each takes at least one
+/// byte of the buffer), so a declared count never turns into a reservation by itself.
+pub const UNBUDGETED_RESERVE_BYTES_MAX: usize = 64 * 1024;
+
+/// kmirror patch: what one unknown tagged field is charged (a `BTreeMap<i32, Bytes>` entry with
+/// its share of a node, which holds at most 11 and, filled in order, about 6).
+pub const TAGGED_FIELD_CHARGE_BYTES: usize = 96;
+
 /// Extension for working with [`bytes::Buf`].
 pub trait ByteBuf: Buf {
     /// Peek ahead in the buffer by the provided range.
@@ -41,6 +71,14 @@ pub trait ByteBuf: Buf {
         } else {
             Ok(self.get_bytes(size))
         }
+    }
+    /// kmirror patch: called by decoders before they allocate `bytes` (an array's elements, an
+    /// unknown tagged field's map entry). `Ok(true)`: a budget was charged with exactly that and
+    /// the decoder may reserve it all; `Ok(false)`: this buffer keeps no budget (the decoder
+    /// then reserves at most `UNBUDGETED_RESERVE_BYTES_MAX` up front); `Err`: refused.
+    fn charge_decode(&mut self, bytes: usize) -> Result<bool, DecodeBudgetExceeded> {
+        let _ = bytes;
+        Ok(false)
     }
 }
 
@@ -74,6 +112,71 @@ impl<T: ByteBuf> ByteBuf for &mut T {
     }
     fn try_get_bytes(&mut self, size: usize) -> Result<Bytes, NotEnoughBytesError> {
         (**self).try_get_bytes(size)
+    }
+    fn charge_decode(&mut self, bytes: usize) -> Result<bool, DecodeBudgetExceeded> {
+        (**self).charge_decode(bytes)
+    }
+}
+
+/// kmirror patch: a `Bytes` buffer that bounds what decoding it may allocate. Every array
+/// reservation and unknown tagged field is charged against `left` before it is made, so a
+/// decode of this buffer allocates at most the budget (plus small constant bookkeeping),
+/// whatever counts the bytes declare. Strings and byte fields are slices of the buffer.
+#[derive(Debug)]
+pub struct BudgetedBytes {
+    inner: Bytes,
+    left: usize,
+}
+
+impl BudgetedBytes {
+    /// `inner` may be decoded with at most `budget` bytes of allocation.
+    pub fn new(inner: Bytes, budget: usize) -> Self {
+        BudgetedBytes {
+            inner,
+            left: budget,
+        }
+    }
+    /// The bytes not yet decoded.
+    pub fn into_inner(self) -> Bytes {
+        self.inner
+    }
+    /// Budget not yet charged.
+    pub fn budget_left(&self) -> usize {
+        self.left
+    }
+}
+
+impl Buf for BudgetedBytes {
+    fn remaining(&self) -> usize {
+        self.inner.remaining()
+    }
+    fn chunk(&self) -> &[u8] {
+        self.inner.chunk()
+    }
+    fn advance(&mut self, cnt: usize) {
+        self.inner.advance(cnt)
+    }
+    fn copy_to_bytes(&mut self, len: usize) -> Bytes {
+        self.inner.copy_to_bytes(len)
+    }
+}
+
+impl ByteBuf for BudgetedBytes {
+    fn peek_bytes(&mut self, r: Range<usize>) -> Bytes {
+        self.inner.peek_bytes(r)
+    }
+    fn get_bytes(&mut self, size: usize) -> Bytes {
+        self.inner.get_bytes(size)
+    }
+    fn charge_decode(&mut self, bytes: usize) -> Result<bool, DecodeBudgetExceeded> {
+        if bytes > self.left {
+            return Err(DecodeBudgetExceeded {
+                wanted: bytes,
+                left: self.left,
+            });
+        }
+        self.left -= bytes;
+        Ok(true)
     }
 }
 

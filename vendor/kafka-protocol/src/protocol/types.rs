@@ -5,7 +5,7 @@
 //!
 //! It is unnecessary to interact directly with these types for most use cases.
 use super::{Decodable, Decoder, Encodable, Encoder, NewType, StrBytes};
-use crate::protocol::buf::{ByteBuf, ByteBufMut};
+use crate::protocol::buf::{ByteBuf, ByteBufMut, UNBUDGETED_RESERVE_BYTES_MAX};
 use anyhow::{bail, Result};
 use std::convert::TryFrom;
 use std::string::String as StdString;
@@ -993,7 +993,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
                         buf.remaining()
                     );
                 }
-                let mut result = Vec::with_capacity(n as usize);
+                let mut result = Vec::with_capacity(decode_reservation::<T, B>(buf, n as usize)?);
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
@@ -1015,6 +1015,19 @@ impl<T, E: Decoder<T>> Decoder<Vec<T>> for Array<E> {
             Ok(Some(s)) => Ok(s),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// kmirror patch: how many of `count` elements (already checked against the bytes left) an
+/// array decoder reserves up front. A budgeted buffer is charged for all of them and they are
+/// reserved exactly (no growth, so the charge is the allocation); otherwise at most
+/// `UNBUDGETED_RESERVE_BYTES_MAX` is reserved and the vector grows with what is decoded.
+fn decode_reservation<T, B: ByteBuf>(buf: &mut B, count: usize) -> Result<usize> {
+    let element = std::mem::size_of::<T>();
+    if buf.charge_decode(count.saturating_mul(element))? {
+        Ok(count)
+    } else {
+        Ok(count.min(UNBUDGETED_RESERVE_BYTES_MAX / element.max(1)))
     }
 }
 
@@ -1109,7 +1122,8 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
                         buf.remaining()
                     );
                 }
-                let mut result = Vec::with_capacity((n - 1) as usize);
+                let mut result =
+                    Vec::with_capacity(decode_reservation::<T, B>(buf, (n - 1) as usize)?);
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
                 }
