@@ -1199,7 +1199,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     progress.source_high_watermark = Some(*hw);
                 }
                 let lag = match (progress.source_high_watermark, progress.local_log_end) {
-                    (Some(hw), Some(end)) => Some((hw - end).max(0)),
+                    (Some(hw), Some(end)) => Some(hw.saturating_sub(end).max(0)),
                     _ => None,
                 };
                 let lag_seconds = match lag {

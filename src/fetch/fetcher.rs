@@ -1152,8 +1152,8 @@ impl Fetcher {
             // The same fault every time, or offsets or epochs that contradict our log, will
             // not heal by themselves: stop.
             p.bad_records_streak = p.bad_records_streak.saturating_add(1);
-            let retrying = matches!(error, RecordsError::Batch(_))
-                && p.bad_records_streak <= FETCH_BAD_RECORDS_RETRIES;
+            let retrying =
+                error.may_heal_on_refetch() && p.bad_records_streak <= FETCH_BAD_RECORDS_RETRIES;
             if retrying {
                 p.backoff.fail(now);
             } else {

@@ -804,7 +804,12 @@ pub(crate) fn first_record_at_or_after(
         let Some((off_delta, _)) = varint(bytes, next) else {
             return fallback;
         };
-        let (offset, ts) = (base + off_delta, base_ts + ts_delta);
+        // Deltas come from the source's bytes: a sum that does not fit means a corrupt
+        // record, answered like a compressed batch.
+        let (Some(offset), Some(ts)) = (base.checked_add(off_delta), base_ts.checked_add(ts_delta))
+        else {
+            return fallback;
+        };
         if ts >= target.0 && offset >= min_offset.0 {
             return (Offset(offset), TimestampMs(ts));
         }

@@ -186,7 +186,10 @@ impl Scrape {
                 .filter_map(|(m, p)| v(p).map(|x| (part_labels(m, &p.tp), x)))
                 .collect()
         };
-        let lag = |p: &PartitionSnapshot| p.high_watermark.map(|hw| (hw.0 - p.log_end.0).max(0));
+        let lag = |p: &PartitionSnapshot| {
+            p.high_watermark
+                .map(|hw| hw.0.saturating_sub(p.log_end.0).max(0))
+        };
         f.gauge(
             "kmirror_partition_lag_offsets",
             "Source high watermark minus the local log end offset.",

@@ -1020,7 +1020,8 @@ impl MirrorShard {
                     retrying: false,
                 } => {
                     let why = format!("bad records from the source: {error}");
-                    self.stop_partition(cx, at(slot), why, true);
+                    let retryable = error.retryable();
+                    self.stop_partition(cx, at(slot), why, retryable);
                 }
                 FetchEvent::Watermarks {
                     slot,
