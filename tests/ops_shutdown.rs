@@ -14,7 +14,7 @@ mod harness;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use harness::serve::{log_bytes, wait_all_mirrored, Serve};
+use harness::serve::{log_bytes, plain, wait_all_mirrored, Serve};
 use harness::ProduceOpts;
 
 const PARTITIONS: i32 = 1000;
@@ -36,25 +36,6 @@ fn write_config(work: &Path, source: &str, topic: &str) -> (PathBuf, PathBuf) {
     )
     .unwrap();
     (config, data)
-}
-
-/// The serve log without the ANSI colour codes tracing puts around field names.
-fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            // CSI: ESC [ parameters final-byte (a letter).
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The last "log dir opened" line of the serve log.

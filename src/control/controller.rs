@@ -112,6 +112,9 @@ pub struct Progress {
     pub newest_timestamp_ms: Option<i64>,
     /// Throttle time the source's quotas imposed on the partition's connection, summed (ms).
     pub throttled_ms: Option<i64>,
+    /// Offsets never mirrored because the source's log start passed our log end (an offset
+    /// gap in the local log), summed since this process started.
+    pub skipped_records: i64,
 }
 
 /// The shards, as the control plane drives them.
@@ -274,6 +277,10 @@ pub struct PartitionRow {
     /// Why the topic's latest source configs were not applied (the previous ones are).
     #[serde(default)]
     pub config_error: Option<String>,
+    /// Offsets skipped since this process started because the source's retention passed the
+    /// local log end: the log keeps its batches and has an offset gap (issue 11 item 5).
+    #[serde(default)]
+    pub skipped_records: i64,
 }
 
 /// What a command changed, for the operator.
@@ -1224,6 +1231,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     last_mirror_epoch: p.last.map(|l| l.mirror_epoch),
                     last_end_offset: p.last.map(|l| l.end_offset),
                     config_error: e.config_errors.get(&tp.topic).cloned(),
+                    skipped_records: progress.skipped_records,
                 });
             }
         }
@@ -1631,6 +1639,7 @@ mod tests {
                 source_high_watermark: Some(100),
                 newest_timestamp_ms: Some(now_ms() - 1500),
                 throttled_ms: None,
+                skipped_records: 0,
             }
         }
     }

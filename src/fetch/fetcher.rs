@@ -223,13 +223,13 @@ pub enum FetchEvent {
         error: i16,
         hint: Option<(i32, LeaderEpoch)>,
     },
-    /// The source's log start passed our fetch offset (retention or DeleteRecords): offsets
-    /// `from..to` no longer exist at the source. The local log must start again at `to` before
-    /// the records that follow in the same batch of events are appended; `to` is the base of the
-    /// first batch the source returned, which may lie a little below the source's log start
-    /// (DeleteRecords can cut inside a batch; Kafka followers restart at that batch too).
-    /// Restart means truncate fully and start at `to`, even when `to` is not above the local
-    /// log end: the source's batch boundaries there decide where the new log begins.
+    /// The source's log start passed our log end (retention or DeleteRecords while we were
+    /// behind or down): offsets `from..to` no longer exist at the source. `from` is our log
+    /// end, `to` the base of the first batch the source returned (it may lie a little below
+    /// the source's log start: DeleteRecords can cut inside a batch), or the source's log start
+    /// when it returned none. The local log keeps every batch; the records that follow are
+    /// appended at `to`, leaving the gap `from..to` (as compaction leaves gaps). Never below
+    /// `from`: a first batch overlapping local data is refused as `BadRecords` instead.
     LogStartMoved {
         slot: Slot,
         from: Offset,
@@ -1103,17 +1103,23 @@ impl Fetcher {
                 last_epoch: p.last_fetched_epoch,
             },
         );
-        if let Some(from) = p.log_start_moved_from.take() {
+        // Reported with the first response that shows where the source's data now begins
+        // (records, or none at all); a response rejected whole reports it with the next one.
+        let shows_start = checked.valid.is_some() || checked.error.is_none();
+        if let Some(from) = p.log_start_moved_from.filter(|_| shows_start) {
+            p.log_start_moved_from = None;
             // The first batch may begin below the source's log start (DeleteRecords can cut
-            // inside a batch); like a Kafka follower, the log then starts at that batch.
+            // inside a batch); like a Kafka follower, the log then continues at that batch.
             let to = checked
                 .valid
                 .as_ref()
                 .map_or(p.fetch_offset, |v| v.first_offset.min(p.fetch_offset));
             tracing::warn!(
-                partition = %p.tp, from = from.0, to = to.0,
-                "source log start moved past our fetch offset; offsets below it are gone at \
-                 the source and the mirrored log starts again there"
+                partition = %p.tp, local_log_end = from.0, source_log_start = to.0,
+                skipped = to.0 - from.0,
+                "the source's retention passed our log end: offsets {}..{} are gone at the \
+                 source; every local batch is kept and mirroring continues at {} (an offset \
+                 gap in the mirrored log)", from.0, to.0, to.0
             );
             events.push(FetchEvent::LogStartMoved { slot, from, to });
         }
@@ -1201,9 +1207,9 @@ impl Fetcher {
                     p.fetch_offset = source_start;
                     p.log_start_offset = source_start;
                     p.log_start_moved_from = Some(from);
-                    // The local log restarts from scratch (as a Kafka follower's does), so the
-                    // first batch may overlap what it held before.
-                    p.log_end = Offset::ZERO;
+                    // Unlike a Kafka follower, the local log is not emptied: it keeps every
+                    // batch and continues at the source's log start, leaving an offset gap.
+                    // `log_end` stays, so a batch overlapping what we hold is still refused.
                     p.state = PartitionState::Fetching;
                 } else {
                     p.state = PartitionState::Diverged;

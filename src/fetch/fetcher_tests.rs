@@ -27,6 +27,7 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::fetcher::*;
+use super::response::RecordsError;
 use super::versions::Versions;
 use crate::ids::{LeaderEpoch, Offset, TopicPartition};
 use crate::wire::frame;
@@ -589,14 +590,25 @@ fn log_start_inside_a_batch_overlapping_local_data() {
         &h,
         &fetch_response(0, vec![partition(0, 100, Some(batch(35, 21, 0)))], false),
     );
-    let moved = FetchEvent::LogStartMoved {
-        slot: s,
-        from: Offset(40),
-        to: Offset(35),
-    };
-    assert_eq!(b.events[0], moved);
-    assert!(matches!(&b.events[1], FetchEvent::Records(r) if r.first_offset == Offset(35)));
-    assert_eq!(b.f.fetch_offset(s), Some(Offset(56)));
+    // Our log ends at 40 and is kept (never emptied because the source lost offsets): a first
+    // batch 35..=55 would overlap it, so it is refused and the partition stops, with no gap
+    // reported and nothing handed out.
+    assert!(
+        !b.events
+            .iter()
+            .any(|e| matches!(e, FetchEvent::LogStartMoved { .. } | FetchEvent::Records(_))),
+        "{:?}",
+        b.events
+    );
+    assert!(matches!(
+        b.events.last().unwrap(),
+        FetchEvent::BadRecords {
+            error: RecordsError::Overlap { .. },
+            retrying: false,
+            ..
+        }
+    ));
+    assert_eq!(b.f.state(s), Some(PartitionState::Failed));
 }
 
 // Goal: when a partition without a topic id joins, the fetcher drops to Fetch v12 and opens a

@@ -245,6 +245,11 @@ impl Scrape {
             "Fetch failures affecting the partition (partition errors, bad records, failed requests, lost connections).",
             &counter(|p| p.fetch_errors),
         )?;
+        f.counter(
+            "kmirror_partition_records_skipped",
+            "Offsets never mirrored because the source's retention passed the local log end (the mirrored log keeps its batches and has an offset gap there), since this process started.",
+            &counter(|p| p.records_skipped),
+        )?;
         let throttle: Vec<(Labels, f64)> = self
             .partitions
             .iter()

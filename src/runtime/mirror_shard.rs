@@ -985,16 +985,15 @@ impl MirrorShard {
                     }
                 }
                 FetchEvent::LogStartMoved { slot, to, .. } => {
-                    let result = match self.log_mut(at(slot)) {
-                        Some(log) if log.log_end_offset() < to => {
-                            log.truncate_fully_and_start_at(&mut RingIo::new(cx.ring), to)
-                        }
-                        _ => Ok(()),
+                    // Mirrored history is never deleted because the source lost it: the log
+                    // keeps its batches and the next append lands at `to`, past a gap. Only
+                    // the size of the gap is recorded (describe, /metrics; the fetcher logged
+                    // both offsets).
+                    let skipped = match self.log_mut(at(slot)) {
+                        Some(log) => to.0.saturating_sub(log.log_end_offset().0).max(0),
+                        None => continue,
                     };
-                    if let Err(e) = result {
-                        let why = format!("cannot restart at {to}: {e}");
-                        self.stop_partition(cx, at(slot), why, true);
-                    }
+                    self.report_skipped(at(slot), skipped as u64);
                 }
                 FetchEvent::Diverged(d) => {
                     let why = format!(

@@ -41,6 +41,17 @@ impl MirrorShard {
         }
     }
 
+    /// Offsets the source no longer held when we asked for them (its log start passed our log
+    /// end): counted for describe and /metrics.
+    pub(super) fn report_skipped(&mut self, at: Loc, skipped: u64) {
+        if let Some(m) = self.meter(at) {
+            m.records_skipped(skipped);
+        }
+        if let Some(cell) = self.cell(at) {
+            cell.add_skipped(skipped);
+        }
+    }
+
     pub(super) fn report_high_watermark(&mut self, at: Loc, hw: Offset) {
         let throttled = self.throttled_ms(at);
         if let Some(cell) = self.cell(at) {

@@ -19,6 +19,8 @@ pub struct PartitionProgress {
     high_watermark: AtomicI64,
     newest_timestamp: AtomicI64,
     throttled_ms: AtomicI64,
+    /// Offsets skipped because the source's log start passed our log end, summed.
+    skipped: AtomicI64,
 }
 
 impl Default for PartitionProgress {
@@ -28,6 +30,7 @@ impl Default for PartitionProgress {
             high_watermark: AtomicI64::new(UNKNOWN),
             newest_timestamp: AtomicI64::new(UNKNOWN),
             throttled_ms: AtomicI64::new(UNKNOWN),
+            skipped: AtomicI64::new(0),
         }
     }
 }
@@ -46,6 +49,9 @@ pub struct ProgressSnapshot {
     /// Throttle time (ms) the source asked for on the connection that fetches this partition,
     /// summed since that connection's fetcher was set up.
     pub throttled_ms: Option<i64>,
+    /// Offsets the source no longer held when this process asked for them (gaps left in the
+    /// mirrored log because the source's retention passed its end), summed.
+    pub skipped_records: i64,
 }
 
 impl PartitionProgress {
@@ -68,12 +74,22 @@ impl PartitionProgress {
             .store(i64::try_from(ms).unwrap_or(i64::MAX), Ordering::Relaxed);
     }
 
+    pub fn add_skipped(&self, offsets: u64) {
+        let n = i64::try_from(offsets).unwrap_or(i64::MAX);
+        let _ = self
+            .skipped
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_add(n))
+            });
+    }
+
     pub fn snapshot(&self) -> ProgressSnapshot {
         ProgressSnapshot {
             log_end: known(self.log_end.load(Ordering::Relaxed)),
             high_watermark: known(self.high_watermark.load(Ordering::Relaxed)),
             newest_timestamp: known(self.newest_timestamp.load(Ordering::Relaxed)),
             throttled_ms: known(self.throttled_ms.load(Ordering::Relaxed)),
+            skipped_records: self.skipped.load(Ordering::Relaxed),
         }
     }
 }

@@ -31,6 +31,25 @@ pub fn log_files(dir: &Path) -> Vec<PathBuf> {
     logs
 }
 
+/// The serve log without the ANSI colour codes tracing puts around field names.
+pub fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // CSI: ESC [ parameters final-byte (a letter).
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// A running `kmirror serve`; killed when dropped.
 pub struct Serve {
     pub child: Child,
@@ -157,6 +176,13 @@ impl Drop for Serve {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The text of `GET http://<addr>/metrics` (admin port or `[metrics] listen`), or `None` when
+/// it does not answer.
+pub fn metrics_text(addr: &str) -> Option<String> {
+    let mut resp = ureq::get(&format!("http://{addr}/metrics")).call().ok()?;
+    resp.body_mut().read_to_string().ok()
 }
 
 /// Waits until the broker's partition dir and ours hold the same non-empty `.log` bytes.
