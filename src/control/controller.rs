@@ -104,7 +104,7 @@ pub trait SourceCatalog {
 }
 
 /// What the data plane knows about one partition it fetches (or fetched).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Progress {
     pub local_log_end: Option<i64>,
     pub source_high_watermark: Option<i64>,
@@ -115,6 +115,8 @@ pub struct Progress {
     /// Offsets never mirrored because the source's log start passed our log end (an offset
     /// gap in the local log), summed since this process started.
     pub skipped_records: i64,
+    /// Why appends are paused and retried (a full disk), while they are.
+    pub stalled: Option<String>,
 }
 
 /// The shards, as the control plane drives them.
@@ -281,6 +283,9 @@ pub struct PartitionRow {
     /// local log end: the log keeps its batches and has an offset gap (issue 11 item 5).
     #[serde(default)]
     pub skipped_records: i64,
+    /// While MIRRORING, why appends are paused and retried (a full disk: issue 11 item 6).
+    #[serde(default)]
+    pub stalled: Option<String>,
 }
 
 /// What a command changed, for the operator.
@@ -1232,6 +1237,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     last_end_offset: p.last.map(|l| l.end_offset),
                     config_error: e.config_errors.get(&tp.topic).cloned(),
                     skipped_records: progress.skipped_records,
+                    stalled: progress.stalled.clone(),
                 });
             }
         }
@@ -1640,6 +1646,7 @@ mod tests {
                 newest_timestamp_ms: Some(now_ms() - 1500),
                 throttled_ms: None,
                 skipped_records: 0,
+                stalled: None,
             }
         }
     }

@@ -596,6 +596,7 @@ impl DataPlane for ShardDataPlane {
             newest_timestamp_ms: seen.newest_timestamp,
             throttled_ms: seen.throttled_ms,
             skipped_records: seen.skipped_records,
+            stalled: seen.stalled,
         }
     }
 

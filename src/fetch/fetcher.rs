@@ -300,6 +300,8 @@ struct Partition {
     log_start_moved_from: Option<Offset>,
     /// Responses in a row whose records failed their CRC or framing.
     bad_records_streak: u32,
+    /// Appends in a row that failed on a full disk (`rewind`), for the retry backoff.
+    append_failures: u32,
 }
 
 impl Partition {
@@ -483,6 +485,7 @@ impl Fetcher {
             removed: false,
             log_start_moved_from: None,
             bad_records_streak: 0,
+            append_failures: 0,
             tp: start.tp,
         };
         let slot = match self.free.pop() {
@@ -595,6 +598,39 @@ impl Fetcher {
             p.state = PartitionState::Fetching;
         }
         Ok(())
+    }
+
+    /// The append of records this fetcher handed out failed and was rolled back (a full disk):
+    /// fetch them again from `log_end` (the log's end, with `last_epoch` its newest epoch)
+    /// after a backoff that grows with each failure in a row, so a full disk is retried
+    /// slowly and mirroring resumes by itself once there is space.
+    pub fn rewind(
+        &mut self,
+        slot: Slot,
+        log_end: Offset,
+        last_epoch: LeaderEpoch,
+        now: Instant,
+    ) -> Result<(), FetcherError> {
+        let p = self
+            .partition_mut(slot)
+            .ok_or(FetcherError::NoSuchSlot(slot))?;
+        p.fetch_offset = log_end;
+        p.log_end = log_end;
+        p.last_fetched_epoch = last_epoch;
+        p.append_failures = p.append_failures.saturating_add(1);
+        // The backoff was reset by the response that brought the records; replay the streak.
+        p.backoff.succeed();
+        for _ in 0..p.append_failures {
+            p.backoff.fail(now);
+        }
+        Ok(())
+    }
+
+    /// The records handed out were appended: a full-disk streak (see `rewind`) is over.
+    pub fn appended(&mut self, slot: Slot) {
+        if let Some(p) = self.partition_mut(slot) {
+            p.append_failures = 0;
+        }
     }
 
     /// New leader epoch from metadata for a partition this broker still leads. On sources

@@ -679,3 +679,43 @@ fn persistent_corruption_stops_the_partition_after_bounded_retries() {
     assert_eq!(b.f.state(s0), Some(PartitionState::Failed));
     assert_eq!(b.f.state(s1), Some(PartitionState::Fetching));
 }
+
+// Goal: after an append the disk refused (ENOSPC, rolled back), `rewind` makes the fetcher ask
+// for the same offsets again, not before a backoff that grows with each failure in a row, and
+// a successful append ends the streak.
+#[test]
+fn rewind_after_a_full_disk_refetches_with_a_growing_backoff() {
+    let mut b = Broker::new(12);
+    let s = b.add(0, 10, 0);
+    let (h, _) = b.fetch_request();
+    b.respond(
+        &h,
+        &fetch_response(0, vec![partition(0, 20, Some(batch(10, 5, 0)))], false),
+    );
+    assert_eq!(b.f.fetch_offset(s), Some(Offset(15)));
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        b.f.rewind(s, Offset(10), LeaderEpoch(0), b.now).unwrap();
+        assert_eq!(b.f.fetch_offset(s), Some(Offset(10)));
+        let mut out = BytesMut::new();
+        let Poll::NotBefore(t) = b.f.poll_request(&mut out, b.now).unwrap() else {
+            panic!("a rewound partition must wait before it is fetched again")
+        };
+        waits.push(t - b.now);
+        b.now = t;
+        let (h, req) = b.fetch_request();
+        assert_eq!(sent_partitions(&req), vec![(0, 10)]);
+        b.respond(
+            &h,
+            &fetch_response(0, vec![partition(0, 20, Some(batch(10, 5, 0)))], false),
+        );
+    }
+    assert!(waits.windows(2).all(|w| w[1] > w[0]), "{waits:?}");
+    b.f.appended(s);
+    b.f.rewind(s, Offset(10), LeaderEpoch(0), b.now).unwrap();
+    let mut out = BytesMut::new();
+    let Poll::NotBefore(t) = b.f.poll_request(&mut out, b.now).unwrap() else {
+        panic!("expected a backoff")
+    };
+    assert_eq!(t - b.now, waits[0], "a successful append resets the streak");
+}

@@ -970,15 +970,40 @@ impl MirrorShard {
                     let result = match self.log_mut(at(r.slot)) {
                         Some(log) => log
                             .append(&mut RingIo::new(cx.ring), &r.records)
-                            .map(|_| log.log_end_offset()),
+                            .map(|_| log.log_end_offset())
+                            .map_err(|e| (e, resume_point(log), log.offline_reason().is_some())),
                         None => continue,
                     };
                     match result {
                         Ok(end) => {
+                            self.group_mut(at(r.slot)).fetcher.appended(r.slot);
                             self.meter_append(cx, at(r.slot), &r, began, end);
                             self.report_append(at(r.slot), &r);
                         }
-                        Err(e) => {
+                        Err((e, _, true)) => {
+                            // Kafka's rule for log dirs: a disk error takes the log offline
+                            // for good; retrying could only write around lost pages.
+                            let why = format!(
+                                "log offline after a disk error, not retried: {e}; fix the \
+                                 disk and restart kmirror (the log is recovered when opened)"
+                            );
+                            self.stop_partition(cx, at(r.slot), why, false);
+                        }
+                        Err((e, (end, epoch), false)) if e.is_disk_full() => {
+                            // Rolled back: fetch the same records again once there is space.
+                            let why = format!(
+                                "disk full, appends paused and retried with backoff until \
+                                 space returns: {e}"
+                            );
+                            let group = self.group_mut(at(r.slot));
+                            let _ = group.fetcher.rewind(r.slot, end, epoch, Instant::now());
+                            let tp = group.fetcher.topic_partition(r.slot).cloned();
+                            self.report_stalled(at(r.slot), why.clone());
+                            if let Some(tp) = tp {
+                                notice(cx, format!("{tp}: {why}"));
+                            }
+                        }
+                        Err((e, _, false)) => {
                             let why = format!("append failed: {e}");
                             self.stop_partition(cx, at(r.slot), why, true);
                         }

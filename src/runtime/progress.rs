@@ -5,7 +5,7 @@
 //! partition is handed to a shard).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::ids::TopicPartition;
@@ -21,6 +21,10 @@ pub struct PartitionProgress {
     throttled_ms: AtomicI64,
     /// Offsets skipped because the source's log start passed our log end, summed.
     skipped: AtomicI64,
+    /// Why appends are paused (a full disk), while they are; `stalled` says whether to look,
+    /// so the append path reads one atomic and takes the mutex only around a stall.
+    stalled: AtomicBool,
+    stall_reason: Mutex<Option<String>>,
 }
 
 impl Default for PartitionProgress {
@@ -31,6 +35,8 @@ impl Default for PartitionProgress {
             newest_timestamp: AtomicI64::new(UNKNOWN),
             throttled_ms: AtomicI64::new(UNKNOWN),
             skipped: AtomicI64::new(0),
+            stalled: AtomicBool::new(false),
+            stall_reason: Mutex::new(None),
         }
     }
 }
@@ -40,7 +46,7 @@ fn known(v: i64) -> Option<i64> {
 }
 
 /// What one read of a partition's progress saw.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ProgressSnapshot {
     pub log_end: Option<i64>,
     pub high_watermark: Option<i64>,
@@ -52,6 +58,8 @@ pub struct ProgressSnapshot {
     /// Offsets the source no longer held when this process asked for them (gaps left in the
     /// mirrored log because the source's retention passed its end), summed.
     pub skipped_records: i64,
+    /// Why appends are paused and retried (a full disk), while they are.
+    pub stalled: Option<String>,
 }
 
 impl PartitionProgress {
@@ -83,6 +91,17 @@ impl PartitionProgress {
             });
     }
 
+    pub fn set_stalled(&self, why: String) {
+        *self.stall_reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        self.stalled.store(true, Ordering::Release);
+    }
+
+    pub fn clear_stalled(&self) {
+        if self.stalled.swap(false, Ordering::AcqRel) {
+            *self.stall_reason.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+
     pub fn snapshot(&self) -> ProgressSnapshot {
         ProgressSnapshot {
             log_end: known(self.log_end.load(Ordering::Relaxed)),
@@ -90,6 +109,14 @@ impl PartitionProgress {
             newest_timestamp: known(self.newest_timestamp.load(Ordering::Relaxed)),
             throttled_ms: known(self.throttled_ms.load(Ordering::Relaxed)),
             skipped_records: self.skipped.load(Ordering::Relaxed),
+            stalled: if self.stalled.load(Ordering::Acquire) {
+                self.stall_reason
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone()
+            } else {
+                None
+            },
         }
     }
 }
