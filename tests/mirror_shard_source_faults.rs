@@ -270,3 +270,121 @@ fn offsets_past_i64_max_stop_only_their_partition() {
     );
     rt.stop();
 }
+
+/// A tmpfs of `bytes` mounted on a fresh directory, unmounted when dropped: a real file system
+/// that runs out of space. Needs root (CAP_SYS_ADMIN), as the CI machine's tests/setup.sh runs.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(bytes: usize) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "this test needs to mount a small tmpfs (run as root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallDisk { dir }
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Fills the file system holding `path` until a write fails with ENOSPC.
+fn fill(path: &std::path::Path) {
+    let mut f = std::fs::File::create(path).unwrap();
+    let chunk = vec![0u8; 4096];
+    loop {
+        match f.write(&chunk) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("filling the disk: {e}"),
+        }
+    }
+}
+
+// Goal (issue 11 item 6): a full disk pauses the partition's appends instead of failing or
+// losing it: the append is rolled back, the shard says why, asks the source for the same
+// offset again after a backoff, and once space returns the records are appended and mirroring
+// goes on. Method: the partition's log lives on a 1 MiB tmpfs filled up before the first
+// records arrive; a TCP listener plays the Fetch v12 broker.
+#[test]
+fn a_full_disk_pauses_appends_and_mirroring_resumes_when_space_returns() {
+    let disk = SmallDisk::mount(1024 * 1024);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (mut rt, returned) = start_shard_with(addr, disk.path(), 1);
+    let filler = disk.path().join("filler");
+    fill(&filler);
+    let (mut conn, _) = listener.accept().unwrap();
+    let mut b = BatchBuilder::new(Offset(0));
+    for i in 0..8 {
+        b = b.value(TimestampMs(1_700_000_000_000 + i), &[b'x'; 4000]);
+    }
+    let batch = b.build();
+    let resp = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
+        .with_topic(TopicName(StrBytes::from_static_str("t")))
+        .with_partitions(vec![PartitionData::default()
+            .with_partition_index(0)
+            .with_high_watermark(8)
+            .with_last_stable_offset(8)
+            .with_log_start_offset(0)
+            .with_records(Some(Bytes::from(batch.clone())))])]);
+    let offsets = |req: &FetchRequest| -> Vec<i64> {
+        req.topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.fetch_offset))
+            .collect()
+    };
+    let (header, req) = read_fetch(&mut conn);
+    assert_eq!(offsets(&req), vec![0]);
+    answer(&mut conn, &header, &resp);
+    let what = wait_notice(&mut rt, "disk full");
+    assert!(
+        what.contains("t-0") && what.contains("retried with backoff"),
+        "{what}"
+    );
+    // The same offset is asked for again (the append was rolled back, nothing skipped).
+    let (header, req) = read_fetch(&mut conn);
+    assert_eq!(offsets(&req), vec![0]);
+    std::fs::remove_file(&filler).unwrap();
+    answer(&mut conn, &header, &resp);
+    // Appended: the next fetch asks for offset 8, and the segment holds exactly the batch.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let (header, req) = read_fetch(&mut conn);
+        if offsets(&req) == vec![8] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never resumed: {:?}",
+            offsets(&req)
+        );
+        answer(&mut conn, &header, &resp);
+    }
+    let log = std::fs::read(disk.path().join("t-0/00000000000000000000.log")).unwrap();
+    assert_eq!(log, batch);
+    assert!(
+        returned.lock().unwrap().is_empty(),
+        "the partition must not stop"
+    );
+    rt.stop();
+}
