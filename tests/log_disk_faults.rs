@@ -9,6 +9,8 @@
 //! reopen). Nothing appended before the fault is lost. Checkpoint, producer-snapshot and
 //! leader-epoch files are written through the same seam, so the same faults reach them.
 
+mod harness;
+
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
@@ -23,6 +25,8 @@ use kmirror::log::partition_log::PartitionLog;
 use kmirror::log::recovery::LoadOptions;
 use kmirror::log::LogError;
 use kmirror::wire::batch_builder::BatchBuilder;
+
+use harness::serve::log_bytes;
 
 /// Which operation of the disk fails, once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,18 +109,6 @@ fn acknowledged(dir: &Path) -> PartitionLog {
     }
     assert_eq!(log.log_end_offset(), Offset(9));
     log
-}
-
-fn log_bytes(dir: &Path) -> Vec<u8> {
-    let mut logs: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .collect();
-    logs.sort();
-    logs.iter()
-        .flat_map(|p| std::fs::read(p).unwrap())
-        .collect()
 }
 
 fn reopen(dir: &Path) -> PartitionLog {

@@ -28,18 +28,7 @@ use harness::{Isolation, Kafka, ProduceOpts};
 const RETENTION_LIMIT: Duration = Duration::from_secs(120);
 
 fn set_retention(k: &Kafka, topic: &str, ms: &str) {
-    harness::kafka_configs(
-        &k.bootstrap(),
-        &[
-            "--alter",
-            "--entity-type",
-            "topics",
-            "--entity-name",
-            topic,
-            "--add-config",
-            &format!("retention.ms={ms}"),
-        ],
-    );
+    k.alter_config(topic, &[("retention.ms", ms)]);
 }
 
 #[test]
