@@ -71,6 +71,15 @@ pub struct TopicsSection {
 pub struct StorageSection {
     /// The log dir: one `<topic>-<partition>` directory per mirrored partition.
     pub data_dir: PathBuf,
+    /// How often every partition with new data is flushed and the recovery points
+    /// checkpointed (Kafka's `log.flush.offset.checkpoint.interval.ms`), so a restart after a
+    /// crash revalidates only what came after.
+    #[serde(default = "default_recovery_checkpoint_interval_ms")]
+    pub recovery_checkpoint_interval_ms: u64,
+}
+
+fn default_recovery_checkpoint_interval_ms() -> u64 {
+    crate::limits::RECOVERY_CHECKPOINT_INTERVAL_MS_DEFAULT
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -312,6 +321,16 @@ impl ServeConfig {
         }
         if self.storage.data_dir.as_os_str().is_empty() {
             return Err(invalid("storage.data_dir", "must not be empty"));
+        }
+        use crate::limits::{
+            RECOVERY_CHECKPOINT_INTERVAL_MS_MAX as CMAX,
+            RECOVERY_CHECKPOINT_INTERVAL_MS_MIN as CMIN,
+        };
+        if !(CMIN..=CMAX).contains(&self.storage.recovery_checkpoint_interval_ms) {
+            return Err(invalid(
+                "storage.recovery_checkpoint_interval_ms",
+                format!("must be {CMIN}..={CMAX}"),
+            ));
         }
         self.validate_runtime()
     }

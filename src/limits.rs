@@ -139,6 +139,11 @@ pub const SOURCE_BACKOFF_MS_MAX: u64 = 10_000;
 /// `quota.window.size.seconds * num` (default 11 s); anything larger is treated as this.
 pub const SOURCE_THROTTLE_MS_MAX: u64 = 60_000;
 
+/// Source calls of the control plane in flight at once (`control::source_worker`), each on its
+/// own thread. With at most one call of each kind per mirror in flight, this is reached only
+/// with many mirrors whose sources all hang; further calls wait for the next tick.
+pub const SOURCE_WORKERS_MAX: usize = 64;
+
 /// Socket timeouts of the blocking driver (control-thread tools and tests).
 pub const BLOCKING_CONNECT_TIMEOUT_MS: u64 = 10_000;
 pub const BLOCKING_IO_TIMEOUT_MS: u64 = FETCH_WAIT_MS_MAX as u64 + 30_000;
@@ -437,6 +442,13 @@ pub const SERVE_FETCH_SESSION_EVICTION_MS: u64 = 120_000;
 /// client can pin with partitions added one request at a time.
 pub const SERVE_FETCH_SESSION_PARTITIONS_MAX: usize = 100_000;
 
+/// API keys the endpoint's request counters have a row for (Kafka 4.x uses keys below 100);
+/// requests with a larger key are counted together, unlabelled.
+pub const SERVE_STATS_API_KEYS: usize = 128;
+
+/// Versions per API the request counters have a column for (no Kafka API is above v17).
+pub const SERVE_STATS_VERSIONS: usize = 32;
+
 const _: () = assert!(SERVE_REQUEST_BYTES_MAX <= FRAME_BYTES_MAX);
 const _: () = assert!(SERVE_FETCH_RESPONSE_BYTES_MAX < i32::MAX as u64);
 /// SCRAM iteration counts a source may ask for: Kafka's own bounds (below 4096 is too weak to
@@ -499,3 +511,45 @@ pub const TXN_IDS_MAX: usize = 100_000;
 
 /// How often the transaction timer looks for transactions past their timeout.
 pub const TXN_TIMER_TICK_MS: u64 = 1_000;
+
+// ---- shard health and the watchdog (runtime/health, ops/sd_notify) ----
+
+/// An idle shard blocked in its ring wait still turns its loop at least this often (a ring
+/// TIMEOUT it keeps posted), so its heartbeat proves the loop runs, not just that it is busy.
+pub const SHARD_HEARTBEAT_MS: u64 = 500;
+
+/// A shard whose heartbeat has not moved for this long is stalled: its partitions are failed
+/// and kmirror exits. Far above the heartbeat period and a loaded host's scheduling hiccups,
+/// well below the unit's `WatchdogSec=30s`.
+pub const SHARD_STALL_MS: u64 = 5_000;
+const _: () = assert!(SHARD_STALL_MS >= 4 * SHARD_HEARTBEAT_MS);
+
+/// After a shard failed, kmirror keeps serving `describe` and `/metrics` this long (the FAILED
+/// partitions, the unhealthy shard) before it exits non-zero for systemd to restart it.
+pub const SHARD_FAILURE_EXIT_DELAY_MS: u64 = 3_000;
+
+/// How long stopping the runtime waits for each shard thread to end; a stalled shard is left
+/// behind (its logs were never handed back, so no clean-shutdown marker is written).
+pub const SHARD_JOIN_WAIT_MS: u64 = 10_000;
+
+// ---- recovery at scale (log/log_dir, recovery-point checkpoints) ----
+
+/// Most threads opening and recovering partitions at start (`log_dir::recovery_threads`
+/// takes twice the CPUs, bounded by this and the partition count).
+pub const RECOVERY_THREADS_MAX: usize = 64;
+
+/// Default period of the recovery-point checkpoint (Kafka's
+/// `log.flush.offset.checkpoint.interval.ms`): every partition with new data is flushed by its
+/// owner and `recovery-point-offset-checkpoint` rewritten, so a restart after kill -9
+/// revalidates only what came after. Bounds of `storage.recovery_checkpoint_interval_ms`.
+pub const RECOVERY_CHECKPOINT_INTERVAL_MS_DEFAULT: u64 = 60_000;
+pub const RECOVERY_CHECKPOINT_INTERVAL_MS_MIN: u64 = 1_000;
+pub const RECOVERY_CHECKPOINT_INTERVAL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+const _: () = assert!(
+    RECOVERY_CHECKPOINT_INTERVAL_MS_MIN <= RECOVERY_CHECKPOINT_INTERVAL_MS_DEFAULT
+        && RECOVERY_CHECKPOINT_INTERVAL_MS_DEFAULT <= RECOVERY_CHECKPOINT_INTERVAL_MS_MAX
+);
+
+/// The checkpoint file is written this long after the owners were asked to flush, so the shards'
+/// flushes of this round are in it (a later one lands in the next round).
+pub const RECOVERY_CHECKPOINT_WRITE_LAG_MS: u64 = 1_000;

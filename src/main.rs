@@ -31,7 +31,7 @@ enum Command {
     #[command(subcommand)]
     Log(LogCommand),
     /// Manage mirrors through a running kmirror's admin API (create, start, pause, resume,
-    /// stop, delete, list, describe).
+    /// stop, delete, list, describe; kafka-cluster-mirrors.sh's `--describe` etc. work too).
     Mirrors(kmirror::ops::mirrors_cli::MirrorsArgs),
     /// Check this host against a serve config: io_uring, memlock, cores, data dir, sources.
     /// Prints pass/warn/fail lines (failures with their fix); exits non-zero on any failure.
@@ -95,7 +95,15 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    // `kmirror mirrors --describe ...` (the KIP tool's spelling) as `kmirror mirrors describe`.
+    let argv = match kmirror::ops::mirrors_cli::accept_action_flags(std::env::args_os().collect()) {
+        Ok(argv) => argv,
+        Err(e) => {
+            eprintln!("kmirror: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(argv);
     let result = match cli.command {
         Command::Mirrors(args) => {
             kmirror::ops::mirrors_cli::run(&args, &mut std::io::stdout().lock())

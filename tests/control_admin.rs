@@ -22,8 +22,13 @@ use kmirror::ids::{LeaderEpoch, Offset, TopicPartition};
 use kmirror::log::partition_log::Promotion;
 use uuid::Uuid;
 
+/// The partitions it was told to fetch; fetchers of the topic named in `.1` fail to start
+/// (a retryable fault, so the partition goes FAILED and retries).
 #[derive(Clone, Default)]
-struct RecordingPlane(Arc<Mutex<BTreeSet<TopicPartition>>>);
+struct RecordingPlane(
+    Arc<Mutex<BTreeSet<TopicPartition>>>,
+    Arc<Mutex<Option<String>>>,
+);
 
 impl DataPlane for RecordingPlane {
     fn add(
@@ -33,6 +38,13 @@ impl DataPlane for RecordingPlane {
         _: Uuid,
         _: StartFrom,
     ) -> Result<(), kmirror::control::controller::Fault> {
+        if self.1.lock().unwrap().as_deref() == Some(tp.topic.as_str()) {
+            return Err(kmirror::control::controller::Fault {
+                message: "test fetcher refused".into(),
+                retryable: true,
+                timed_out: false,
+            });
+        }
         self.0.lock().unwrap().insert(tp.clone());
         Ok(())
     }
@@ -83,10 +95,16 @@ struct Out {
 
 fn cli(admin: &ControlThread, args: &[&str]) -> Out {
     let addr = admin.addr.to_string();
+    let mut all = args.to_vec();
+    all.extend(["--admin", &addr]);
+    mirrors(&all)
+}
+
+/// `kmirror mirrors ARGS` as given (the caller names the admin address, in any spelling).
+fn mirrors(args: &[&str]) -> Out {
     let out = Command::new(env!("CARGO_BIN_EXE_kmirror"))
         .arg("mirrors")
         .args(args)
-        .args(["--admin", &addr])
         .output()
         .unwrap();
     Out {
@@ -342,5 +360,158 @@ fn source_sync_picks_up_new_matching_topics() {
         "the added partition was not picked up by the source sync"
     );
     assert_eq!(plane.0.lock().unwrap().len(), 3);
+    ctl.stop();
+}
+
+/// The whitespace-separated cells of each line of a table (no cell holds a space here).
+fn cells(table: &str) -> Vec<Vec<String>> {
+    table
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+/// `kafka-cluster-mirrors.sh` spellings (KIP-1279 §5) work as kmirror's own: action flags,
+/// `--bootstrap-server`, `--mirror-name`; `describe` prints the KIP's columns in its order
+/// (kmirror's extra ones after them) and its JSON keys; `--failed` shows RETRY as `n/max`.
+#[test]
+fn the_kip_tools_spellings_and_columns() {
+    let k = harness::shared();
+    let prefix = harness::unique_topic("kip");
+    let good = format!("{prefix}-good");
+    let bad = format!("{prefix}-bad");
+    k.create_topic(&good, 1, &[]);
+    k.create_topic(&bad, 1, &[]);
+    let data = tempfile::tempdir().unwrap();
+    let props = data.path().join("source.properties");
+    std::fs::write(&props, format!("bootstrap.servers={}\n", k.bootstrap())).unwrap();
+    let plane = RecordingPlane::default();
+    *plane.1.lock().unwrap() = Some(bad.clone());
+    let ctl = start_control(data.path(), &plane);
+    let addr = ctl.addr.to_string();
+    let kip = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--bootstrap-server", &addr]);
+        let o = mirrors(&all);
+        assert!(o.ok, "{all:?} failed: {}", o.stderr);
+        o.stdout
+    };
+
+    let props = props.to_str().unwrap();
+    let created = kip(&["--create", "--mirror", "m", "--mirror-config", props]);
+    assert!(created.starts_with("Created mirror m "), "{created}");
+    kip(&[
+        "--start",
+        "--mirror-name",
+        "m",
+        "--topics",
+        &format!("{prefix}-.*"),
+    ]);
+    let list = cells(&kip(&["--list"]));
+    assert_eq!(
+        list[0],
+        [
+            "MIRROR",
+            "TOPICS",
+            "SOURCE-CLUSTER-ID",
+            "SOURCE-BOOTSTRAP-SERVER"
+        ]
+    );
+    assert_eq!(list[1][0], "m");
+    assert_eq!(list[1][1], "2");
+
+    let table = cells(&kip(&["--describe", "--mirror", "m"]));
+    assert_eq!(
+        table[0],
+        [
+            "MIRROR",
+            "TOPIC",
+            "PARTITION",
+            "SOURCE-OFFSET",
+            "DESTINATION-OFFSET",
+            "LAG",
+            "STATE",
+            "LAG-SECONDS",
+            "ERROR",
+        ],
+        "the KIP's seven columns first, in its order"
+    );
+    let good_row = table
+        .iter()
+        .find(|r| r.get(1) == Some(&good))
+        .unwrap_or_else(|| panic!("no row for {good}: {table:?}"));
+    assert_eq!(
+        good_row[..3],
+        ["m".to_owned(), good.clone(), "0".to_owned()]
+    );
+    assert_eq!(good_row[6], "MIRRORING", "{good_row:?}");
+
+    // JSON: the KIP's keys, the same rows whichever spelling asked.
+    let json: serde_json::Value =
+        serde_json::from_str(&kip(&["--describe", "--mirror", "m", "--json"])).unwrap();
+    let ours: serde_json::Value =
+        serde_json::from_str(&ok(&ctl, &["describe", "--mirror", "m", "--json"])).unwrap();
+    assert_eq!(json, ours);
+    let rows = json.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        for key in [
+            "mirror",
+            "topic",
+            "partition",
+            "sourceOffset",
+            "destinationOffset",
+            "lag",
+            "state",
+            "retryAttempt",
+            "errorMessage",
+        ] {
+            assert!(row.get(key).is_some(), "no {key} in {row}");
+        }
+    }
+    let failed_json = rows.iter().find(|r| r["topic"] == bad.as_str()).unwrap();
+    assert_eq!(failed_json["state"], "FAILED", "{failed_json}");
+    let attempt = failed_json["retryAttempt"].as_i64().unwrap();
+
+    let failed = cells(&kip(&["--describe", "--mirror-name", "m", "--failed"]));
+    assert_eq!(
+        failed[0],
+        ["MIRROR", "TOPIC", "PARTITION", "RETRY", "ERROR"]
+    );
+    assert_eq!(failed.len(), 2, "only the FAILED partition: {failed:?}");
+    assert_eq!(failed[1][1], bad);
+    let (n, max) = failed[1][3].split_once('/').expect("RETRY is n/max");
+    assert!(
+        n.parse::<i64>().unwrap() >= attempt,
+        "retry {n} went back from {attempt}"
+    );
+    assert_eq!(
+        max,
+        kmirror::limits::MIRROR_RETRY_MAX_ATTEMPTS_DEFAULT.to_string(),
+        "the retry limit (mirror.failed.retry.max.attempts)"
+    );
+    assert!(failed[1][4..].join(" ").contains("test fetcher refused"));
+
+    // One action per call, as the KIP tool; a Kafka listener given as the admin address is
+    // named as the likely mistake.
+    let two = mirrors(&["--start", "--stop", "--mirror", "m", "--topics", ".*"]);
+    assert!(
+        !two.ok
+            && two
+                .stderr
+                .contains("one action per call, got --start and --stop"),
+        "{}",
+        two.stderr
+    );
+    let kafka = mirrors(&["--list", "--bootstrap-server", &k.bootstrap()]);
+    assert!(
+        !kafka.ok && kafka.stderr.contains("not of a Kafka listener"),
+        "{}",
+        kafka.stderr
+    );
+
+    kip(&["--stop", "--mirror", "m", "--topics", ".*"]);
+    kip(&["--delete", "--mirror-name", "m"]);
+    assert_eq!(kip(&["--list", "--json"]).trim(), "[]");
     ctl.stop();
 }

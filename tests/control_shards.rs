@@ -60,9 +60,14 @@ fn pause_resume_until(c: &mut Ctl, topic: &str, target: i64) -> u32 {
         }
         previous = end;
         c.command("m", topic, Command::Resume).unwrap();
-        std::thread::sleep(window);
-        let failures = c.data_plane_mut().poll_failures();
-        assert!(failures.is_empty(), "shard failures: {failures:?}");
+        // The control loop's tick: the leader look-up's answer hands the partition to its
+        // shard, and failures come back.
+        let resumed = std::time::Instant::now();
+        while resumed.elapsed() < window {
+            std::thread::sleep(Duration::from_millis(50));
+            let failures = c.data_plane_mut().poll_failures();
+            assert!(failures.is_empty(), "shard failures: {failures:?}");
+        }
     }
     panic!("the mirror never reached offset {target}");
 }

@@ -17,20 +17,24 @@
 //! - Two Java members of one group on kmirror split the partitions (one waits in a parked
 //!   JoinGroup while the other rejoins on its own connection) and the survivor takes all of
 //!   them back when the other leaves.
+//! - KIP-848 is not served: a Java 4.1 consumer with `group.protocol=consumer` fails at once
+//!   with the client's own UnsupportedVersionException telling the user to set
+//!   `group.protocol=classic`, and never sends ConsumerGroupHeartbeat (ApiVersions lacks it).
 
 mod harness;
 mod mirror_support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use harness::groups::{describe_group, group_consume, join_member, Consumed, DescribeRow};
 use harness::mirrors_cli::{
     cli_ok, create_mirror, free_loopback_port, wait_admin, write_serving_config,
 };
-use harness::serve::{add_kafka_listener, wait_all_mirrored, Serve};
+use harness::serve::{
+    add_kafka_listener, endpoint_requests, scrape_metrics, wait_all_mirrored, Serve,
+};
 use harness::{unique_topic, ProduceOpts};
 
 /// Failure guard for the server and the sync to come up, not a performance claim.
@@ -113,21 +117,9 @@ fn serve_static(config: &Path, log: PathBuf) -> (Serve, String) {
 
 /// Runs the kafka-python group member; fails (never skips) when kafka-python is missing.
 fn python_group(bootstrap: &str, topic: &str, group: &str, max: usize) -> Vec<Consumed> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/kafka_python_client.py");
-    let out = Command::new(harness::python())
-        .arg(&script)
-        .args(["group", bootstrap, topic, group, &max.to_string()])
-        .output()
-        .expect("run the virtualenv Python");
-    assert!(
-        out.status.success(),
-        "kafka-python group member failed (tests/setup.sh installs kafka-python into .venv):\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+    harness::python_clients::kafka_python(&["group", bootstrap, topic, group, &max.to_string()])
+        .into_iter()
+        .map(|l| serde_json::from_value(l).unwrap())
         .collect()
 }
 
@@ -360,4 +352,52 @@ fn two_members_on_kmirror_split_the_partitions_and_rebalance() {
     assert!(b.records.iter().all(|r| r.partition == given), "{b:?}");
     assert!(!a.records.is_empty());
     serve.sigterm_and_wait();
+}
+
+#[test]
+fn a_kip_848_consumer_is_told_to_use_the_classic_protocol() {
+    // No source needed: the client fails on what kmirror's ApiVersions lacks.
+    let work = tempfile::tempdir().unwrap();
+    let (_serve, admin, kmirror) = harness::mirrors_cli::serve_admin_with_listener(work.path());
+
+    // The timeout is far beyond what the failure takes: a consumer that waited it out would
+    // fail with "consumed 0 of 1" instead, which the test refuses.
+    let out = harness::groups::group_consume_protocol(
+        &kmirror,
+        "kip848",
+        "kip848-group",
+        1,
+        "consumer",
+        60_000,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the consumer cannot work: {stderr}");
+    assert!(
+        stderr.contains("UnsupportedVersionException"),
+        "the Java client's own error: {stderr}"
+    );
+    assert!(
+        stderr.contains("group.protocol=classic"),
+        "the message tells the user what to do: {stderr}"
+    );
+    assert!(
+        !stderr.contains("consumed 0 of"),
+        "it failed, not timed out: {stderr}"
+    );
+
+    // It learnt it from ApiVersions: no ConsumerGroupHeartbeat (68) was ever sent, and nothing
+    // was refused.
+    let requests = endpoint_requests(&scrape_metrics(&admin));
+    assert!(
+        requests.contains_key(&(18, 4)),
+        "ApiVersions v4: {requests:?}"
+    );
+    assert!(
+        requests.keys().all(|(api, _)| *api != 68 && *api != 69),
+        "{requests:?}"
+    );
+    assert!(
+        requests.values().all(|r| r.errors.is_empty()),
+        "{requests:?}"
+    );
 }

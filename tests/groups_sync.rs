@@ -80,7 +80,7 @@ fn source_group_offsets_reach_kmirror_as_they_are_clamped_and_durable() {
     let report = group_sync::sync_mirror(
         &def,
         &parts,
-        &mut BlockingSourceGroups,
+        &BlockingSourceGroups,
         &logs,
         &mut sink_handle as &mut dyn OffsetSink,
         Instant::now() + Duration::from_secs(30),

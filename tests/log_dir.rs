@@ -123,3 +123,171 @@ fn crash_without_close_recovers_from_the_recovery_point() {
     );
     assert_eq!(log.read_bytes(Offset(38), 1).expect("read"), batch(38));
 }
+
+/// Small segments and an index entry every few batches, so a checkpoint lands mid-segment and
+/// the indexes have entries on both sides of it.
+fn indexed_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 4000,
+        index_interval_bytes: 300,
+        retention_ms: None,
+        ..LogConfig::default()
+    }
+}
+
+/// Every file under `root` (relative path → bytes), for comparing two trees.
+fn tree(root: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().display().to_string();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for (rel, bytes) in tree(from) {
+        let p = to.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+}
+
+// Goal: a partition whose log a shard owns is checkpointed at the recovery point its owner
+// flushed to, and after a crash (nothing closed) only the batches after that point are
+// revalidated; the indexes rebuilt from there equal those a full revalidation builds.
+#[test]
+fn after_a_crash_only_what_follows_the_checkpoint_is_revalidated() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().join("data");
+    let mut dir = LogDir::open(&root, indexed_config(), &mut StdIo).expect("open");
+    let tp = TopicPartition::new("owned", 0);
+    dir.get_or_create(&tp, None, None).expect("create");
+    // Lent out, as to a shard: the log dir no longer holds it.
+    let mut log = dir.take(&tp).expect("take");
+    let mut next = 0;
+    while log.segments().len() < 3 || log.segments().last().unwrap().size() < 1500 {
+        log.append(&mut StdIo, &batch(next)).expect("append");
+        next += 1;
+    }
+    // The owner's checkpoint flush, then the log dir's checkpoint write.
+    log.flush(&mut StdIo).expect("flush");
+    let checkpointed = log.log_end_offset();
+    assert!(
+        log.segments().last().unwrap().base_offset() < checkpointed,
+        "the checkpoint must fall inside the active segment"
+    );
+    dir.write_checkpoints().expect("checkpoint");
+    assert_eq!(
+        checkpoint(&root, "recovery-point-offset-checkpoint"),
+        vec![("owned".into(), 0, checkpointed.0)]
+    );
+    let mut after_bytes = 0;
+    for _ in 0..6 {
+        let b = batch(next);
+        after_bytes += b.len() as u64;
+        log.append(&mut StdIo, &b).expect("append");
+        next += 1;
+    }
+    // kill -9: nothing is closed, no marker.
+    drop(log);
+    drop(dir);
+    let full = tmp.path().join("full");
+    copy_tree(&root, &full);
+    std::fs::remove_file(full.join("recovery-point-offset-checkpoint")).unwrap();
+
+    let dir = LogDir::open(&root, indexed_config(), &mut StdIo).expect("reopen");
+    let log = dir.get(&tp).expect("log");
+    assert!(log.recovered_at_open());
+    let r = log.revalidated_at_open();
+    assert_eq!((r.bytes, r.batches, r.cut), (after_bytes, 6, 0));
+    assert_eq!(log.log_end_offset(), Offset(next));
+    drop(dir);
+    let dir = LogDir::open(&full, indexed_config(), &mut StdIo).expect("reopen full");
+    let all = dir.get(&tp).expect("log").revalidated_at_open();
+    assert_eq!(
+        all.batches, next as u64,
+        "without a checkpoint everything is re-read"
+    );
+    drop(dir);
+    let (ours, theirs) = (tree(&root.join("owned-0")), tree(&full.join("owned-0")));
+    assert_eq!(
+        ours.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>()
+    );
+    for (name, bytes) in &ours {
+        assert!(
+            bytes == &theirs[name],
+            "{name} differs after a partial revalidation"
+        );
+    }
+}
+
+// Goal: opening on many threads gives exactly what opening on one does: the same partitions,
+// log ends, cut tails, indexes, snapshots and checkpoint files, byte for byte.
+#[test]
+fn parallel_recovery_equals_serial_recovery() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().join("data");
+    let mut dir = LogDir::open(&root, indexed_config(), &mut StdIo).expect("open");
+    for p in 0..16 {
+        let tp = TopicPartition::new("par", p);
+        let log = dir.get_or_create(&tp, None, None).expect("create");
+        for i in 0..(10 + 3 * p as i64) {
+            log.append(&mut StdIo, &batch(i)).expect("append");
+        }
+        if p % 3 == 0 {
+            log.flush(&mut StdIo).expect("flush");
+        }
+    }
+    dir.write_checkpoints().expect("checkpoint");
+    drop(dir);
+    // A torn tail in one partition: recovery must cut it the same way on every thread count.
+    let torn = root.join("par-5");
+    let active = std::fs::read_dir(&torn)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .max()
+        .unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&active)
+        .unwrap();
+    std::io::Write::write_all(&mut f, &batch(999)[..40]).unwrap();
+    let (one, many) = (tmp.path().join("one"), tmp.path().join("many"));
+    copy_tree(&root, &one);
+    copy_tree(&root, &many);
+    let serial = LogDir::open_on_threads(&one, indexed_config(), &mut StdIo, 1).expect("serial");
+    let parallel =
+        LogDir::open_on_threads(&many, indexed_config(), &mut StdIo, 4).expect("parallel");
+    let facts = |d: &LogDir| -> Vec<(TopicPartition, i64, i64, u64, u64, u64)> {
+        d.partitions()
+            .map(|(tp, l)| {
+                let r = l.revalidated_at_open();
+                (
+                    tp.clone(),
+                    l.log_end_offset().0,
+                    l.recovery_point().0,
+                    r.bytes,
+                    r.batches,
+                    r.cut,
+                )
+            })
+            .collect()
+    };
+    let (a, b) = (facts(&serial), facts(&parallel));
+    assert_eq!(a.len(), 16);
+    assert!(a.iter().any(|f| f.5 == 40), "the torn tail was cut: {a:?}");
+    assert_eq!(a, b);
+    drop((serial, parallel));
+    assert_eq!(tree(&one), tree(&many));
+}

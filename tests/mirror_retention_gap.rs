@@ -20,7 +20,7 @@ use harness::dump::{dump_log_segments, segment_files, DumpFlags};
 use harness::mirrors_cli::{
     cli_ok, create_mirror, describe_rows, free_loopback_port, wait_admin, write_serving_config,
 };
-use harness::serve::{log_bytes, metrics_text, plain, wait_mirrored, Serve, CATCH_UP_LIMIT};
+use harness::serve::{log_bytes, plain, scrape_metrics, wait_mirrored, Serve, CATCH_UP_LIMIT};
 use harness::{Isolation, Kafka, ProduceOpts};
 
 /// Failure guard for the broker's retention to delete segments (checks every second), not a
@@ -156,7 +156,7 @@ fn source_retention_past_our_end_leaves_a_reported_gap_and_keeps_local_batches()
     // The gap ends at the source's log start (a segment base after retention).
     assert_eq!(first_new, source_start);
     assert_eq!(row["skippedRecords"], skipped, "{row}");
-    let metrics = metrics_text(&admin).expect("/metrics answers");
+    let metrics = scrape_metrics(&admin);
     let line = metrics
         .lines()
         .find(|l| l.starts_with("kmirror_partition_records_skipped_total") && l.contains(&topic))

@@ -7,17 +7,25 @@
 //! produced, state MIRRORING, shard counters moving (uring submissions and completions, fetch
 //! round trips, arena slots); Prometheus' own `promtool check metrics` must report no problem
 //! with the exposition. After SIGTERM the latency interval log under the data dir must hold the
-//! appends the scrape counted.
+//! appends the scrape counted. The data dir's free and total bytes equal what `df` says, and
+//! `kmirror_source_reachable` follows the source: 1 while it answers, 0 while a proxy in
+//! between cuts it off, 1 again after.
+//!
+//! The operator files under `ops/`: `promtool check rules` and `promtool test rules` pass on
+//! the alert rules, the Grafana dashboard is importable JSON, and every metric named by a rule
+//! or by a query of the dashboard is one the live scrape of the admin-mode kmirror offers.
 
 mod harness;
 mod mirror_support;
+mod ops_files;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use harness::dump::{dump_log_segments, segment_files, DumpFlags};
+use harness::proxy::{Fault, FaultProxy};
 use harness::serve::{log_bytes, wait_mirrored, Serve};
 use harness::ProduceOpts;
 
@@ -67,21 +75,24 @@ fn total(s: &HashMap<String, f64>, name: &str) -> f64 {
         .sum()
 }
 
-/// `promtool check metrics` reads the exposition on stdin; silence and exit 0 mean no problem.
-fn promtool_check(text: &str) {
+/// Runs `promtool args` in `dir` with `stdin`; its exit status and what it printed.
+fn promtool(args: &[&str], dir: &Path, stdin: &str) -> (bool, String) {
     use std::io::Write;
     let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
+        .args(args)
+        .current_dir(dir)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("promtool (Debian package prometheus, installed by tests/setup.sh) must be installed");
+        .expect(
+            "promtool (Debian package prometheus, installed by tests/setup.sh) must be installed",
+        );
     child
         .stdin
         .take()
         .unwrap()
-        .write_all(text.as_bytes())
+        .write_all(stdin.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
     let report = format!(
@@ -89,8 +100,14 @@ fn promtool_check(text: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    (out.status.success(), report)
+}
+
+/// `promtool check metrics` reads the exposition on stdin; silence and exit 0 mean no problem.
+fn promtool_check(text: &str) {
+    let (ok, report) = promtool(&["check", "metrics"], Path::new("."), text);
     assert!(
-        out.status.success() && report.trim().is_empty(),
+        ok && report.trim().is_empty(),
         "promtool check metrics found problems:\n{report}\n--- exposition ---\n{text}"
     );
 }
@@ -259,6 +276,12 @@ fn admin_port_serves_true_metrics() {
     assert!(on_disk2 > on_disk);
     let (text, s) = scrape_until(&mut serve, &admin, |s| fetched_and_appended(s, on_disk2));
     assert_partition_truth(&text, &s, "m", &topic, &ours, 500);
+    assert_eq!(
+        value(&s, r#"kmirror_source_reachable{mirror="m"}"#, &text),
+        1.0
+    );
+    assert_data_dir_space(&text, &s, &data_dir);
+    let exposition = text.clone();
     let appends = total(&s, "kmirror_shard_appends_total");
 
     let log = serve.sigterm_and_wait();
@@ -310,6 +333,114 @@ fn admin_port_serves_true_metrics() {
     );
     assert!(table.lines().any(|l| l.starts_with("append ")), "{table}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<polyline"));
+    // Last, as it needs the shard health metrics of the watchdog too: every metric the alert
+    // rules and the dashboard query is in the live scrape.
+    assert_ops_files_query_exported(&exposition);
+}
+
+/// The data dir gauges against `df -B1` (coreutils), asked right after the scrape.
+fn assert_data_dir_space(text: &str, s: &HashMap<String, f64>, data_dir: &Path) {
+    let out = Command::new("df")
+        .args(["-B1", "--output=size,avail"])
+        .arg(data_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let df = String::from_utf8(out.stdout).unwrap();
+    let row: Vec<f64> = df
+        .lines()
+        .nth(1)
+        .unwrap_or_else(|| panic!("df printed {df}"))
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let (size, avail) = (row[0], row[1]);
+    let capacity = value(s, "kmirror_data_dir_capacity_bytes", text);
+    let free = value(s, "kmirror_data_dir_free_bytes", text);
+    assert_eq!(capacity, size, "capacity differs from df's size");
+    // Other processes write to the same disk between the scrape and df: 1% of it is room.
+    assert!(
+        free > 0.0 && free <= capacity && (free - avail).abs() <= size / 100.0,
+        "free {free} vs df's avail {avail} of {size}"
+    );
+}
+
+/// Every metric named by an alert rule or a dashboard query is offered by `exposition`.
+fn assert_ops_files_query_exported(exposition: &str) {
+    let exported = ops_files::exported_names(exposition);
+    let rules = std::fs::read_to_string(ops_files::ops_dir().join(ops_files::ALERT_RULES)).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(ops_files::ops_dir().join(ops_files::DASHBOARD)).unwrap(),
+    )
+    .expect("the dashboard is valid JSON");
+    let mut missing = Vec::new();
+    let mut checked = std::collections::BTreeSet::new();
+    let queries = ops_files::rule_exprs(&rules)
+        .into_iter()
+        .map(|q| ("alert rule", q))
+        .chain(
+            ops_files::dashboard_exprs(&dashboard)
+                .into_iter()
+                .map(|q| ("dashboard", q)),
+        );
+    for (file, q) in queries {
+        let names = ops_files::metric_names(&q);
+        assert!(!names.is_empty(), "{file} query names no metric: {q}");
+        for n in names {
+            if ops_files::PROMETHEUS_SERIES.contains(&n.as_str()) {
+                continue;
+            }
+            if !exported.contains(&n) {
+                missing.push(format!("{n} ({file}: {q})"));
+            }
+            checked.insert(n);
+        }
+    }
+    assert!(checked.len() >= 15, "too few metrics found: {checked:?}");
+    assert!(
+        missing.is_empty(),
+        "queried but not exported by kmirror:\n{}\n--- exposition ---\n{exposition}",
+        missing.join("\n")
+    );
+}
+
+/// `promtool check rules` accepts the alert rules and `promtool test rules` passes their unit
+/// tests; the rule count promtool reports is the count of `expr:` lines the name check reads.
+#[test]
+fn alert_rules_pass_promtool_check_and_unit_tests() {
+    let dir = ops_files::ops_dir();
+    let (ok, report) = promtool(&["check", "rules", ops_files::ALERT_RULES], &dir, "");
+    assert!(ok, "promtool check rules:\n{report}");
+    let rules = std::fs::read_to_string(dir.join(ops_files::ALERT_RULES)).unwrap();
+    let exprs = ops_files::rule_exprs(&rules);
+    assert!(
+        report.contains(&format!("SUCCESS: {} rules found", exprs.len())),
+        "promtool counts other rules than the {} expr lines:\n{report}",
+        exprs.len()
+    );
+    let prom_dir = dir.join("prometheus");
+    let test_file = Path::new(ops_files::ALERT_TESTS).file_name().unwrap();
+    let (ok, report) = promtool(
+        &["test", "rules", test_file.to_str().unwrap()],
+        &prom_dir,
+        "",
+    );
+    assert!(
+        ok && report.contains("SUCCESS"),
+        "promtool test rules:\n{report}"
+    );
+    // Every alert of the rules has a unit test.
+    let tests = std::fs::read_to_string(dir.join(ops_files::ALERT_TESTS)).unwrap();
+    for alert in rules
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("- alert:"))
+    {
+        let alert = alert.trim();
+        assert!(
+            tests.contains(&format!("alertname: {alert}\n")),
+            "no promtool unit test for {alert}"
+        );
+    }
 }
 
 /// Total count of `tag`'s histograms in `file` as HdrHistogram's Java HistogramLogProcessor
@@ -351,6 +482,17 @@ fn java_log_processor_count(file: &Path, tag: &str, work: &Path) -> u64 {
         .unwrap_or_else(|| panic!("no total count in\n{hgrm}"))
 }
 
+/// A static-mode config mirroring `topic` from `bootstrap` with `[metrics] listen` on a free
+/// port: (config, data dir, metrics address).
+fn static_config(work: &Path, bootstrap: &str, topic: &str) -> (PathBuf, PathBuf, String) {
+    let (config, data_dir) = mirror_support::write_config(work, bootstrap, &[topic]);
+    let listen = format!("127.0.0.1:{}", free_loopback_port());
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("[metrics]\nlisten = \"{listen}\"\n"));
+    std::fs::write(&config, text).unwrap();
+    (config, data_dir, listen)
+}
+
 #[test]
 fn static_mode_serves_metrics_on_its_own_port() {
     let k = harness::shared();
@@ -358,11 +500,7 @@ fn static_mode_serves_metrics_on_its_own_port() {
     k.create_topic(&topic, 1, &[]);
     k.produce(&topic, 0, 300, &ProduceOpts::default());
     let work = tempfile::tempdir().unwrap();
-    let (config, data_dir) = mirror_support::write_config(work.path(), &k.bootstrap(), &[&topic]);
-    let listen = format!("127.0.0.1:{}", free_loopback_port());
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str(&format!("[metrics]\nlisten = \"{listen}\"\n"));
-    std::fs::write(&config, text).unwrap();
+    let (config, data_dir, listen) = static_config(work.path(), &k.bootstrap(), &topic);
     let ours = data_dir.join(format!("{topic}-0"));
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     wait_mirrored(&mut serve, &k.partition_dir(&topic, 0), &ours);
@@ -374,4 +512,82 @@ fn static_mode_serves_metrics_on_its_own_port() {
     assert!(log.contains("stopped cleanly"), "{log}");
     // The static mode now closes its log dir like the control plane does.
     assert!(data_dir.join(".kafka_cleanshutdown").exists(), "{log}");
+}
+
+#[test]
+fn source_reachable_follows_the_source_connection() {
+    let k = harness::shared();
+    let topic = harness::unique_topic("ops-metrics-reach");
+    k.create_topic(&topic, 1, &[]);
+    k.produce(&topic, 0, 50, &ProduceOpts::default());
+    let proxy = FaultProxy::start(k.bootstrap().parse().unwrap(), Fault::None);
+    let work = tempfile::tempdir().unwrap();
+    let (config, data_dir, listen) = static_config(work.path(), &proxy.bootstrap(), &topic);
+    let ours = data_dir.join(format!("{topic}-0"));
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    wait_mirrored(&mut serve, &k.partition_dir(&topic, 0), &ours);
+    let key = r#"kmirror_source_reachable{mirror="static"}"#;
+    let reachable = |want: f64| move |s: &HashMap<String, f64>| s.get(key) == Some(&want);
+    scrape_until(&mut serve, &listen, reachable(1.0));
+    // Cut off: the connections close and reconnecting gets no answer.
+    proxy.sever(true);
+    let (text, s) = scrape_until(&mut serve, &listen, reachable(0.0));
+    assert!(
+        total(&s, "kmirror_partition_fetch_errors_total") > 0.0,
+        "the lost connection counts as a fetch error:\n{text}"
+    );
+    // Back: it answers again and mirroring goes on.
+    proxy.sever(false);
+    scrape_until(&mut serve, &listen, reachable(1.0));
+    k.produce(&topic, 0, 50, &ProduceOpts::default());
+    wait_mirrored(&mut serve, &k.partition_dir(&topic, 0), &ours);
+    let log = serve.sigterm_and_wait();
+    assert!(log.contains("stopped cleanly"), "{log}");
+}
+
+/// The dashboard imports as it is: a uid, unique panel ids, panels inside the 24-column grid
+/// without overlapping, and every query panel on the `datasource` variable it declares, with
+/// distinct refIds.
+#[test]
+fn dashboard_is_importable_grafana_json() {
+    let path = ops_files::ops_dir().join(ops_files::DASHBOARD);
+    let d: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).expect("valid JSON");
+    assert!(d["uid"].as_str().is_some_and(|u| !u.is_empty()), "no uid");
+    assert!(d["schemaVersion"].as_u64().is_some(), "no schemaVersion");
+    let vars = d["templating"]["list"].as_array().expect("templating list");
+    assert!(
+        vars.iter()
+            .any(|v| v["name"] == "datasource" && v["type"] == "datasource"),
+        "no datasource variable"
+    );
+    let panels = d["panels"].as_array().expect("panels");
+    let mut ids = std::collections::BTreeSet::new();
+    let mut boxes: Vec<(u64, u64, u64, u64, &str)> = Vec::new();
+    for p in panels {
+        let title = p["title"].as_str().expect("every panel has a title");
+        assert!(
+            ids.insert(p["id"].as_u64().expect("panel id")),
+            "id twice: {title}"
+        );
+        let g = &p["gridPos"];
+        let [x, y, w, h] = ["x", "y", "w", "h"].map(|k| g[k].as_u64().expect("gridPos"));
+        assert!(x + w <= 24 && w > 0 && h > 0, "{title} outside the grid");
+        for &(x2, y2, w2, h2, other) in &boxes {
+            let apart = x + w <= x2 || x2 + w2 <= x || y + h <= y2 || y2 + h2 <= y;
+            assert!(apart, "{title} overlaps {other}");
+        }
+        boxes.push((x, y, w, h, title));
+        if p["type"] == "row" {
+            continue;
+        }
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "{title}");
+        let targets = p["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{title} has no query");
+        let refs: std::collections::BTreeSet<&str> = targets
+            .iter()
+            .map(|t| t["refId"].as_str().expect("refId"))
+            .collect();
+        assert_eq!(refs.len(), targets.len(), "{title}: refIds repeat");
+    }
 }

@@ -15,12 +15,12 @@ mod mirror_support;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use harness::mirrors_cli::{
     cli_ok, create_mirror, free_loopback_port, wait_admin, write_serving_config,
 };
+use harness::python_clients::{self, kafka_python};
 use harness::serve::{add_kafka_listener, wait_mirrored, Serve};
 use harness::{Codec, ConsumedRecord, Isolation, ProduceOpts, TxnEnd};
 use mirror_support::write_config;
@@ -37,46 +37,6 @@ fn start_serving(
     let mut serve = Serve::start(&config, work.join("serve.log"));
     let addr = serve.kafka_listener();
     (serve, data_dir, addr)
-}
-
-/// Runs the kafka-python helper; the test fails (never skips) when kafka-python is missing.
-fn kafka_python(args: &[&str]) -> Vec<serde_json::Value> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/kafka_python_client.py");
-    let out = Command::new(harness::python())
-        .arg(&script)
-        .args(args)
-        .output()
-        .expect("run the virtualenv Python");
-    assert!(
-        out.status.success(),
-        "kafka-python helper {args:?} failed (tests/setup.sh installs kafka-python into .venv):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
-        .collect()
-}
-
-fn python_records(lines: &[serde_json::Value]) -> Vec<ConsumedRecord> {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let bytes = |v: &serde_json::Value| v.as_str().map(|s| b64.decode(s).unwrap());
-    lines
-        .iter()
-        .map(|l| ConsumedRecord {
-            offset: l["offset"].as_i64().unwrap(),
-            timestamp: l["timestamp"].as_i64().unwrap(),
-            key: bytes(&l["key"]),
-            value: bytes(&l["value"]),
-            headers: l["headers"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|h| (h[0].as_str().unwrap().to_string(), bytes(&h[1]).unwrap()))
-                .collect(),
-        })
-        .collect()
 }
 
 #[test]
@@ -141,7 +101,7 @@ fn stock_clients_read_the_mirror_as_they_read_the_source() {
                 Isolation::ReadCommitted => "read_committed",
                 Isolation::ReadUncommitted => "read_uncommitted",
             };
-            let py = python_records(&kafka_python(&[
+            let py = python_clients::records(&kafka_python(&[
                 "consume",
                 &kmirror,
                 &topic,

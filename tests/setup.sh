@@ -18,15 +18,20 @@ command -v cargo >/dev/null || { echo "setup: cargo not found: install Rust with
 #  prometheus        promtool (ops_metrics checks /metrics; ops alert rules are unit-tested)
 #  systemd           systemd-analyze/-sysusers/-tmpfiles (ops_systemd checks systemd/ with them)
 #  fonts-dejavu-core fonts for `kmirror latency --plot`
-#  util-linux        prlimit/setpriv (ops_doctor)
-#  strace            the syscall record checked against the unit's SystemCallFilter
-#  openjdk-17-jdk-headless, maven  the Kafka broker, Kafka's tools and the Java clients
+#  util-linux        prlimit/setpriv (ops_doctor, runtime_memlock)
+#  procps            kill (the tests signal kmirror and brokers), pgrep (.ci/run's stray-JVM check)
+#  strace            ops_systemd records kmirror's syscalls to check the unit's SystemCallFilter
+#  python3-venv      `python3 -m venv` (Debian's python3 lacks ensurepip without it)
+#  openjdk-17-jdk-headless, maven  the Kafka broker, Kafka's tools (keytool too) and the Java clients
 need=()
 command -v promtool >/dev/null || need+=(prometheus)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 command -v setpriv >/dev/null || need+=(util-linux)
+# type -P: the binary Command::new("kill") runs, not the shell builtin.
+type -P kill >/dev/null && type -P pgrep >/dev/null || need+=(procps)
 command -v strace >/dev/null || need+=(strace)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need+=(maven)
 if [ ${#need[@]} -gt 0 ]; then

@@ -1,10 +1,12 @@
 //! The admin API: HTTP/JSON on a loopback port, served by the control thread.
 //!
 //! The control thread is an ordinary thread running a tokio current-thread runtime (never a
-//! shard core). It owns the `Controller`; requests are handled one at a time, in order, so
-//! every command sees the state the previous one left. Commands that talk to the source block
-//! that thread for as long as the source takes: admin traffic is rare and serialising it is
-//! what keeps the state machine simple.
+//! shard core). It owns the `Controller`; each handler locks it only for work that never waits
+//! on a source, so `/metrics`, `describe` and `list` answer while a source is black-holed.
+//! A command that needs the source (`create`'s check, `start`'s metadata, `check_source`,
+//! `--promote`'s ListOffsets, `stop`'s last group sync) takes the controller's ask, releases
+//! the lock, awaits the answer of a source worker (`control::source_worker`) with the call's
+//! deadline, and locks again to finish: 504 "did not answer within N ms" when it passes.
 //!
 //! | method | path                          | body                                   |
 //! |--------|-------------------------------|----------------------------------------|
@@ -19,7 +21,8 @@
 //! | GET    | /metrics                      | - (Prometheus text format)             |
 //!
 //! Errors answer `{"error": "..."}` with 400 (bad input), 404 (unknown mirror or no match),
-//! 409 (not allowed in the current state), 502 (source unreachable or changed).
+//! 409 (not allowed in the current state), 502 (source unreachable or changed), 503 (the same
+//! source call is still waiting for its answer), 504 (the source did not answer in time).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -33,7 +36,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use crate::control::controller::{ControlError, Controller, DataPlane, SourceCatalog};
+use crate::control::controller::{ControlError, Controller, DataPlane, SourceAsk, SourceCatalog};
+use crate::control::source_worker::SourceWorkers;
 use crate::control::state::Command;
 use crate::limits::CONTROL_TICK_MS;
 
@@ -108,13 +112,56 @@ async fn list<S: SourceCatalog, D: DataPlane>(
     Ok(Json(lock(&c).list()).into_response())
 }
 
+/// Runs `ask` on a source worker and awaits its answer without holding the controller:
+/// `None` when the deadline passed first (the worker's own deadline ends the call soon after).
+async fn answer_of<T: Send + 'static>(
+    workers: &SourceWorkers,
+    mirror: &str,
+    ask: SourceAsk<T>,
+) -> Result<Option<T>, ApiError> {
+    let ms = ask.timeout_ms;
+    let rx = ask.spawn(workers).map_err(|busy| {
+        ApiError(ControlError::SourceBusy {
+            mirror: mirror.to_owned(),
+            reason: busy.to_string(),
+        })
+    })?;
+    // A little past the call's own deadline: the worker's answer (its timeout) comes first.
+    let wait = Duration::from_millis(ms.saturating_add(ANSWER_GRACE_MS));
+    match tokio::time::timeout(wait, rx).await {
+        Ok(Ok(answer)) => Ok(Some(answer)),
+        // The worker ended without answering (it panicked): as if it timed out.
+        Ok(Err(_)) | Err(_) => Ok(None),
+    }
+}
+
+/// How long past a source call's deadline a handler waits for the worker's answer.
+const ANSWER_GRACE_MS: u64 = 500;
+
+fn no_answer(mirror: &str, ms: u64) -> ApiError {
+    ApiError(ControlError::SourceTimeout {
+        mirror: mirror.to_owned(),
+        ms,
+        reason: "no answer from the source worker".to_owned(),
+    })
+}
+
 async fn create<S: SourceCatalog, D: DataPlane>(
     State(c): State<SharedController<S, D>>,
     Json(body): Json<CreateBody>,
 ) -> ApiResult {
-    let summary = lock(&c)
-        .create(&body.name, &body.properties)
-        .map_err(ApiError)?;
+    let (def, ask, workers) = {
+        let c = lock(&c);
+        let (def, ask) = c
+            .create_ask(&body.name, &body.properties)
+            .map_err(ApiError)?;
+        (def, ask, c.workers().clone())
+    };
+    let ms = ask.timeout_ms;
+    let view = answer_of(&workers, &body.name, ask)
+        .await?
+        .ok_or_else(|| no_answer(&body.name, ms))?;
+    let summary = lock(&c).create_finish(def, view).map_err(ApiError)?;
     Ok((StatusCode::CREATED, Json(summary)).into_response())
 }
 
@@ -131,13 +178,47 @@ async fn action<S: SourceCatalog, D: DataPlane>(
     Path((name, action)): Path<(String, String)>,
     Json(body): Json<TopicsBody>,
 ) -> ApiResult {
-    let mut c = lock(&c);
     let report = match action.as_str() {
-        "start" => c.start(&name, &body.topics, body.exclude.as_deref()),
-        "pause" => c.command(&name, &body.topics, Command::Pause),
-        "resume" => c.command(&name, &body.topics, Command::Resume),
-        "stop" => c.command(&name, &body.topics, Command::Stop),
-        "promote" => c.promote(&name, &body.topics),
+        "start" => {
+            let (plan, ask, workers) = {
+                let c = lock(&c);
+                let (plan, ask) = c
+                    .start_ask(&name, &body.topics, body.exclude.as_deref())
+                    .map_err(ApiError)?;
+                (plan, ask, c.workers().clone())
+            };
+            let ms = ask.timeout_ms;
+            let answer = answer_of(&workers, &name, ask)
+                .await?
+                .ok_or_else(|| no_answer(&name, ms))?;
+            lock(&c).start_finish(plan, answer)
+        }
+        "pause" => lock(&c).command(&name, &body.topics, Command::Pause),
+        "resume" => lock(&c).command(&name, &body.topics, Command::Resume),
+        "stop" => stop(&c, &name, &body.topics).await,
+        "promote" => {
+            let (plan, ask, workers) = {
+                let c = lock(&c);
+                let (plan, ask) = c.promote_ask(&name, &body.topics).map_err(ApiError)?;
+                (plan, ask, c.workers().clone())
+            };
+            let listed = match ask {
+                Some(ask) => {
+                    let ms = ask.timeout_ms;
+                    Some(
+                        answer_of(&workers, &name, ask)
+                            .await?
+                            .ok_or_else(|| no_answer(&name, ms))?,
+                    )
+                }
+                None => None,
+            };
+            let checked = lock(&c).promote_check(&plan, listed);
+            match checked {
+                Ok(()) => stop(&c, &name, &body.topics).await,
+                Err(e) => Err(e),
+            }
+        }
         other => {
             return Ok((
                 StatusCode::NOT_FOUND,
@@ -154,13 +235,55 @@ async fn action<S: SourceCatalog, D: DataPlane>(
     Ok(Json(report).into_response())
 }
 
+/// `stop`: the partitions go STOPPING at once; the last group sync runs on a worker, awaited
+/// for at most the mirror's `sync.group.offsets.final.timeout.ms` (skipped and reported so
+/// when the source does not answer); then they fail over.
+async fn stop<S: SourceCatalog, D: DataPlane>(
+    c: &SharedController<S, D>,
+    name: &str,
+    topics: &str,
+) -> Result<crate::control::controller::CommandReport, ControlError> {
+    let (report, last, workers) = {
+        let mut c = lock(c);
+        let (report, last) = c.command_begin(name, topics, Command::Stop)?;
+        (report, last, c.workers().clone())
+    };
+    let Some(mut last) = last else {
+        return Ok(report);
+    };
+    let answer = match last.ask.take() {
+        Some(ask) => match answer_of(&workers, name, ask).await {
+            Ok(answer) => answer,
+            // The same read is still in flight from an earlier stop: skipped, reported.
+            Err(ApiError(e)) => Some(Err(crate::control::group_sync::GroupSyncError::Source {
+                mirror: name.to_owned(),
+                reason: e.to_string(),
+            })),
+        },
+        None => None,
+    };
+    lock(c).command_finish(report, last, answer)
+}
+
 /// `kmirror doctor` asks kmirror to connect with the mirror's own credentials, which the admin
 /// API never hands out.
 async fn check_source<S: SourceCatalog, D: DataPlane>(
     State(c): State<SharedController<S, D>>,
     Path(name): Path<String>,
 ) -> ApiResult {
-    let check = lock(&c).check_source(&name).map_err(ApiError)?;
+    let (def, ask, workers) = {
+        let c = lock(&c);
+        let (def, ask) = c.check_source_ask(&name).map_err(ApiError)?;
+        (def, ask, c.workers().clone())
+    };
+    let ms = ask.timeout_ms;
+    let outcome = answer_of(&workers, &name, ask).await?.unwrap_or_else(|| {
+        Err(crate::control::fault::Fault::timed_out(
+            &def.source.bootstrap_servers.join(","),
+            ms,
+        ))
+    });
+    let check = Controller::<S, D>::source_check(&def, outcome);
     Ok(Json(check).into_response())
 }
 
@@ -322,10 +445,21 @@ async fn serve_loop<S, D>(
     };
     let ticker = Arc::clone(&controller);
     let mut watchdog = crate::ops::sd_notify::Watchdog::from_env();
+    // A source worker's answer wakes the tick at once instead of at the next period.
+    let answered = Arc::new(tokio::sync::Notify::new());
+    {
+        let answered = Arc::clone(&answered);
+        lock(&controller)
+            .workers()
+            .set_wake(move || answered.notify_one());
+    }
     let tick = async move {
         let mut interval = tokio::time::interval(Duration::from_millis(CONTROL_TICK_MS));
         loop {
-            interval.tick().await;
+            tokio::select! {
+                _ = interval.tick() => {}
+                () = answered.notified() => {}
+            }
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64);
@@ -336,14 +470,35 @@ async fn serve_loop<S, D>(
             watchdog.ping();
         }
     };
-    let serve = axum::serve(listener, router(controller)).with_graceful_shutdown(async {
+    // Shutdown: stop accepting, let requests that need no source finish, and drop after
+    // `SHUTDOWN_GRACE_MS` those still awaiting a source worker (SIGTERM never waits on a
+    // source; the workers end at their own deadlines, holding nothing of the controller).
+    let (down_tx, down_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
         let _ = shutdown.await;
+        let _ = down_tx.send(true);
     });
+    let mut graceful = down_rx.clone();
+    let serve = axum::serve(listener, router(controller)).with_graceful_shutdown(async move {
+        let _ = graceful.wait_for(|down| *down).await;
+    });
+    let mut cutoff_rx = down_rx;
+    let cutoff = async move {
+        if cutoff_rx.wait_for(|down| *down).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(SHUTDOWN_GRACE_MS)).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
     tokio::select! {
         r = serve => if let Err(e) = r { tracing::error!("admin API: {e}") },
         () = tick => {}
+        () = cutoff => tracing::warn!("admin API: requests still waiting for a source dropped at shutdown"),
     }
 }
+
+/// How long shutdown lets admin requests in progress finish.
+const SHUTDOWN_GRACE_MS: u64 = 1_000;
 
 /// Like [`spawn`], but the controller is built on the control thread itself by `build` (the
 /// shards' events wake the thread that started them, so the data plane must start there), and

@@ -17,10 +17,11 @@ use crate::control::shard_plane::ShardDataPlane;
 use crate::control::source_catalog::BlockingSourceCatalog;
 use crate::control::state::RetryPolicy;
 use crate::control::state_log::StateLog;
-use crate::limits::CONTROL_TICK_MS;
+use crate::limits::{CONTROL_TICK_MS, SHARD_FAILURE_EXIT_DELAY_MS};
 use crate::log::read_view::ReadCatalog;
 use crate::serve::fetch_sessions::FetchSessions;
 use crate::serve::groups::GroupService;
+use crate::serve::request_stats::RequestStats;
 use crate::serve::txn::TxnService;
 
 /// Why the control plane could not start or stop cleanly.
@@ -39,6 +40,8 @@ pub enum ControlRunError {
     Kafka(#[from] std::io::Error),
     #[error("closing: {0}")]
     Close(String),
+    #[error("{0}; exited for a restart (the next start recovers its partitions)")]
+    ShardFailed(String),
 }
 
 /// Runs the control plane until `stop` is set (by SIGTERM/SIGINT in the binary).
@@ -47,6 +50,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     let listen = admin_section.listen;
     let sync_interval_ms = admin_section.sync_interval_ms;
     let retention_every = Duration::from_millis(admin_section.retention_check_interval_ms);
+    let checkpoint_every = Duration::from_millis(config.storage.recovery_checkpoint_interval_ms);
     let data_dir = config.storage.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|source| ControlRunError::DataDir {
         path: data_dir.display().to_string(),
@@ -72,12 +76,20 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     // The endpoint's fetch sessions: served by the listener, counted in the admin `/metrics`.
     let fetch_sessions = FetchSessions::new();
     let build_sessions = Arc::clone(&fetch_sessions);
+    let endpoint_requests = RequestStats::new();
+    let build_requests = Arc::clone(&endpoint_requests);
+    // Set by the shard plane with the reason once a shard panicked or stalled.
+    let shard_failed: Arc<OnceLock<String>> = Arc::default();
+    let build_failed = Arc::clone(&shard_failed);
     let build = move || {
         let mut plane = ShardDataPlane::start(&data_dir, &runtime, fetch, request_timeout_ms)
             .map_err(|e| e.to_string())?;
+        plane.report_shard_failure_to(build_failed);
+        plane.set_recovery_checkpoint_interval(checkpoint_every);
         if serve_groups {
             if let Some(t) = plane.telemetry() {
                 t.attach_fetch_sessions(build_sessions);
+                t.attach_endpoint_requests(build_requests);
             }
         }
         plane.attach_read_catalog(Arc::clone(&build_catalog));
@@ -125,11 +137,12 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
             }
         }
         c.set_sync_interval_ms(sync_interval_ms);
+        c.set_source_timeout_ms(u64::from(request_timeout_ms));
         if let Some(g) = groups {
             // Group-offset sync from each mirror's source, on the controller's tick, into the
             // coordinator the endpoint serves (kip1279.md §8).
             c.attach_group_sync(GroupSyncPlane {
-                source: Box::new(BlockingSourceGroups),
+                source: Arc::new(BlockingSourceGroups),
                 local: Box::new(Arc::clone(&build_catalog)),
                 sink: Box::new(Arc::clone(g.coordinator())),
                 schedule: GroupSyncSchedule::default(),
@@ -153,6 +166,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
         groups.as_ref(),
         txn.as_ref(),
         &fetch_sessions,
+        &endpoint_requests,
     ) {
         Ok(k) => k,
         Err(e) => {
@@ -170,8 +184,18 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     // Recovery ran and the shards started inside `spawn_built`; the control thread's tick
     // pings the watchdog from now on.
     crate::ops::sd_notify::ready("control plane serving");
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.load(Ordering::Relaxed) && shard_failed.get().is_none() {
         std::thread::sleep(Duration::from_millis(CONTROL_TICK_MS.min(200)));
+    }
+    if let Some(why) = shard_failed.get() {
+        // A shard is not restarted in place: its partitions' logs died with it. Describe and
+        // /metrics show the FAILED partitions a little longer, then the process exits non-zero
+        // and systemd restarts it; that start recovers the logs.
+        tracing::error!(%why, delay_ms = SHARD_FAILURE_EXIT_DELAY_MS, "a shard failed; exiting");
+        let until = std::time::Instant::now() + Duration::from_millis(SHARD_FAILURE_EXIT_DELAY_MS);
+        while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
     // No client reads a log once the control plane starts closing them.
     drop(kafka);
@@ -190,5 +214,13 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
             tracing::warn!("closing __consumer_offsets-0: {e}");
         }
     }
-    finished
+    match shard_failed.get() {
+        Some(why) => {
+            if let Err(e) = finished {
+                tracing::error!("closing after the shard failure: {e}");
+            }
+            Err(ControlRunError::ShardFailed(why.clone()))
+        }
+        None => finished,
+    }
 }

@@ -64,7 +64,7 @@ pub trait SourceGroups {
     /// Every consumer group on the source whose name `wanted` accepts, with its committed
     /// offsets for the topics in `topics`. Gives up at `deadline`.
     fn read(
-        &mut self,
+        &self,
         mirror: &MirrorDefinition,
         wanted: &dyn Fn(&str) -> bool,
         topics: &BTreeSet<String>,
@@ -209,28 +209,52 @@ pub fn synced_epoch(
 }
 
 /// Copies one mirror's group offsets for `partitions` (the mirror's MIRRORING ones, or those
-/// being stopped at failover).
+/// being stopped at failover): `read_groups`, then `apply_groups`.
 pub fn sync_mirror(
     def: &MirrorDefinition,
     partitions: &BTreeSet<TopicPartition>,
-    source: &mut dyn SourceGroups,
+    source: &dyn SourceGroups,
     local: &dyn LocalLogs,
     sink: &mut dyn OffsetSink,
     deadline: Instant,
 ) -> Result<SyncReport, GroupSyncError> {
-    let mut report = SyncReport::default();
     if partitions.is_empty() {
-        return Ok(report);
+        return Ok(SyncReport::default());
     }
+    let groups = read_groups(def, partitions, source, deadline)?;
+    apply_groups(def, partitions, groups, local, sink)
+}
+
+/// The source side of a sync (a source worker runs it): the groups `def`'s filter accepts,
+/// with their offsets for the topics of `partitions`.
+pub fn read_groups(
+    def: &MirrorDefinition,
+    partitions: &BTreeSet<TopicPartition>,
+    source: &dyn SourceGroups,
+    deadline: Instant,
+) -> Result<Vec<SourceGroup>, GroupSyncError> {
     let filter = def.groups.filter.compile()?;
     let topics: BTreeSet<String> = partitions.iter().map(|tp| tp.topic.clone()).collect();
     let wanted = |g: &str| filter.matches(g);
-    let groups = source
+    source
         .read(def, &wanted, &topics, deadline)
         .map_err(|reason| GroupSyncError::Source {
             mirror: def.name.to_string(),
             reason,
-        })?;
+        })
+}
+
+/// The local side of a sync (the control thread runs it once the groups were read): each
+/// offset clamped to what kmirror holds and written, unless the group is active here.
+pub fn apply_groups(
+    def: &MirrorDefinition,
+    partitions: &BTreeSet<TopicPartition>,
+    groups: Vec<SourceGroup>,
+    local: &dyn LocalLogs,
+    sink: &mut dyn OffsetSink,
+) -> Result<SyncReport, GroupSyncError> {
+    let mut report = SyncReport::default();
+    let filter = def.groups.filter.compile()?;
     for g in groups {
         if !filter.matches(&g.group) {
             continue;
@@ -324,8 +348,9 @@ fn connect(
     security: &SourceSecurity,
     deadline: Instant,
 ) -> Result<BlockingClient, String> {
+    // Every read and write of the round, not just the connect, ends by the deadline.
     let timeout = left(deadline)?.min(Duration::from_millis(BLOCKING_CONNECT_TIMEOUT_MS));
-    BlockingClient::connect_secure_within(addr, client_id, security, timeout)
+    BlockingClient::connect_by(addr, client_id, security, timeout, deadline)
         .map_err(|e| format!("{addr}: {e}"))
 }
 
@@ -354,7 +379,7 @@ const OFFSET_FETCH: (i16, i16) = (2, 7);
 
 impl SourceGroups for BlockingSourceGroups {
     fn read(
-        &mut self,
+        &self,
         mirror: &MirrorDefinition,
         wanted: &dyn Fn(&str) -> bool,
         topics: &BTreeSet<String>,
@@ -468,7 +493,7 @@ mod tests {
     struct FakeSource(Vec<SourceGroup>, bool);
     impl SourceGroups for FakeSource {
         fn read(
-            &mut self,
+            &self,
             _: &MirrorDefinition,
             wanted: &dyn Fn(&str) -> bool,
             _: &BTreeSet<String>,
@@ -574,7 +599,7 @@ mod tests {
         let d = def("");
         // Partition 3 announces epoch 2; the source committed at epoch 3.
         let parts: BTreeSet<TopicPartition> = [tp(0), tp(3)].into();
-        let mut source = FakeSource(
+        let source = FakeSource(
             vec![SourceGroup {
                 group: "app".into(),
                 offsets: vec![off(0, 42), off(3, 42)],
@@ -583,7 +608,7 @@ mod tests {
         );
         let mut sink = FakeSink::default();
         let deadline = Instant::now() + Duration::from_secs(1);
-        let r = sync_mirror(&d, &parts, &mut source, &FakeLocal, &mut sink, deadline).unwrap();
+        let r = sync_mirror(&d, &parts, &source, &FakeLocal, &mut sink, deadline).unwrap();
         assert_eq!((r.written, r.clamped), (2, 0));
         let w = |p| sink.written[&("app".to_owned(), tp(p))];
         assert_eq!(w(0), (Offset(42), LeaderEpoch(3)));
@@ -598,7 +623,7 @@ mod tests {
     fn copies_clamps_filters_and_skips_active_groups() {
         let d = def("mirror.groups.exclude=tmp-.*\n");
         let parts: BTreeSet<TopicPartition> = [tp(0), tp(1), tp(2)].into();
-        let mut source = FakeSource(
+        let source = FakeSource(
             vec![
                 SourceGroup {
                     group: "app".into(),
@@ -627,7 +652,7 @@ mod tests {
         let mut sink = FakeSink::default();
         sink.active.insert("busy".into());
         let deadline = Instant::now() + Duration::from_secs(1);
-        let r = sync_mirror(&d, &parts, &mut source, &FakeLocal, &mut sink, deadline).unwrap();
+        let r = sync_mirror(&d, &parts, &source, &FakeLocal, &mut sink, deadline).unwrap();
         assert_eq!(
             r,
             SyncReport {
@@ -656,7 +681,7 @@ mod tests {
             "unmirrored partitions and busy/excluded groups untouched"
         );
         // Again: nothing changes.
-        let r = sync_mirror(&d, &parts, &mut source, &FakeLocal, &mut sink, deadline).unwrap();
+        let r = sync_mirror(&d, &parts, &source, &FakeLocal, &mut sink, deadline).unwrap();
         assert_eq!((r.written, r.unchanged), (0, 3));
     }
 
@@ -668,7 +693,7 @@ mod tests {
         let e = sync_mirror(
             &d,
             &parts,
-            &mut FakeSource(vec![], true),
+            &FakeSource(vec![], true),
             &FakeLocal,
             &mut sink,
             Instant::now(),

@@ -1,8 +1,11 @@
 //! Finding a partition's leader again when a shard asks (`MirrorEvent::LeaderWanted`): a
 //! leader or topic error from the source, or a lost connection to the broker it fetched from.
 //!
-//! Runs on the control thread, which may block on the source; shards never do. Each wanted
-//! partition is looked up in the source's metadata; once it has a leader the answer goes back
+//! The look-up itself (`look_up`, bounded by the source's request timeout) runs on a source
+//! worker in the control plane (`ShardDataPlane`), and on the static mode's driver thread;
+//! this module keeps the schedule: which partitions are wanted, which are being looked up
+//! (one look-up per source in flight), and when to ask again. Each wanted partition is looked
+//! up in the source's metadata; once it has a leader the answer goes back
 //! to its shard as `MirrorMsg::Releader` (the shard re-homes it on that broker's connection,
 //! from its log end, or fails it if the topic id changed). A partition without a leader, a
 //! topic missing from the metadata (deleted, maybe about to be recreated) and an unreachable
@@ -10,11 +13,14 @@
 //! nothing is appended meanwhile.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-use crate::fetch::blocking::BlockingClient;
+use crate::control::fault::Fault;
+use crate::control::source_catalog::{unanswered, Deadline};
+use crate::control::source_security::fault_of;
 use crate::fetch::fetcher::FetchConfig;
 use crate::fetch::versions::Versions;
 use std::sync::Arc;
@@ -58,15 +64,23 @@ struct Wanted {
     access: SourceAccess,
     attempts: u32,
     next: Instant,
+    /// Part of a look-up that has not answered yet.
+    asked: bool,
 }
+
+/// ApiVersions per broker address; one connect per broker, not per refresh. Shared with the
+/// workers that look leaders up.
+pub type VersionsCache = std::sync::Arc<Mutex<HashMap<String, Versions>>>;
+
+/// One look-up's answer: one per partition asked, or an error for the whole source.
+pub type LookUp = Result<Vec<Result<LeaderFound, String>>, Fault>;
 
 /// Partitions waiting for their leader, and the versions of brokers already asked.
 #[derive(Debug)]
 pub struct LeaderRefresh {
     fetch: FetchConfig,
     wanted: HashMap<TopicPartition, Wanted>,
-    /// ApiVersions per broker address; one connect per broker, not per refresh.
-    versions: HashMap<String, Versions>,
+    versions: VersionsCache,
 }
 
 fn delay(attempts: u32) -> Duration {
@@ -81,8 +95,17 @@ impl LeaderRefresh {
         LeaderRefresh {
             fetch,
             wanted: HashMap::new(),
-            versions: HashMap::new(),
+            versions: VersionsCache::default(),
         }
+    }
+
+    pub fn fetch_config(&self) -> FetchConfig {
+        self.fetch
+    }
+
+    /// The versions cache, for look-ups run elsewhere.
+    pub fn versions(&self) -> VersionsCache {
+        std::sync::Arc::clone(&self.versions)
     }
 
     /// A shard asked for `tp`'s leader; asked at once (a repeated ask keeps its schedule).
@@ -91,6 +114,7 @@ impl LeaderRefresh {
             access,
             attempts: 0,
             next: now,
+            asked: false,
         });
     }
 
@@ -111,45 +135,81 @@ impl LeaderRefresh {
                 access,
                 attempts: 0,
                 next: now + Duration::from_millis(LEADER_REFRESH_MS_MIN),
+                asked: false,
             },
         );
     }
 
-    /// Looks up every partition whose time has come, one metadata request per source.
-    /// Returns the leaders found (their partitions are no longer wanted) with the access used.
+    /// The partitions whose time has come, grouped by source, now marked as asked (a source
+    /// whose look-up is still out gets nothing new until it answers: `settle`).
     // The key's hash and equality use only plain fields and an `Arc` pointer's target that is
     // never mutated after construction (rustls' config caches are interior, not identity).
     #[allow(clippy::mutable_key_type)]
-    pub fn run_due(&mut self, now: Instant) -> Vec<(LeaderFound, SourceAccess)> {
+    pub fn take_due(&mut self, now: Instant) -> Vec<(SourceAccess, Vec<TopicPartition>)> {
+        let asking: Vec<SourceAccess> = self
+            .wanted
+            .values()
+            .filter(|w| w.asked)
+            .map(|w| w.access.clone())
+            .collect();
         let mut by_source: HashMap<SourceAccess, Vec<TopicPartition>> = HashMap::new();
-        for (tp, w) in &self.wanted {
-            if w.next <= now {
+        for (tp, w) in &mut self.wanted {
+            if w.next <= now && !w.asked && !asking.contains(&w.access) {
+                w.asked = true;
                 by_source
                     .entry(w.access.clone())
                     .or_default()
                     .push(tp.clone());
             }
         }
+        by_source.into_iter().collect()
+    }
+
+    /// A look-up's answer for `tps`: the leaders found (no longer wanted) with the access
+    /// used; the others are asked again after a growing delay.
+    pub fn settle(
+        &mut self,
+        access: &SourceAccess,
+        tps: &[TopicPartition],
+        answer: LookUp,
+        now: Instant,
+    ) -> Vec<(LeaderFound, SourceAccess)> {
+        for tp in tps {
+            if let Some(w) = self.wanted.get_mut(tp) {
+                w.asked = false;
+            }
+        }
         let mut found = Vec::new();
-        for (access, tps) in by_source {
-            match self.look_up(&access, &tps) {
-                Ok(answers) => {
-                    for (tp, answer) in tps.iter().zip(answers) {
-                        match answer {
-                            Ok(f) => {
-                                self.wanted.remove(tp);
+        match answer {
+            Ok(answers) => {
+                for (tp, answer) in tps.iter().zip(answers) {
+                    match answer {
+                        Ok(f) => {
+                            // Forgotten meanwhile (removed, failed): the answer is dropped.
+                            if self.wanted.remove(tp).is_some() {
                                 found.push((f, access.clone()));
                             }
-                            Err(why) => self.postpone(tp, now, &why),
                         }
-                    }
-                }
-                Err(why) => {
-                    for tp in &tps {
-                        self.postpone(tp, now, &why);
+                        Err(why) => self.postpone(tp, now, &why),
                     }
                 }
             }
+            Err(why) => {
+                for tp in tps {
+                    self.postpone(tp, now, &why.message);
+                }
+            }
+        }
+        found
+    }
+
+    /// Looks up every partition whose time has come on this thread, one metadata request per
+    /// source (the static mode's driver). Returns the leaders found with the access used.
+    pub fn run_due(&mut self, now: Instant) -> Vec<(LeaderFound, SourceAccess)> {
+        let mut found = Vec::new();
+        for (access, tps) in self.take_due(now) {
+            let answer = look_up(self.fetch, &self.versions, &access, &tps);
+            found.extend(self.settle(&access, &tps, answer, now));
         }
         found
     }
@@ -165,83 +225,101 @@ impl LeaderRefresh {
             );
         }
     }
+}
 
-    /// One answer per partition in `tps`, or an error for the whole source.
-    #[allow(clippy::type_complexity)]
-    fn look_up(
-        &mut self,
-        access: &SourceAccess,
-        tps: &[TopicPartition],
-    ) -> Result<Vec<Result<LeaderFound, String>>, String> {
-        let mut topics: Vec<&str> = tps.iter().map(|tp| tp.topic.as_str()).collect();
-        topics.sort_unstable();
-        topics.dedup();
-        let mut errors = Vec::new();
-        let mut md = None;
-        for addr in &access.bootstrap_servers {
-            match BlockingClient::connect_secure(addr, &access.client_id, &access.security)
-                .and_then(|mut c| c.metadata(Some(&topics)))
-            {
-                Ok(m) => {
-                    md = Some(m);
-                    break;
-                }
-                Err(e) => errors.push(format!("{addr}: {e}")),
+/// One answer per partition in `tps`, or an error for the whole source. Every connection is
+/// over within the source's request timeout (`access.request_timeout_ms`), so a black-holed
+/// source costs one bounded call.
+pub fn look_up(
+    fetch: FetchConfig,
+    versions: &VersionsCache,
+    access: &SourceAccess,
+    tps: &[TopicPartition],
+) -> LookUp {
+    let by = Deadline::after_ms(u64::from(access.request_timeout_ms));
+    let mut topics: Vec<&str> = tps.iter().map(|tp| tp.topic.as_str()).collect();
+    topics.sort_unstable();
+    topics.dedup();
+    let mut errors = Vec::new();
+    let mut md = None;
+    for addr in &access.bootstrap_servers {
+        match by
+            .connect(addr, &access.client_id, &access.security)
+            .and_then(|mut c| c.metadata(Some(&topics)))
+        {
+            Ok(m) => {
+                md = Some(m);
+                break;
             }
+            // Another bootstrap server would refuse the same credentials.
+            Err(e) if e.is_authentication() => return Err(fault_of(addr, &e)),
+            Err(e) => errors.push(by.fault(addr, &e)),
         }
-        let md =
-            md.ok_or_else(|| format!("no bootstrap server answered: {}", errors.join("; ")))?;
-        let mut answers = Vec::with_capacity(tps.len());
-        for tp in tps {
-            let answer = (|| {
-                let t = md
-                    .topic(&tp.topic)
-                    .filter(|t| !crate::fetch::metadata::is_unknown_topic(t.error))
-                    .ok_or_else(|| format!("topic {} is not on the source", tp.topic))?;
-                let p = t
-                    .partitions
-                    .iter()
-                    .find(|p| p.partition == tp.partition)
-                    .ok_or_else(|| format!("{tp} is not on the source"))?;
-                let leader = p
-                    .leader
-                    .filter(|_| p.error == 0)
-                    .ok_or_else(|| format!("{tp} has no leader (error {})", p.error))?;
-                let b = md
-                    .broker(leader)
-                    .ok_or_else(|| format!("leader {leader} is not in the broker list"))?;
-                let addr = format!("{}:{}", b.host, b.port);
-                let versions = self.versions_of(&addr, access)?;
-                Ok(LeaderFound {
-                    tp: tp.clone(),
-                    source: SourceSpec {
-                        broker_id: leader,
-                        addr,
-                        versions,
-                        fetch: self.fetch,
-                        client_id: access.client_id.clone(),
-                        request_timeout_ms: access.request_timeout_ms,
-                        security: Arc::clone(&access.security),
-                    },
-                    topic_id: t.topic_id,
-                    leader_epoch: p.leader_epoch,
-                })
-            })();
-            answers.push(answer);
-        }
-        Ok(answers)
     }
+    let md = md.ok_or_else(|| {
+        let mut f = unanswered(errors);
+        f.message = format!("no bootstrap server answered: {}", f.message);
+        f
+    })?;
+    let mut answers = Vec::with_capacity(tps.len());
+    for tp in tps {
+        let answer = (|| {
+            let t = md
+                .topic(&tp.topic)
+                .filter(|t| !crate::fetch::metadata::is_unknown_topic(t.error))
+                .ok_or_else(|| format!("topic {} is not on the source", tp.topic))?;
+            let p = t
+                .partitions
+                .iter()
+                .find(|p| p.partition == tp.partition)
+                .ok_or_else(|| format!("{tp} is not on the source"))?;
+            let leader = p
+                .leader
+                .filter(|_| p.error == 0)
+                .ok_or_else(|| format!("{tp} has no leader (error {})", p.error))?;
+            let b = md
+                .broker(leader)
+                .ok_or_else(|| format!("leader {leader} is not in the broker list"))?;
+            let addr = format!("{}:{}", b.host, b.port);
+            let v = versions_of(versions, &addr, access, by)?;
+            Ok(LeaderFound {
+                tp: tp.clone(),
+                source: SourceSpec {
+                    broker_id: leader,
+                    addr,
+                    versions: v,
+                    fetch,
+                    client_id: access.client_id.clone(),
+                    request_timeout_ms: access.request_timeout_ms,
+                    security: Arc::clone(&access.security),
+                },
+                topic_id: t.topic_id,
+                leader_epoch: p.leader_epoch,
+            })
+        })();
+        answers.push(answer);
+    }
+    Ok(answers)
+}
 
-    fn versions_of(&mut self, addr: &str, access: &SourceAccess) -> Result<Versions, String> {
-        if let Some(v) = self.versions.get(addr) {
-            return Ok(*v);
-        }
-        let v = BlockingClient::connect_secure(addr, &access.client_id, &access.security)
-            .map_err(|e| format!("{addr}: {e}"))?
-            .versions;
-        self.versions.insert(addr.to_string(), v);
-        Ok(v)
+fn versions_of(
+    cache: &VersionsCache,
+    addr: &str,
+    access: &SourceAccess,
+    by: Deadline,
+) -> Result<Versions, String> {
+    if let Some(v) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(addr) {
+        return Ok(*v);
     }
+    let v = by
+        .connect(addr, &access.client_id, &access.security)
+        .map_err(|e| by.fault(addr, &e).message)?
+        .versions;
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(addr.to_string(), v);
+    Ok(v)
 }
 
 #[cfg(test)]

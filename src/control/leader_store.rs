@@ -80,6 +80,19 @@ impl LeaderStore {
             .collect()
     }
 
+    /// Flushes every led log with data above its recovery point (a checkpoint round).
+    pub fn flush_unflushed(&self) -> Vec<String> {
+        let mut logs = lock(&self.logs);
+        logs.values_mut()
+            .filter(|log| log.has_unflushed())
+            .filter_map(|log| {
+                log.flush(&mut StdIo)
+                    .err()
+                    .map(|e| format!("{}: flush failed: {e}", log.topic_partition()))
+            })
+            .collect()
+    }
+
     /// The led partitions of `topic`.
     pub fn partitions_of(&self, topic: &str) -> Vec<TopicPartition> {
         lock(&self.logs)

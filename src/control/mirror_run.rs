@@ -19,12 +19,15 @@ use crate::fetch::fetcher::PartitionStart;
 use crate::fetch::metadata::{ClusterMetadata, TopicInfo};
 use crate::fetch::versions::Versions;
 use crate::ids::{ShardId, TopicPartition};
-use crate::log::config::LogConfig;
+use crate::limits::{
+    RECOVERY_CHECKPOINT_WRITE_LAG_MS, SHARD_FAILURE_EXIT_DELAY_MS, SHARD_STALL_MS,
+};
 use crate::log::io::StdIo;
 use crate::log::log_dir::LogDir;
 use crate::log::partition_log::PartitionLog;
 use crate::log::read_view::ReadCatalog;
 use crate::log::LogError;
+use crate::runtime::health::ShardHealth;
 use crate::runtime::mirror_shard::{
     resume_point, MirrorEvent, MirrorMsg, MirrorShard, ReturnedLogs, SourceSpec,
 };
@@ -70,6 +73,8 @@ pub enum RunError {
     Telemetry(#[from] crate::ops::telemetry::TelemetryError),
     #[error(transparent)]
     Metrics(#[from] crate::ops::metrics_server::MetricsServerError),
+    #[error("{0}; exited for a restart (the next start recovers its partitions)")]
+    ShardFailed(String),
 }
 
 fn bootstrap(source: &SourceSection) -> Result<BlockingClient, RunError> {
@@ -179,12 +184,12 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
     // Opening recovers every partition found (fully unless the last stop was clean); an error
     // from here until the shards start leaves the dir without its clean-shutdown marker, so
     // the next start recovers again.
-    let mut log_dir = LogDir::open(data_dir, LogConfig::default(), &mut StdIo)?;
+    let mut log_dir = crate::control::shard_plane::open_log_dir(data_dir)?;
     // The group coordinator owns `__consumer_offsets-0`; it is not a mirrored partition.
-    drop(log_dir.take(&TopicPartition::new(
+    log_dir.hand_off(&TopicPartition::new(
         crate::serve::groups::offsets::TOPIC,
         0,
-    )));
+    ));
     let catalog = ReadCatalog::new();
     log_dir.attach_catalog(std::sync::Arc::clone(&catalog));
     let mut versions: HashMap<i32, (String, Versions)> = HashMap::new();
@@ -248,6 +253,8 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         refresh: LeaderRefresh::new(config.fetch_config()),
         access,
     };
+    // Which shard holds each partition, to fail a dead shard's partitions.
+    let mut owners: Vec<(TopicPartition, ShardId)> = Vec::with_capacity(work.len());
     for (leader, start, log) in work {
         let (addr, v) = versions[&leader].clone();
         let source = SourceSpec {
@@ -260,6 +267,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
             security: Default::default(),
         };
         let shard = shard_for(&start.tp, rt.shard_count());
+        owners.push((start.tp.clone(), shard));
         let mut msg = MirrorMsg::AddPartition {
             source,
             start,
@@ -293,6 +301,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         }
     };
     let fetch_sessions = crate::serve::fetch_sessions::FetchSessions::new();
+    let endpoint_requests = crate::serve::request_stats::RequestStats::new();
     let kafka = match crate::serve::start_configured(
         config,
         &catalog,
@@ -301,6 +310,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         // Nothing is writable in static mode: no transactions to coordinate.
         None,
         &fetch_sessions,
+        &endpoint_requests,
     ) {
         Ok(k) => k,
         Err(e) => {
@@ -316,6 +326,9 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         telemetry
             .telemetry
             .attach_fetch_sessions(Arc::clone(&fetch_sessions));
+        telemetry
+            .telemetry
+            .attach_endpoint_requests(Arc::clone(&endpoint_requests));
     }
     let failed: Arc<Mutex<Vec<TopicPartition>>> = Arc::default();
     let _metrics = match &config.metrics {
@@ -328,7 +341,35 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
     tracing::info!(partitions, shards = rt.shard_count(), "mirroring");
     crate::ops::sd_notify::ready("mirroring");
     let mut watchdog = crate::ops::sd_notify::Watchdog::from_env();
+    let mut health = ShardHealth::new(
+        rt.stats(),
+        Duration::from_millis(SHARD_STALL_MS),
+        std::time::Instant::now(),
+    );
+    let mut shard_failed: Option<(String, std::time::Instant)> = None;
+    let checkpoint_every = Duration::from_millis(config.storage.recovery_checkpoint_interval_ms);
+    let mut next_checkpoint = std::time::Instant::now() + checkpoint_every;
+    let mut checkpoint_write_at: Option<std::time::Instant> = None;
     while !stop.load(Ordering::Relaxed) {
+        // Recovery-point checkpoints: the shards flush what they own, the file follows.
+        let now = std::time::Instant::now();
+        if now >= next_checkpoint {
+            next_checkpoint = now + checkpoint_every;
+            for shard in 0..rt.shard_count() {
+                let shard = ShardId(shard as u16);
+                if !health.is_failed(shard) && rt.send(shard, MirrorMsg::Flush).is_err() {
+                    tracing::warn!(shard = shard.0, "checkpoint flush skipped: mailbox full");
+                }
+            }
+            checkpoint_write_at =
+                Some(now + Duration::from_millis(RECOVERY_CHECKPOINT_WRITE_LAG_MS));
+        }
+        if checkpoint_write_at.is_some_and(|at| now >= at) {
+            checkpoint_write_at = None;
+            if let Err(e) = log_dir.write_checkpoints() {
+                tracing::error!("writing the recovery-point checkpoint: {e}");
+            }
+        }
         let before = stopped.len();
         drain_events(
             &mut rt,
@@ -337,11 +378,38 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
             Duration::from_millis(200),
         );
         leaders.answer(&mut rt);
+        for f in health.check(std::time::Instant::now()) {
+            let lost: Vec<TopicPartition> = owners
+                .iter()
+                .filter(|(tp, s)| *s == f.shard && !stopped.iter().any(|(t, _)| t == tp))
+                .map(|(tp, _)| tp.clone())
+                .collect();
+            tracing::error!(shard = f.shard.0, partitions = lost.len(), why = %f.why,
+                "shard failed: its partitions are FAILED and kmirror exits to be restarted");
+            for tp in lost {
+                leaders.refresh.forget(&tp);
+                tracing::error!(partition = %tp, why = %f.why, "partition stopped");
+                stopped.push((tp, f.why.clone()));
+            }
+            crate::ops::sd_notify::shard_failed(&f.why);
+            shard_failed.get_or_insert((
+                f.why,
+                std::time::Instant::now() + Duration::from_millis(SHARD_FAILURE_EXIT_DELAY_MS),
+            ));
+        }
+        crate::ops::sd_notify::shards_checked(health.all_healthy());
         if stopped.len() > before {
             let mut f = failed.lock().unwrap_or_else(|p| p.into_inner());
             f.extend(stopped[before..].iter().map(|(tp, _)| tp.clone()));
         }
         watchdog.ping();
+        // /metrics shows the FAILED partitions a little longer, then the process exits.
+        if shard_failed
+            .as_ref()
+            .is_some_and(|(_, at)| std::time::Instant::now() >= *at)
+        {
+            break;
+        }
     }
     crate::ops::sd_notify::stopping();
     tracing::info!("stopping: closing partition logs");
@@ -360,6 +428,9 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         log_dir.restore(log);
     }
     log_dir.close(&mut StdIo)?;
+    if let Some((why, _)) = shard_failed {
+        return Err(RunError::ShardFailed(why));
+    }
     Ok(RunSummary {
         partitions,
         stopped,

@@ -7,6 +7,8 @@
 //! | `records`    | keys and values of `__mirror_state` records                          |
 //! | `state_log`  | `__mirror_state-0`: durable puts, replay, compaction at start        |
 //! | `controller` | owns all mirrors: commands, persistence, data-plane orders, describe |
+//! | `fault`      | why a source or data-plane step failed, retryable or not, timed out |
+//! | `source_worker` | where source calls run: bounded, one per mirror and kind, answers as messages |
 //! | `admin`      | HTTP/JSON admin API and the control thread that serves it           |
 //! | `source_catalog` | source topics and cluster id with the blocking client           |
 //! | `source_epochs` | the highest source leader epoch per partition, for failover        |
@@ -22,6 +24,7 @@
 pub mod admin;
 pub mod control_run;
 pub mod controller;
+pub mod fault;
 pub mod group_sync;
 pub mod leader_refresh;
 pub mod leader_store;
@@ -33,6 +36,7 @@ pub mod shard_plane;
 pub mod source_catalog;
 pub mod source_epochs;
 pub mod source_security;
+pub mod source_worker;
 pub mod state;
 pub mod state_log;
 pub mod topic_configs;

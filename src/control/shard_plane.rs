@@ -2,29 +2,39 @@
 //! with `MirrorMsg::AddPartition` (their log lent out of the `LogDir`), and taken back with
 //! `RemovePartition`, whose answer returns the log to the `LogDir`.
 //!
-//! Lives on the thread that started the `Runtime` (shard events unpark that thread).
+//! Lives on the thread that started the `Runtime` (shard events unpark that thread). It never
+//! calls a source itself: a partition being added waits here (`pending`) until a source worker
+//! found its leader (and its start offset), then goes to its shard; leaders the shards ask
+//! for again are looked up on workers too. Answers come back on a channel drained by
+//! `poll_failures` (the controller's tick). One look-up per source and kind is in flight.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
 use crate::control::controller::{DataPlane, Fault, Progress};
-use crate::control::leader_refresh::{LeaderRefresh, SourceAccess};
+use crate::control::leader_refresh::{self, LeaderFound, LeaderRefresh, LookUp, SourceAccess};
 use crate::control::leader_store::LeaderStore;
 use crate::control::mirror_def::{MirrorDefinition, StartFrom};
 use crate::control::mirror_run::shard_for;
+use crate::control::source_catalog::Deadline;
 use crate::control::source_epochs::{promoted_epoch, SourceEpochs};
-use crate::control::source_security::{fault_of, security_of};
+use crate::control::source_security::security_of;
+use crate::control::source_worker::{JobKey, JobKind, SourceWorkers};
 use crate::control::state_log;
 use crate::fetch::blocking::BlockingClient;
 use crate::fetch::fetcher::{FetchConfig, PartitionStart};
 use crate::fetch::list_offsets::{Listed, OffsetQuery};
 use crate::fetch::security::AUTHENTICATION_FAILED;
 use crate::ids::{Offset, ShardId, TopicPartition};
-use crate::limits::{RETENTION_CHECK_INTERVAL_MS_DEFAULT, SHARD_REMOVE_WAIT_MS};
+use crate::limits::{
+    LEADER_REFRESH_MS_MAX, LEADER_REFRESH_MS_MIN, RECOVERY_CHECKPOINT_INTERVAL_MS_DEFAULT,
+    RECOVERY_CHECKPOINT_WRITE_LAG_MS, RETENTION_CHECK_INTERVAL_MS_DEFAULT, SHARD_REMOVE_WAIT_MS,
+    SHARD_STALL_MS,
+};
 use crate::log::config::LogConfig;
 use crate::log::io::StdIo;
 use crate::log::log_dir::LogDir;
@@ -32,8 +42,9 @@ use crate::log::partition_log::Promotion;
 use crate::log::read_view::ReadCatalog;
 use crate::log::LogError;
 use crate::ops::telemetry::{Telemetry, TelemetryError, TelemetryThread};
+use crate::runtime::health::ShardHealth;
 use crate::runtime::mirror_shard::{
-    resume_point, MirrorEvent, MirrorMsg, MirrorShard, ReturnedLogs, SourceSpec,
+    resume_point, MirrorEvent, MirrorMsg, MirrorShard, ReturnedLogs,
 };
 use crate::runtime::progress::ProgressBoard;
 use crate::runtime::{Runtime, RuntimeConfig, RuntimeError};
@@ -46,6 +57,43 @@ pub enum ShardPlaneError {
     Runtime(#[from] RuntimeError),
     #[error(transparent)]
     Telemetry(#[from] TelemetryError),
+}
+
+/// A partition to be handed to a shard once its leader is known.
+#[derive(Debug)]
+struct PendingAdd {
+    access: SourceAccess,
+    topic_id: Uuid,
+    start: StartFrom,
+    /// In a look-up that has not answered yet.
+    asked: bool,
+    attempts: u32,
+    next: Instant,
+}
+
+/// Per partition: its leader and where it starts (`None`: the log end or the log start).
+type Resolved = Result<Vec<Result<(LeaderFound, Option<Offset>), String>>, Fault>;
+
+/// A source worker's answer to the shard plane.
+enum PlaneAnswer {
+    Resolved {
+        tps: Vec<TopicPartition>,
+        answer: Resolved,
+    },
+    Leaders {
+        access: SourceAccess,
+        tps: Vec<TopicPartition>,
+        answer: LookUp,
+    },
+}
+
+/// The worker scope of a source: its bootstrap servers and client id.
+fn scope_of(access: &SourceAccess) -> String {
+    format!(
+        "{} ({})",
+        access.bootstrap_servers.join(","),
+        access.client_id
+    )
 }
 
 /// The shards and the log dir they write into.
@@ -77,6 +125,21 @@ pub struct ShardDataPlane {
     /// The highest leader epoch each partition's source leader was seen at (persisted), so a
     /// promotion leads above it even when the source moved on without writing.
     source_epochs: SourceEpochs,
+    /// Partitions added but not yet with a shard: their leader is being looked up.
+    pending: HashMap<TopicPartition, PendingAdd>,
+    /// Where look-ups run, and the channel their answers come back on.
+    workers: SourceWorkers,
+    answers_tx: mpsc::Sender<PlaneAnswer>,
+    answers_rx: mpsc::Receiver<PlaneAnswer>,
+    /// Recovery-point checkpoint rounds: how often, when the next flush round is due, and
+    /// when the checkpoint file of the round in progress is to be written.
+    checkpoint_every: Duration,
+    next_checkpoint: Instant,
+    checkpoint_write_at: Option<Instant>,
+    /// The shards' heartbeats, checked on every poll.
+    health: ShardHealth,
+    /// Set with the reason once a shard failed: the process must exit for a restart.
+    shard_failed: Arc<OnceLock<String>>,
 }
 
 impl ShardDataPlane {
@@ -88,16 +151,16 @@ impl ShardDataPlane {
         fetch: FetchConfig,
         request_timeout_ms: u32,
     ) -> Result<ShardDataPlane, ShardPlaneError> {
-        let mut logs = LogDir::open(data_dir, LogConfig::default(), &mut StdIo)?;
+        let mut logs = open_log_dir(data_dir)?;
         // `__mirror_state` belongs to the state log and `__consumer_offsets` to the group
         // coordinator; each reopens its own right after.
-        drop(logs.take(&TopicPartition::new(state_log::TOPIC, 0)));
-        drop(logs.take(&TopicPartition::new(
+        logs.hand_off(&TopicPartition::new(state_log::TOPIC, 0));
+        logs.hand_off(&TopicPartition::new(
             crate::serve::groups::offsets::TOPIC,
             0,
-        )));
+        ));
         // ...and `__transaction_state` to the transaction coordinator.
-        drop(logs.take(&TopicPartition::new(crate::serve::txn::store::TOPIC, 0)));
+        logs.hand_off(&TopicPartition::new(crate::serve::txn::store::TOPIC, 0));
         let returned: ReturnedLogs = Arc::new(Mutex::new(Vec::new()));
         let shard_returned = Arc::clone(&returned);
         let progress = ProgressBoard::default();
@@ -113,7 +176,23 @@ impl ShardDataPlane {
             MirrorShard::new(Arc::clone(&shard_returned)).with_progress(board.clone())
         })?;
         let telemetry = TelemetryThread::start(rt.stats().to_vec(), data_dir)?;
+        let (answers_tx, answers_rx) = mpsc::channel();
+        let health = ShardHealth::new(
+            rt.stats(),
+            Duration::from_millis(SHARD_STALL_MS),
+            Instant::now(),
+        );
+        let checkpoint_every = Duration::from_millis(RECOVERY_CHECKPOINT_INTERVAL_MS_DEFAULT);
         Ok(ShardDataPlane {
+            pending: HashMap::new(),
+            workers: SourceWorkers::threaded(),
+            answers_tx,
+            answers_rx,
+            checkpoint_every,
+            next_checkpoint: Instant::now() + checkpoint_every,
+            checkpoint_write_at: None,
+            health,
+            shard_failed: Arc::default(),
             telemetry: Some(telemetry),
             rt: Some(rt),
             logs: Some(logs),
@@ -131,6 +210,86 @@ impl ShardDataPlane {
                 + Duration::from_millis(RETENTION_CHECK_INTERVAL_MS_DEFAULT),
             source_epochs,
         })
+    }
+
+    /// How often recovery points are checkpointed (`storage.recovery_checkpoint_interval_ms`).
+    pub fn set_recovery_checkpoint_interval(&mut self, every: Duration) {
+        self.checkpoint_every = every;
+        self.next_checkpoint = Instant::now() + every;
+    }
+
+    /// A checkpoint round: every owner flushes its logs that have new data (the shards on
+    /// their rings, between fetches; the logs held here and the failed-over ones on this
+    /// thread), and a little later, once the shards' flushes are in, the checkpoint files are
+    /// rewritten from every partition's cell.
+    fn checkpoint_round(&mut self, now: Instant) {
+        if now >= self.next_checkpoint {
+            self.next_checkpoint = now + self.checkpoint_every;
+            for shard in 0..self.rt().shard_count() {
+                let shard = ShardId(shard as _);
+                if self.health.is_failed(shard) {
+                    continue;
+                }
+                if self.rt().send(shard, MirrorMsg::Flush).is_err() {
+                    tracing::warn!(shard = shard.0, "checkpoint flush skipped: mailbox full");
+                }
+            }
+            self.take_returned();
+            let mut failed = self.logs().flush_unflushed(&mut StdIo);
+            failed.extend(self.leaders.flush_unflushed());
+            for why in failed {
+                tracing::error!("{why}");
+            }
+            self.checkpoint_write_at =
+                Some(now + Duration::from_millis(RECOVERY_CHECKPOINT_WRITE_LAG_MS));
+        }
+        if self.checkpoint_write_at.is_some_and(|at| now >= at) {
+            self.checkpoint_write_at = None;
+            if let Err(e) = self.logs().write_checkpoints() {
+                tracing::error!("writing the recovery-point checkpoint: {e}");
+            }
+        }
+    }
+
+    /// Where the reason goes once a shard failed (the caller stops the process on it).
+    pub fn report_shard_failure_to(&mut self, to: Arc<OnceLock<String>>) {
+        self.shard_failed = to;
+    }
+
+    /// Checks every shard's heartbeat. A failed shard's partitions are FAILED (retryable: the
+    /// restart that follows recovers their logs and mirrors them on) and the failure is
+    /// reported, so the process exits; the watchdog pings only while every shard is healthy.
+    fn check_shards(&mut self) {
+        let failed = self.health.check(Instant::now());
+        crate::ops::sd_notify::shards_checked(self.health.all_healthy());
+        for f in failed {
+            let tps: Vec<TopicPartition> = self
+                .lent
+                .iter()
+                .filter(|(_, (shard, _))| *shard == f.shard)
+                .map(|(tp, _)| tp.clone())
+                .collect();
+            tracing::error!(
+                shard = f.shard.0,
+                partitions = tps.len(),
+                why = %f.why,
+                "shard failed: its partitions are FAILED and kmirror exits to be restarted"
+            );
+            for tp in tps {
+                self.lent.remove(&tp);
+                self.refresh.forget(&tp);
+                self.failures.push((
+                    tp,
+                    Fault {
+                        message: f.why.clone(),
+                        retryable: true,
+                        timed_out: false,
+                    },
+                ));
+            }
+            crate::ops::sd_notify::shard_failed(&f.why);
+            let _ = self.shard_failed.set(f.why);
+        }
     }
 
     /// How often retention runs (`admin.retention_check_interval_ms`).
@@ -225,6 +384,7 @@ impl ShardDataPlane {
                         Fault {
                             message: why,
                             retryable,
+                            timed_out: false,
                         },
                     ));
                 }
@@ -252,30 +412,211 @@ impl ShardDataPlane {
         }
     }
 
-    /// Looks up the leaders now due and sends each answer to the partition's shard.
-    fn answer_leaders(&mut self) {
-        if self.refresh.pending() == 0 {
-            return;
-        }
+    /// Starts the look-ups now due on the workers: leaders the shards asked for, and leaders
+    /// and start offsets of partitions waiting to go to a shard (one job per source each).
+    fn dispatch_look_ups(&mut self) {
         let now = Instant::now();
-        for (found, access) in self.refresh.run_due(now) {
-            let Some((shard, _)) = self.lent.get(&found.tp) else {
-                continue;
-            };
-            if let Err(e) = self.source_epochs.raise(&found.tp, found.leader_epoch) {
-                tracing::error!(partition = %found.tp, "source leader epoch not persisted: {e}");
-            }
-            let msg = MirrorMsg::Releader {
-                tp: found.tp.clone(),
-                source: found.source.clone(),
-                topic_id: found.topic_id,
-                leader_epoch: found.leader_epoch,
-            };
-            let shard = *shard;
-            if self.rt().send(shard, msg).is_err() {
-                self.refresh.retry_soon(&found, access, now);
+        let fetch = self.fetch;
+        for (access, tps) in self.refresh.take_due(now) {
+            let tx = self.answers_tx.clone();
+            let versions = self.refresh.versions();
+            let (a, t) = (access.clone(), tps.clone());
+            let key = JobKey::new(scope_of(&access), JobKind::Leaders);
+            if let Err(busy) = self.workers.spawn(key, move || {
+                let answer = leader_refresh::look_up(fetch, &versions, &a, &t);
+                let _ = tx.send(PlaneAnswer::Leaders {
+                    access: a,
+                    tps: t,
+                    answer,
+                });
+            }) {
+                self.refresh
+                    .settle(&access, &tps, Err(Fault::from(busy.to_string())), now);
             }
         }
+        let mut due: HashMap<String, (SourceAccess, Vec<(TopicPartition, StartFrom)>)> =
+            HashMap::new();
+        for (tp, p) in &self.pending {
+            if !p.asked && p.next <= now {
+                due.entry(scope_of(&p.access))
+                    .or_insert_with(|| (p.access.clone(), Vec::new()))
+                    .1
+                    .push((tp.clone(), p.start));
+            }
+        }
+        for (scope, (access, wanted)) in due {
+            let tx = self.answers_tx.clone();
+            let versions = self.refresh.versions();
+            let tps: Vec<TopicPartition> = wanted.iter().map(|(tp, _)| tp.clone()).collect();
+            let asked = tps.clone();
+            let spawned = self
+                .workers
+                .spawn(JobKey::new(scope, JobKind::Resolve), move || {
+                    let answer = resolve(fetch, &versions, &access, &wanted);
+                    let _ = tx.send(PlaneAnswer::Resolved { tps: asked, answer });
+                });
+            if spawned.is_ok() {
+                for tp in &tps {
+                    if let Some(p) = self.pending.get_mut(tp) {
+                        p.asked = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies the answers the workers sent back.
+    fn take_answers(&mut self) {
+        while let Ok(answer) = self.answers_rx.try_recv() {
+            match answer {
+                PlaneAnswer::Leaders {
+                    access,
+                    tps,
+                    answer,
+                } => {
+                    let now = Instant::now();
+                    for (found, access) in self.refresh.settle(&access, &tps, answer, now) {
+                        self.releader(found, access, now);
+                    }
+                }
+                PlaneAnswer::Resolved { tps, answer } => self.apply_resolved(tps, answer),
+            }
+        }
+    }
+
+    /// Sends a found leader to the partition's shard.
+    fn releader(&mut self, found: LeaderFound, access: SourceAccess, now: Instant) {
+        let Some((shard, _)) = self.lent.get(&found.tp) else {
+            return;
+        };
+        let shard = *shard;
+        if let Err(e) = self.source_epochs.raise(&found.tp, found.leader_epoch) {
+            tracing::error!(partition = %found.tp, "source leader epoch not persisted: {e}");
+        }
+        let msg = MirrorMsg::Releader {
+            tp: found.tp.clone(),
+            source: found.source.clone(),
+            topic_id: found.topic_id,
+            leader_epoch: found.leader_epoch,
+        };
+        if self.rt().send(shard, msg).is_err() {
+            self.refresh.retry_soon(&found, access, now);
+        }
+    }
+
+    /// Partitions whose leader look-up answered go to their shard; a refused login or a
+    /// partition the source says it lacks fails it (the controller retries per its policy); a
+    /// source that did not answer keeps them waiting, asked again after a growing delay.
+    fn apply_resolved(&mut self, tps: Vec<TopicPartition>, answer: Resolved) {
+        let now = Instant::now();
+        match answer {
+            Ok(answers) => {
+                for (tp, answer) in tps.into_iter().zip(answers) {
+                    let Some(p) = self.pending.remove(&tp) else {
+                        continue;
+                    };
+                    if !p.asked {
+                        // Removed and added again while asked: ask again.
+                        self.pending.insert(tp, p);
+                        continue;
+                    }
+                    match answer {
+                        Ok((found, start_offset)) => {
+                            if let Err(fault) = self.hand_to_shard(&tp, p, found, start_offset) {
+                                self.failures.push((tp, fault));
+                            }
+                        }
+                        Err(why) => self.failures.push((tp, Fault::from(why))),
+                    }
+                }
+            }
+            Err(fault) => {
+                for tp in tps {
+                    let Some(p) = self.pending.get_mut(&tp) else {
+                        continue;
+                    };
+                    if !fault.retryable {
+                        self.pending.remove(&tp);
+                        self.failures.push((tp, fault.clone()));
+                        continue;
+                    }
+                    p.asked = false;
+                    let wait = LEADER_REFRESH_MS_MIN
+                        .saturating_mul(1 << p.attempts.min(16))
+                        .min(LEADER_REFRESH_MS_MAX);
+                    p.attempts = p.attempts.saturating_add(1);
+                    p.next = now + Duration::from_millis(wait);
+                    tracing::warn!(partition = %tp, %fault, retry_in_ms = wait, "source leader not known yet; the partition waits");
+                }
+            }
+        }
+    }
+
+    /// The rest of `add` once the leader is known: the log opened (or created) with its
+    /// topic's config, moved to the start offset when new, and lent to its shard.
+    fn hand_to_shard(
+        &mut self,
+        tp: &TopicPartition,
+        p: PendingAdd,
+        found: LeaderFound,
+        start_offset: Option<Offset>,
+    ) -> Result<(), Fault> {
+        let leader_epoch = found.leader_epoch;
+        let spec = found.source;
+        let topic_id = p.topic_id;
+        let start = p.start;
+        let shard = shard_for(tp, self.rt().shard_count());
+        if self.health.is_failed(shard) {
+            return Err(format!("shard {} failed; kmirror exits to be restarted", shard.0).into());
+        }
+        // Persisted before fetching starts: once records of this leader may be here, a
+        // failover must lead above its epoch even if kmirror restarts without the source.
+        self.source_epochs
+            .raise(tp, leader_epoch)
+            .map_err(|e| Fault::from(format!("{tp}: source leader epoch not persisted: {e}")))?;
+        let id = (!topic_id.is_nil()).then_some(topic_id);
+        let config = self.configs.get(&tp.topic).cloned();
+        self.logs()
+            .get_or_create(tp, id, config.clone())
+            .map_err(|e| Fault::from(e.to_string()))?;
+        let mut log = self.logs().take(tp).expect("just created or found");
+        if let Some(config) = config {
+            if let Err(e) = log.set_config(config) {
+                self.logs().restore(log);
+                return Err(format!("{tp}: topic configs not applied: {e}").into());
+            }
+        }
+        // Only a partition with nothing mirrored yet starts at the start position; one with
+        // data resumes from its log end.
+        if let Some(at) = start_offset.filter(|o| *o > Offset::ZERO) {
+            if log.log_end_offset() == Offset::ZERO {
+                tracing::info!(partition = %tp, %start, offset = %at, "starting at the source offset");
+                if let Err(e) = log.truncate_fully_and_start_at(&mut StdIo, at) {
+                    self.logs().restore(log);
+                    return Err(format!("{tp}: cannot start at {at}: {e}").into());
+                }
+            }
+        }
+        let (log_end, last_epoch) = resume_point(&log);
+        let msg = MirrorMsg::AddPartition {
+            source: spec,
+            start: PartitionStart {
+                tp: tp.clone(),
+                topic_id,
+                log_end,
+                last_epoch,
+                leader_epoch,
+            },
+            log: Box::new(log),
+        };
+        if let Err(full) = self.rt().send(shard, msg) {
+            if let MirrorMsg::AddPartition { log, .. } = full.0 {
+                self.logs().restore(*log);
+            }
+            return Err(format!("shard {} mailbox is full", shard.0).into());
+        }
+        self.lent.insert(tp.clone(), (shard, p.access));
+        Ok(())
     }
 
     /// Stops the shards (they hand every log back) and closes the log dir cleanly.
@@ -294,59 +635,54 @@ impl ShardDataPlane {
         }
         Ok(())
     }
+}
 
-    fn source_for(
-        &self,
-        mirror: &MirrorDefinition,
-        tp: &TopicPartition,
-        start: StartFrom,
-    ) -> Result<(SourceSpec, crate::ids::LeaderEpoch, Option<Offset>), Fault> {
-        let client_id = &mirror.source.client_id;
-        let security = std::sync::Arc::new(security_of(&mirror.source)?);
-        let mut errors = Vec::new();
-        for addr in &mirror.source.bootstrap_servers {
-            let md = match BlockingClient::connect_secure(addr, client_id, &security)
-                .and_then(|mut c| c.metadata(Some(&[tp.topic.as_str()])))
-            {
-                Ok(md) => md,
-                Err(e) if e.is_authentication() => return Err(fault_of(addr, &e)),
-                Err(e) => {
-                    errors.push(format!("{addr}: {e}"));
-                    continue;
+/// On a source worker: the leaders of `wanted` (one metadata request), then each new
+/// partition's start offset from its leader, all within the source's request timeout.
+fn resolve(
+    fetch: FetchConfig,
+    versions: &leader_refresh::VersionsCache,
+    access: &SourceAccess,
+    wanted: &[(TopicPartition, StartFrom)],
+) -> Resolved {
+    let tps: Vec<TopicPartition> = wanted.iter().map(|(tp, _)| tp.clone()).collect();
+    let found = leader_refresh::look_up(fetch, versions, access, &tps)?;
+    let by = Deadline::after_ms(u64::from(access.request_timeout_ms));
+    Ok(found
+        .into_iter()
+        .zip(wanted)
+        .map(|(f, (tp, start))| {
+            let f = f?;
+            let start_offset = match start {
+                StartFrom::Earliest => None,
+                _ => {
+                    let addr = f.source.addr.clone();
+                    let mut client = by
+                        .connect(&addr, &access.client_id, &access.security)
+                        .map_err(|e| by.fault(&addr, &e).message)?;
+                    start_offset(&mut client, tp, *start)
+                        .map_err(|e| format!("{addr}: ListOffsets for {tp}: {e}"))?
                 }
             };
-            let p = md
-                .partition(&tp.topic, tp.partition)
-                .ok_or_else(|| format!("{tp} is not on the source"))?;
-            let leader = p
-                .leader
-                .ok_or_else(|| format!("{tp} has no leader on the source"))?;
-            let b = md
-                .broker(leader)
-                .ok_or_else(|| format!("leader {leader} of {tp} is not in the broker list"))?;
-            let leader_addr = format!("{}:{}", b.host, b.port);
-            let mut leader_client =
-                BlockingClient::connect_secure(&leader_addr, client_id, &security)
-                    .map_err(|e| fault_of(&leader_addr, &e))?;
-            let versions = leader_client.versions;
-            let start_offset = start_offset(&mut leader_client, tp, start)
-                .map_err(|e| format!("{leader_addr}: ListOffsets for {tp}: {e}"))?;
-            return Ok((
-                SourceSpec {
-                    broker_id: leader,
-                    addr: leader_addr,
-                    versions,
-                    fetch: self.fetch,
-                    client_id: client_id.clone(),
-                    request_timeout_ms: self.request_timeout_ms,
-                    security,
-                },
-                p.leader_epoch,
-                start_offset,
-            ));
-        }
-        Err(Fault::from(errors.join("; ")))
-    }
+            Ok((f, start_offset))
+        })
+        .collect())
+}
+
+/// Opens (and after a crash recovers) the log dir, telling systemd as partitions get done so
+/// its start timeout cannot expire while recovery makes progress (READY=1 comes after).
+pub fn open_log_dir(data_dir: &Path) -> Result<LogDir, LogError> {
+    let opened = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let _extend =
+        crate::ops::sd_notify::StartExtension::start("opening partition logs", Arc::clone(&opened));
+    let default = LogConfig::default();
+    LogDir::open_reporting(
+        data_dir,
+        default.clone(),
+        |_| default.clone(),
+        &mut StdIo,
+        &opened,
+    )
 }
 
 /// Where a new partition starts on the source: `None` for earliest (the fetcher starts at the
@@ -383,6 +719,8 @@ fn start_offset(
 }
 
 impl DataPlane for ShardDataPlane {
+    /// Registers the partition; it goes to its shard once a source worker found its leader
+    /// (`poll_failures` applies the answer). Nothing here waits on the source.
     fn add(
         &mut self,
         mirror: &MirrorDefinition,
@@ -390,69 +728,40 @@ impl DataPlane for ShardDataPlane {
         topic_id: Uuid,
         start: StartFrom,
     ) -> Result<(), Fault> {
-        if self.lent.contains_key(tp) {
+        if self.lent.contains_key(tp) || self.pending.contains_key(tp) {
             return Ok(());
         }
         // Mirroring a failed-over partition again: it stops being writable first.
         if let Some(log) = self.leaders.release(tp) {
             self.logs().restore(log);
         }
-        let (spec, leader_epoch, start_offset) = self.source_for(mirror, tp, start)?;
-        // Persisted before fetching starts: once records of this leader may be here, a
-        // failover must lead above its epoch even if kmirror restarts without the source.
-        self.source_epochs
-            .raise(tp, leader_epoch)
-            .map_err(|e| Fault::from(format!("{tp}: source leader epoch not persisted: {e}")))?;
-        let security = Arc::clone(&spec.security);
+        let security = Arc::new(security_of(&mirror.source)?);
+        // The log exists from now on (describe shows its end, a pause or stop finds it).
         let id = (!topic_id.is_nil()).then_some(topic_id);
         let config = self.configs.get(&tp.topic).cloned();
         self.logs()
-            .get_or_create(tp, id, config.clone())
+            .get_or_create(tp, id, config)
             .map_err(|e| Fault::from(e.to_string()))?;
-        let mut log = self.logs().take(tp).expect("just created or found");
-        if let Some(config) = config {
-            if let Err(e) = log.set_config(config) {
-                self.logs().restore(log);
-                return Err(format!("{tp}: topic configs not applied: {e}").into());
-            }
-        }
-        // Only a partition with nothing mirrored yet starts at the start position; one with
-        // data resumes from its log end.
-        if let Some(at) = start_offset.filter(|o| *o > Offset::ZERO) {
-            if log.log_end_offset() == Offset::ZERO {
-                tracing::info!(partition = %tp, %start, offset = %at, "starting at the source offset");
-                if let Err(e) = log.truncate_fully_and_start_at(&mut StdIo, at) {
-                    self.logs().restore(log);
-                    return Err(format!("{tp}: cannot start at {at}: {e}").into());
-                }
-            }
-        }
-        let (log_end, last_epoch) = resume_point(&log);
-        let shard = shard_for(tp, self.rt().shard_count());
-        let msg = MirrorMsg::AddPartition {
-            source: spec,
-            start: PartitionStart {
-                tp: tp.clone(),
-                topic_id,
-                log_end,
-                last_epoch,
-                leader_epoch,
-            },
-            log: Box::new(log),
-        };
-        if let Err(full) = self.rt().send(shard, msg) {
-            if let MirrorMsg::AddPartition { log, .. } = full.0 {
-                self.logs().restore(*log);
-            }
-            return Err(format!("shard {} mailbox is full", shard.0).into());
-        }
         let access = SourceAccess {
             bootstrap_servers: mirror.source.bootstrap_servers.clone(),
             client_id: mirror.source.client_id.clone(),
             request_timeout_ms: self.request_timeout_ms,
             security,
         };
-        self.lent.insert(tp.clone(), (shard, access));
+        self.pending.insert(
+            tp.clone(),
+            PendingAdd {
+                access,
+                topic_id,
+                start,
+                asked: false,
+                attempts: 0,
+                next: Instant::now(),
+            },
+        );
+        // Asked at once (on a worker); a look-up of the same source already out takes the
+        // rest at the next tick.
+        self.dispatch_look_ups();
         Ok(())
     }
 
@@ -504,6 +813,8 @@ impl DataPlane for ShardDataPlane {
     }
 
     fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String> {
+        // Never handed to a shard (its leader look-up may still be out: its answer is dropped).
+        self.pending.remove(tp);
         if let Some(shard) = self.lent.get(tp).map(|(s, _)| *s) {
             self.rt()
                 .send(shard, MirrorMsg::RemovePartition { tp: tp.clone() })
@@ -568,8 +879,11 @@ impl DataPlane for ShardDataPlane {
     /// Drains pending shard events without waiting; returns the failures they reported.
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         self.pump(Duration::ZERO, |_| false);
-        self.answer_leaders();
+        self.check_shards();
+        self.take_answers();
+        self.dispatch_look_ups();
         let now = Instant::now();
+        self.checkpoint_round(now);
         if now >= self.next_retention {
             self.next_retention = now + self.retention_every;
             self.enforce_retention(crate::log::partition_log::now_ms());

@@ -1,25 +1,127 @@
-//! `SourceCatalog` over the blocking Kafka client: each call opens a connection with the
-//! mirror's own bootstrap servers and `client.id` (never shared between mirrors), asks for all
-//! topics' metadata, and closes it.
+//! What the control plane asks a mirror's source cluster (`SourceCatalog`), and its
+//! implementation over the blocking Kafka client: each call opens a connection with the
+//! mirror's own bootstrap servers and `client.id` (never shared between mirrors), asks, and
+//! closes it. Every call has a `Deadline` (connect, handshake and each read and write count),
+//! and runs on a source worker (`source_worker`), never on the control thread.
 
-use crate::control::controller::{Fault, SourceCatalog, SourceTopic, SourceView};
+use crate::control::fault::Fault;
 use crate::control::mirror_def::MirrorDefinition;
 use crate::control::source_security::{fault_of, security_of};
 use crate::control::topic_configs::{self, SourceConfigEntry, DESCRIBE_CONFIGS_VERSION};
-use crate::fetch::blocking::BlockingClient;
+use crate::fetch::blocking::{BlockingClient, BlockingError};
 use crate::fetch::list_offsets::{Listed, OffsetQuery};
+use crate::fetch::security::SourceSecurity;
 use crate::ids::TopicPartition;
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::DescribeConfigsRequest;
+use uuid::Uuid;
+
+/// One source topic as the control plane needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceTopic {
+    pub name: String,
+    pub topic_id: Uuid,
+    pub partitions: i32,
+    pub internal: bool,
+}
+
+/// What the source cluster looks like now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceView {
+    pub cluster_id: Option<String>,
+    pub topics: Vec<SourceTopic>,
+}
+
+/// Each topic's config entries as the source describes them, or why it could not.
+pub type DescribedConfigs = BTreeMap<String, Result<Vec<SourceConfigEntry>, String>>;
+
+/// When a source call must be over, and how long any one read or write may take (the request
+/// timeout). Passing it makes the whole call bounded, whatever the source does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    pub at: Instant,
+    pub io: Duration,
+    /// The whole budget in ms, for messages.
+    pub ms: u64,
+}
+
+impl Deadline {
+    /// `ms` from now, each read or write bounded by the same.
+    pub fn after_ms(ms: u64) -> Deadline {
+        let d = Duration::from_millis(ms.max(1));
+        Deadline {
+            at: Instant::now() + d,
+            io: d,
+            ms,
+        }
+    }
+
+    /// A connection to `addr` with `security` that is over by this deadline.
+    pub fn connect(
+        &self,
+        addr: &str,
+        client_id: &str,
+        security: &SourceSecurity,
+    ) -> Result<BlockingClient, BlockingError> {
+        BlockingClient::connect_by(addr, client_id, security, self.io, self.at)
+    }
+
+    /// `e` as a fault, saying "did not answer within" when it is a timeout.
+    pub fn fault(&self, addr: &str, e: &BlockingError) -> Fault {
+        if e.is_timeout() {
+            Fault::timed_out(addr, self.ms)
+        } else {
+            fault_of(addr, e)
+        }
+    }
+}
+
+/// The faults of every bootstrap server tried, as one (timed out if any was).
+pub fn unanswered(faults: Vec<Fault>) -> Fault {
+    let timed_out = faults.iter().any(|f| f.timed_out);
+    let message = faults
+        .iter()
+        .map(|f| f.message.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    Fault {
+        message: if message.is_empty() {
+            "no bootstrap server".to_owned()
+        } else {
+            message
+        },
+        retryable: true,
+        timed_out,
+    }
+}
+
+/// Asks a mirror's source cluster what it has (with the mirror's own connection settings).
+/// Shared with the source workers, so calls take `&self` and the implementation is `Send`.
+pub trait SourceCatalog: Clone + Send + Sync + 'static {
+    fn describe(&self, mirror: &MirrorDefinition, by: Deadline) -> Result<SourceView, Fault>;
+    /// DescribeConfigs of `topics`: each topic's entries, or the source's error for it.
+    fn topic_configs(
+        &self,
+        mirror: &MirrorDefinition,
+        topics: &[&str],
+        by: Deadline,
+    ) -> Result<DescribedConfigs, Fault>;
+    /// ListOffsets on each partition's leader.
+    fn list_offsets(
+        &self,
+        mirror: &MirrorDefinition,
+        tps: &[TopicPartition],
+        query: OffsetQuery,
+        by: Deadline,
+    ) -> Result<Vec<(TopicPartition, Listed)>, Fault>;
+}
 
 /// Reads source metadata with a fresh blocking connection per call.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct BlockingSourceCatalog;
-
-/// Each topic's config entries as the source describes them, or why it could not.
-pub type DescribedConfigs = BTreeMap<String, Result<Vec<SourceConfigEntry>, String>>;
 
 impl BlockingSourceCatalog {
     /// DescribeConfigs for `topics` on the first bootstrap server that answers, with the
@@ -27,6 +129,7 @@ impl BlockingSourceCatalog {
     pub fn describe_topic_configs(
         mirror: &MirrorDefinition,
         topics: &[&str],
+        by: Deadline,
     ) -> Result<DescribedConfigs, Fault> {
         if topics.is_empty() {
             return Ok(BTreeMap::new());
@@ -35,35 +138,38 @@ impl BlockingSourceCatalog {
         let req = topic_configs::describe_request(topics);
         let mut errors = Vec::new();
         for addr in &mirror.source.bootstrap_servers {
-            let result = BlockingClient::connect_secure(addr, &mirror.source.client_id, &security)
+            let result = by
+                .connect(addr, &mirror.source.client_id, &security)
                 .and_then(|mut c| {
                     c.request::<DescribeConfigsRequest>(DESCRIBE_CONFIGS_VERSION, &req)
                 });
             match result {
                 Ok(resp) => return Ok(topic_configs::parse_response(&resp)),
                 Err(e) if e.is_authentication() => return Err(fault_of(addr, &e)),
-                Err(e) => errors.push(format!("{addr}: {e}")),
+                Err(e) => errors.push(by.fault(addr, &e)),
             }
         }
-        Err(Fault::from(errors.join("; ")))
+        Err(unanswered(errors))
     }
 }
 
 impl SourceCatalog for BlockingSourceCatalog {
     fn topic_configs(
-        &mut self,
+        &self,
         mirror: &MirrorDefinition,
         topics: &[&str],
+        by: Deadline,
     ) -> Result<DescribedConfigs, Fault> {
-        BlockingSourceCatalog::describe_topic_configs(mirror, topics)
+        BlockingSourceCatalog::describe_topic_configs(mirror, topics, by)
     }
 
     /// Finds each partition's leader with a metadata request, then asks each leader once.
     fn list_offsets(
-        &mut self,
+        &self,
         mirror: &MirrorDefinition,
         tps: &[TopicPartition],
         query: OffsetQuery,
+        by: Deadline,
     ) -> Result<Vec<(TopicPartition, Listed)>, Fault> {
         let security = security_of(&mirror.source)?;
         let client_id = &mirror.source.client_id;
@@ -73,7 +179,8 @@ impl SourceCatalog for BlockingSourceCatalog {
         let mut errors = Vec::new();
         let mut md = None;
         for addr in &mirror.source.bootstrap_servers {
-            match BlockingClient::connect_secure(addr, client_id, &security)
+            match by
+                .connect(addr, client_id, &security)
                 .and_then(|mut c| c.metadata(Some(&topics)))
             {
                 Ok(m) => {
@@ -81,10 +188,10 @@ impl SourceCatalog for BlockingSourceCatalog {
                     break;
                 }
                 Err(e) if e.is_authentication() => return Err(fault_of(addr, &e)),
-                Err(e) => errors.push(format!("{addr}: {e}")),
+                Err(e) => errors.push(by.fault(addr, &e)),
             }
         }
-        let md = md.ok_or_else(|| Fault::from(errors.join("; ")))?;
+        let md = md.ok_or_else(|| unanswered(errors))?;
         let mut by_leader: std::collections::BTreeMap<i32, Vec<TopicPartition>> =
             Default::default();
         let mut out = Vec::new();
@@ -101,19 +208,21 @@ impl SourceCatalog for BlockingSourceCatalog {
                 continue;
             };
             let addr = format!("{}:{}", b.host, b.port);
-            let listed = BlockingClient::connect_secure(&addr, client_id, &security)
+            let listed = by
+                .connect(&addr, client_id, &security)
                 .and_then(|mut c| c.list_offsets(&tps, query))
-                .map_err(|e| fault_of(&addr, &e))?;
+                .map_err(|e| by.fault(&addr, &e))?;
             out.extend(listed);
         }
         Ok(out)
     }
 
-    fn describe(&mut self, mirror: &MirrorDefinition) -> Result<SourceView, Fault> {
+    fn describe(&self, mirror: &MirrorDefinition, by: Deadline) -> Result<SourceView, Fault> {
         let security = security_of(&mirror.source)?;
         let mut errors = Vec::new();
         for addr in &mirror.source.bootstrap_servers {
-            let result = BlockingClient::connect_secure(addr, &mirror.source.client_id, &security)
+            let result = by
+                .connect(addr, &mirror.source.client_id, &security)
                 .and_then(|mut c| c.metadata(None));
             match result {
                 Ok(md) => {
@@ -135,9 +244,9 @@ impl SourceCatalog for BlockingSourceCatalog {
                 }
                 // Another bootstrap server would refuse the same credentials.
                 Err(e) if e.is_authentication() => return Err(fault_of(addr, &e)),
-                Err(e) => errors.push(format!("{addr}: {e}")),
+                Err(e) => errors.push(by.fault(addr, &e)),
             }
         }
-        Err(Fault::from(errors.join("; ")))
+        Err(unanswered(errors))
     }
 }

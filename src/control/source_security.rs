@@ -2,7 +2,7 @@
 //! the source client's `SourceSecurity`: credentials for SASL, and a rustls config built from
 //! the PEM files for TLS. Each mirror gets its own, never shared with another mirror.
 
-use crate::control::controller::Fault;
+use crate::control::fault::Fault;
 use crate::control::mirror_def::{SaslMechanism, SourceConnection};
 use crate::fetch::blocking::BlockingError;
 use crate::fetch::sasl::{Credentials, Mechanism};
@@ -40,5 +40,6 @@ pub fn fault_of(addr: &str, e: &BlockingError) -> Fault {
     Fault {
         message: format!("{addr}: {e}"),
         retryable: !e.is_authentication(),
+        timed_out: e.is_timeout(),
     }
 }

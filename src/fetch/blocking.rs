@@ -44,6 +44,9 @@ pub enum BlockingError {
     Fetcher(#[from] FetcherError),
     #[error("ApiVersions negotiation did not settle")]
     NegotiationLoop,
+    /// The whole call's deadline passed (connect, handshake and every read and write count).
+    #[error("{addr} did not answer within the call's deadline")]
+    Deadline { addr: SocketAddr },
     #[error("{addr}: {source}")]
     Security {
         addr: SocketAddr,
@@ -55,6 +58,19 @@ impl BlockingError {
     /// The source refused our credentials or certificates (retrying cannot help).
     pub fn is_authentication(&self) -> bool {
         matches!(self, BlockingError::Security { source, .. } if source.is_authentication())
+    }
+
+    /// The source did not answer in time: the call's deadline passed, or a connect, read or
+    /// write timed out (a black-holed or frozen broker, not a refusal).
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            BlockingError::Deadline { .. } => true,
+            BlockingError::Io { source, .. } => matches!(
+                source.kind(),
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+            ),
+            _ => false,
+        }
     }
 }
 
@@ -72,9 +88,50 @@ struct Socket {
     stream: TcpStream,
     inbuf: BytesMut,
     tls: Option<SecureLink>,
+    /// When the whole call must be over: each read and write may take only what is left.
+    deadline: Option<Instant>,
+    /// The per-read/write timeout when there is time left.
+    io_timeout: Duration,
 }
 
 impl Socket {
+    /// Sets the socket's read and write timeouts to what is left of the deadline (at most the
+    /// per-operation timeout); fails once it passed.
+    fn arm(&self) -> Result<(), BlockingError> {
+        let Some(deadline) = self.deadline else {
+            return Ok(());
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(BlockingError::Deadline { addr: self.addr });
+        }
+        let t = Some(left.min(self.io_timeout));
+        let io = |source| BlockingError::Io {
+            addr: self.addr,
+            source,
+        };
+        self.stream.set_read_timeout(t).map_err(io)?;
+        self.stream.set_write_timeout(t).map_err(io)?;
+        Ok(())
+    }
+
+    /// An i/o error of this socket; a timeout once the deadline passed is the deadline's.
+    fn io_error(&self, source: std::io::Error) -> BlockingError {
+        let past = self.deadline.is_some_and(|d| Instant::now() >= d);
+        let timeout = matches!(
+            source.kind(),
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+        );
+        if past && timeout {
+            BlockingError::Deadline { addr: self.addr }
+        } else {
+            BlockingError::Io {
+                addr: self.addr,
+                source,
+            }
+        }
+    }
+
     fn connect_secure(
         addr: &str,
         security: &SourceSecurity,
@@ -102,16 +159,17 @@ impl Socket {
         let mut buf = vec![0u8; 16 * 1024];
         loop {
             if let Some(out) = link.take_outgoing() {
+                socket.arm()?;
                 socket
                     .stream
                     .write_all(&out)
-                    .map_err(|source| BlockingError::Io { addr: sock, source })?;
+                    .map_err(|e| socket.io_error(e))?;
             }
             if status == LinkStatus::Ready {
                 break;
             }
-            let n = read_some(&mut socket.stream, &mut buf)
-                .map_err(|source| BlockingError::Io { addr: sock, source })?;
+            socket.arm()?;
+            let n = read_some(&mut socket.stream, &mut buf).map_err(|e| socket.io_error(e))?;
             if n == 0 {
                 return Err(BlockingError::Closed { addr: sock });
             }
@@ -136,37 +194,75 @@ impl Socket {
         connect: Duration,
         io: Duration,
     ) -> Result<Socket, BlockingError> {
+        Socket::connect_by(addr, connect, io, None)
+    }
+
+    /// Connects within `connect` (cut to what is left of `deadline`), reads and writes within
+    /// `io` each, and nothing after `deadline`.
+    fn connect_by(
+        addr: &str,
+        connect: Duration,
+        io: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Socket, BlockingError> {
         let sock = addr
             .to_socket_addrs()
             .map_err(|_| BlockingError::Resolve(addr.to_owned()))?
             .next()
             .ok_or_else(|| BlockingError::Resolve(addr.to_owned()))?;
+        let io_timeout = io;
         let timeout = Some(io);
+        let connect = match deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(BlockingError::Deadline { addr: sock });
+                }
+                connect.min(left)
+            }
+            None => connect,
+        };
         let io = |source| BlockingError::Io { addr: sock, source };
-        let stream = TcpStream::connect_timeout(&sock, connect).map_err(io)?;
+        let stream = TcpStream::connect_timeout(&sock, connect).map_err(|e| {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                BlockingError::Deadline { addr: sock }
+            } else {
+                io(e)
+            }
+        })?;
         stream.set_nodelay(true).map_err(io)?;
         stream.set_read_timeout(timeout).map_err(io)?;
         stream.set_write_timeout(timeout).map_err(io)?;
-        Ok(Socket {
+        let socket = Socket {
             addr: sock,
             stream,
             inbuf: BytesMut::with_capacity(64 * 1024),
             tls: None,
-        })
+            deadline,
+            io_timeout,
+        };
+        socket.arm()?;
+        Ok(socket)
     }
 
     fn write_all(&mut self, out: &mut BytesMut) -> Result<(), BlockingError> {
         let addr = self.addr;
-        let io = |source| BlockingError::Io { addr, source };
+        self.arm()?;
         match &mut self.tls {
             Some(link) => {
                 link.seal(out)
                     .map_err(|source| BlockingError::Security { addr, source })?;
                 if let Some(sealed) = link.take_outgoing() {
-                    self.stream.write_all(&sealed).map_err(io)?;
+                    if let Err(e) = self.stream.write_all(&sealed) {
+                        return Err(self.io_error(e));
+                    }
                 }
             }
-            None => self.stream.write_all(out).map_err(io)?,
+            None => {
+                if let Err(e) = self.stream.write_all(out) {
+                    return Err(self.io_error(e));
+                }
+            }
         }
         out.clear();
         Ok(())
@@ -182,16 +278,21 @@ impl Socket {
             if let Some(frame) = link.next_frame()? {
                 return Ok(frame);
             }
-            let n = read_some(&mut self.stream, &mut buf)
-                .map_err(|source| BlockingError::Io { addr, source })?;
+            self.arm()?;
+            let n = match read_some(&mut self.stream, &mut buf) {
+                Ok(n) => n,
+                Err(e) => return Err(self.io_error(e)),
+            };
             if n == 0 {
                 return Err(BlockingError::Closed { addr });
             }
+            let link = self.tls.as_mut().expect("called on TLS sockets");
             link.receive(&buf[..n]).map_err(sec)?;
             if let Some(out) = link.take_outgoing() {
-                self.stream
-                    .write_all(&out)
-                    .map_err(|source| BlockingError::Io { addr, source })?;
+                self.arm()?;
+                if let Err(e) = self.stream.write_all(&out) {
+                    return Err(self.io_error(e));
+                }
             }
         }
     }
@@ -212,11 +313,15 @@ impl Socket {
             };
             let have = self.inbuf.len();
             // Grow to the announced frame size (already bounded by FRAME_BYTES_MAX).
+            self.arm()?;
             self.inbuf.resize(need.max(have + 4096), 0);
-            let n = read_some(&mut self.stream, &mut self.inbuf[have..]).map_err(|source| {
-                self.inbuf.truncate(have);
-                BlockingError::Io { addr, source }
-            })?;
+            let n = match read_some(&mut self.stream, &mut self.inbuf[have..]) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.inbuf.truncate(have);
+                    return Err(self.io_error(e));
+                }
+            };
             self.inbuf.truncate(have + n);
             if n == 0 {
                 return Err(BlockingError::Closed { addr });
@@ -284,6 +389,27 @@ impl BlockingClient {
     ) -> Result<BlockingClient, BlockingError> {
         let timeout = timeout.max(Duration::from_millis(1));
         let socket = Socket::connect_within(addr, timeout, timeout)?;
+        BlockingClient::with_socket(socket.secure(addr, security, client_id)?, client_id)
+    }
+
+    /// Connect, secure and negotiate as `connect_secure`, all of it and every later request
+    /// on this client over by `deadline`: the connect takes at most
+    /// `BLOCKING_CONNECT_TIMEOUT_MS` and each read or write at most `io_timeout`, both cut to
+    /// what is left (the control plane's source workers call the source only like this, with
+    /// the request timeout as `io_timeout`).
+    pub fn connect_by(
+        addr: &str,
+        client_id: &str,
+        security: &SourceSecurity,
+        io_timeout: Duration,
+        deadline: Instant,
+    ) -> Result<BlockingClient, BlockingError> {
+        let socket = Socket::connect_by(
+            addr,
+            Duration::from_millis(BLOCKING_CONNECT_TIMEOUT_MS),
+            io_timeout.max(Duration::from_millis(1)),
+            Some(deadline),
+        )?;
         BlockingClient::with_socket(socket.secure(addr, security, client_id)?, client_id)
     }
 
@@ -459,5 +585,34 @@ impl BlockingFetcher {
             Poll::AwaitingResponse => Err(ConnError::UnexpectedResponse.into()),
             Poll::Idle => Ok(Step::Idle),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listener that accepts and never answers (a black-holed broker): the whole call ends
+    /// at its deadline, not at the per-read timeout, and says so.
+    #[test]
+    fn a_call_to_a_silent_broker_ends_at_its_deadline() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        // Accepted by the kernel's backlog; nothing is ever read or written.
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(300);
+        let err = BlockingClient::connect_by(
+            &addr,
+            "test",
+            &SourceSecurity::default(),
+            Duration::from_secs(30),
+            deadline,
+        )
+        .unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        assert!(matches!(err, BlockingError::Deadline { .. }), "{err}");
+        // Liveness bound: far below the 30 s per-read timeout it would otherwise wait.
+        assert!(started.elapsed() < Duration::from_secs(10));
+        drop(listener);
     }
 }

@@ -13,6 +13,7 @@ use crate::ids::{LeaderEpoch, Offset};
 use crate::log::checkpoint::{read_lines, split_fields, write_lines_with};
 use crate::log::io::{LogIo, StdIo};
 use crate::log::LogError;
+use crate::wire::batch::Batch;
 
 pub const FILE_NAME: &str = "leader-epoch-checkpoint";
 const VERSION: i32 = 0;
@@ -149,6 +150,16 @@ impl LeaderEpochCache {
         self.dirty |= self.entries.len() != before;
     }
 
+    /// Opening a log that ends at `log_end`: drop the epochs that start beyond it (their
+    /// batches are gone) but keep one that starts exactly there. Such an entry has no batch
+    /// yet: it is the epoch a promotion (failover) assigned before anything was produced.
+    /// Kafka's loader drops it too (`truncateFromEnd(nextOffset)`) and relies on its controller
+    /// to announce the epoch again; kmirror is its own controller, so this checkpoint is the
+    /// only record of the epoch and stays authoritative for it.
+    pub fn truncate_past_end(&mut self, log_end: Offset) {
+        self.truncate_from_end(Offset(log_end.0.saturating_add(1)));
+    }
+
     /// The log start moved to `start_offset`: drop the epochs that begin at or before it, keeping
     /// the last of them (it covers the new start) moved to begin at `start_offset`.
     pub fn truncate_from_start(&mut self, start_offset: Offset) {
@@ -232,6 +243,22 @@ pub fn end_offset_for(
     }
 }
 
+/// The rule shared by append and recovery: a v2 batch whose epoch is known and higher than the
+/// latest starts a new epoch at its base offset. Legacy batches carry no epoch and leave the
+/// cache alone (Kafka's leader clears its cache on a legacy append to fall back to
+/// high-watermark truncation; a mirror keeps the source's epochs, which remain true for the
+/// v2 batches around the legacy ones). Returns whether the cache changed.
+pub(crate) fn assign_epoch(epochs: &mut LeaderEpochCache, batch: &Batch<'_>) -> bool {
+    if batch.is_legacy() {
+        return false;
+    }
+    let epoch: LeaderEpoch = batch.partition_leader_epoch();
+    if !epoch.is_known() || epochs.latest_epoch().is_some_and(|latest| epoch <= latest) {
+        return false;
+    }
+    epochs.assign(epoch, batch.base_offset())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,6 +336,17 @@ mod tests {
         assert_eq!(pairs(&c), vec![(1, 10)]);
         c.truncate_from_start(Offset(3));
         assert_eq!(pairs(&c), vec![(1, 10)]);
+    }
+
+    #[test]
+    fn truncate_past_end_keeps_an_epoch_starting_at_the_end() {
+        let (_d, mut c) = cache();
+        c.assign(LeaderEpoch(0), Offset(0));
+        c.assign(LeaderEpoch(4), Offset(10));
+        c.truncate_past_end(Offset(10));
+        assert_eq!(pairs(&c), vec![(0, 0), (4, 10)]);
+        c.truncate_past_end(Offset(9));
+        assert_eq!(pairs(&c), vec![(0, 0)]);
     }
 
     #[test]

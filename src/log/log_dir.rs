@@ -3,16 +3,21 @@
 //!
 //! Opening removes `.kafka_cleanshutdown` (after loading every partition, so a crash during the
 //! open still finds it and loses nothing); only `close`, after every partition has written its
-//! final index entries and producer snapshot and fsynced, writes it back.
+//! final index entries and producer snapshot and fsynced, writes it back, and only when every
+//! log lent out (`take`) came back: a log that died with its owner (a panicked shard) was never
+//! closed, so the next start must recover.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use uuid::Uuid;
 
 use crate::ids::{Offset, TopicPartition};
+use crate::limits::RECOVERY_THREADS_MAX;
 use crate::log::checkpoint::{sync_dir, OffsetCheckpointFile};
+use crate::log::checkpoint_cell::CheckpointCell;
 use crate::log::config::LogConfig;
 use crate::log::io::LogIo;
 use crate::log::partition_log::PartitionLog;
@@ -25,6 +30,10 @@ pub struct LogDir {
     root: PathBuf,
     default_config: LogConfig,
     logs: BTreeMap<TopicPartition, PartitionLog>,
+    /// Partitions lent out by `take` and not restored yet.
+    lent: BTreeSet<TopicPartition>,
+    /// Every partition's checkpoint lines, present or lent out (its owner keeps them current).
+    cells: BTreeMap<TopicPartition, Arc<CheckpointCell>>,
     /// Where partitions are announced to the Kafka endpoint, once attached.
     catalog: Option<Arc<ReadCatalog>>,
 }
@@ -42,10 +51,10 @@ pub fn parse_partition_dir(name: &str) -> Option<TopicPartition> {
 impl LogDir {
     /// Opens (creating if needed) the root and every partition directory in it, all with
     /// `default_config`.
-    pub fn open(
+    pub fn open<I: LogIo + Clone + Send>(
         root: &Path,
         default_config: LogConfig,
-        io: &mut impl LogIo,
+        io: &mut I,
     ) -> Result<LogDir, LogError> {
         let default = default_config.clone();
         Self::open_with(root, default_config, |_| default.clone(), io)
@@ -53,11 +62,54 @@ impl LogDir {
 
     /// `open`, with each existing partition opened under `config_for(partition)` (its topic's
     /// settings); `default_config` is used for partitions created later without one.
-    pub fn open_with(
+    pub fn open_with<I: LogIo + Clone + Send>(
         root: &Path,
         default_config: LogConfig,
-        config_for: impl Fn(&TopicPartition) -> LogConfig,
-        io: &mut impl LogIo,
+        config_for: impl Fn(&TopicPartition) -> LogConfig + Sync,
+        io: &mut I,
+    ) -> Result<LogDir, LogError> {
+        Self::open_reporting(root, default_config, config_for, io, &AtomicU64::new(0))
+    }
+
+    /// `open_with`, counting opened partitions in `opened` as it goes (for start-up progress
+    /// reports). Partitions are opened, and recovered, on up to `recovery_threads(n)` threads.
+    pub fn open_reporting<I: LogIo + Clone + Send>(
+        root: &Path,
+        default_config: LogConfig,
+        config_for: impl Fn(&TopicPartition) -> LogConfig + Sync,
+        io: &mut I,
+        opened: &AtomicU64,
+    ) -> Result<LogDir, LogError> {
+        Self::open_inner(root, default_config, config_for, io, opened, None)
+    }
+
+    /// `open` on exactly `threads` threads (tests compare thread counts; the others choose
+    /// `recovery_threads`).
+    pub fn open_on_threads<I: LogIo + Clone + Send>(
+        root: &Path,
+        default_config: LogConfig,
+        io: &mut I,
+        threads: usize,
+    ) -> Result<LogDir, LogError> {
+        let default = default_config.clone();
+        let opened = AtomicU64::new(0);
+        Self::open_inner(
+            root,
+            default_config,
+            |_| default.clone(),
+            io,
+            &opened,
+            Some(threads),
+        )
+    }
+
+    fn open_inner<I: LogIo + Clone + Send>(
+        root: &Path,
+        default_config: LogConfig,
+        config_for: impl Fn(&TopicPartition) -> LogConfig + Sync,
+        io: &mut I,
+        opened: &AtomicU64,
+        threads: Option<usize>,
     ) -> Result<LogDir, LogError> {
         let opened_at = std::time::Instant::now();
         default_config.validate()?;
@@ -67,7 +119,7 @@ impl LogDir {
             OffsetCheckpointFile::read(&root.join(OffsetCheckpointFile::RECOVERY_POINT))?;
         let log_starts =
             OffsetCheckpointFile::read(&root.join(OffsetCheckpointFile::LOG_START_OFFSET))?;
-        let mut logs = BTreeMap::new();
+        let mut work = Vec::new();
         let entries = std::fs::read_dir(root).map_err(|e| LogError::io(root, e))?;
         for entry in entries {
             let entry = entry.map_err(|e| LogError::io(root, e))?;
@@ -83,25 +135,42 @@ impl LogDir {
                 recovery_point: recovery_points.get(&tp).copied().unwrap_or(Offset::ZERO),
                 log_start_offset: log_starts.get(&tp).copied(),
             };
-            let log =
-                PartitionLog::open(&entry.path(), tp.clone(), None, config_for(&tp), load, io)?;
-            logs.insert(tp, log);
+            work.push((tp, entry.path(), load));
         }
+        let threads = threads.unwrap_or_else(|| recovery_threads(work.len()));
+        let logs = open_all(work, threads, io, |tp, path, load, io| {
+            let log = PartitionLog::open(path, tp.clone(), None, config_for(tp), *load, io);
+            opened.fetch_add(1, Ordering::Relaxed);
+            log
+        })?;
         let recovered = logs.values().filter(|l| l.recovered_at_open()).count();
+        let (bytes, batches) = logs.values().fold((0, 0), |(b, n), l| {
+            let r = l.revalidated_at_open();
+            (b + r.bytes, n + r.batches)
+        });
         // Operators (and tests/ops_shutdown.rs) read this line to see whether the last stop was
-        // clean and recovery was skipped.
+        // clean and recovery was skipped, and how much an unclean one had to re-read.
         tracing::info!(
             dir = %root.display(),
             partitions = logs.len(),
             clean_shutdown = clean,
             recovered,
+            revalidated_bytes = bytes,
+            revalidated_batches = batches,
+            threads,
             elapsed_ms = opened_at.elapsed().as_millis() as u64,
             "log dir opened"
         );
+        let cells = logs
+            .iter()
+            .map(|(tp, l)| (tp.clone(), l.checkpoint_cell()))
+            .collect();
         let dir = LogDir {
             root: root.to_path_buf(),
             default_config,
             logs,
+            lent: BTreeSet::new(),
+            cells,
             catalog: None,
         };
         // From here on the directory is live: a crash must trigger recovery.
@@ -146,6 +215,7 @@ impl LogDir {
             let config = config.unwrap_or_else(|| self.default_config.clone());
             let dir = self.root.join(tp.dir_name());
             let mut log = PartitionLog::create(&dir, tp.clone(), topic_id, config)?;
+            self.cells.insert(tp.clone(), log.checkpoint_cell());
             if let Some(catalog) = &self.catalog {
                 catalog.insert(tp.clone(), log.attach_read_view());
             }
@@ -165,13 +235,29 @@ impl LogDir {
 
     /// Lends a partition's log to its owner (a shard) until `restore` gives it back; while out,
     /// it is not part of `flush`, `write_checkpoints` or `close`.
+    /// `close` writes the clean-shutdown marker only once every lent log is back.
     pub fn take(&mut self, tp: &TopicPartition) -> Option<PartitionLog> {
-        self.logs.remove(tp)
+        let log = self.logs.remove(tp)?;
+        self.lent.insert(tp.clone());
+        Some(log)
+    }
+
+    /// Removes a partition this dir will never own again: its own owner (the state log, a
+    /// coordinator) reopens the directory itself and closes it.
+    pub fn hand_off(&mut self, tp: &TopicPartition) {
+        drop(self.logs.remove(tp));
+        self.cells.remove(tp);
+    }
+
+    /// Partitions lent by `take` that are still out.
+    pub fn lent(&self) -> impl Iterator<Item = &TopicPartition> {
+        self.lent.iter()
     }
 
     /// Gives back a log lent by `take`.
     pub fn restore(&mut self, log: PartitionLog) {
         let tp = log.topic_partition().clone();
+        self.lent.remove(&tp);
         let previous = self.logs.insert(tp, log);
         assert!(
             previous.is_none(),
@@ -184,6 +270,7 @@ impl LogDir {
         let Some(log) = self.logs.remove(tp) else {
             return Ok(false);
         };
+        self.cells.remove(tp);
         if let Some(catalog) = &self.catalog {
             catalog.remove(tp);
         }
@@ -206,12 +293,14 @@ impl LogDir {
         let mut recovery = BTreeMap::new();
         let mut starts = BTreeMap::new();
         let mut hws = BTreeMap::new();
-        for (tp, log) in &self.logs {
-            recovery.insert(tp.clone(), log.recovery_point());
-            hws.insert(tp.clone(), log.high_watermark());
-            let first_base = log.segments()[0].base_offset();
-            if log.log_start_offset() > first_base {
-                starts.insert(tp.clone(), log.log_start_offset());
+        // From the cells: partitions lent to shards or the leader store are checkpointed at
+        // what their owner last published (a recovery point only moves after its fsync).
+        for (tp, cell) in &self.cells {
+            let e = cell.read();
+            recovery.insert(tp.clone(), e.recovery_point);
+            hws.insert(tp.clone(), e.high_watermark);
+            if let Some(start) = e.log_start_above_first_segment {
+                starts.insert(tp.clone(), start);
             }
         }
         OffsetCheckpointFile::write_with(
@@ -231,6 +320,20 @@ impl LogDir {
         )
     }
 
+    /// Flushes the partitions held here that have data above their recovery point (a
+    /// checkpoint round: the lent ones are flushed by their owners). Returns the failures.
+    pub fn flush_unflushed(&mut self, io: &mut impl LogIo) -> Vec<String> {
+        self.logs
+            .values_mut()
+            .filter(|log| log.has_unflushed())
+            .filter_map(|log| {
+                log.flush(io)
+                    .err()
+                    .map(|e| format!("{}: flush failed: {e}", log.topic_partition()))
+            })
+            .collect()
+    }
+
     /// Flushes every partition (moving recovery points to the log ends) and checkpoints.
     ///
     /// A log that cannot be flushed (offline after a disk error) does not stop the others:
@@ -248,8 +351,8 @@ impl LogDir {
     }
 
     /// Closes every partition (final index entries, snapshots, fsync), writes the checkpoints
-    /// and then the clean-shutdown marker. If any step fails the marker is not written, so the
-    /// next open recovers.
+    /// and then the clean-shutdown marker. If any step fails, or a lent log never came back
+    /// (its owner died with it), the marker is not written, so the next open recovers.
     pub fn close(mut self, io: &mut impl LogIo) -> Result<(), LogError> {
         self.flush(io)?;
         let root = self.root.clone();
@@ -257,7 +360,83 @@ impl LogDir {
         for (_, log) in logs {
             log.close(io)?;
         }
+        if let Some(first) = self.lent.first() {
+            tracing::error!(
+                dir = %root.display(),
+                missing = self.lent.len(),
+                first = %first,
+                "partition logs were never handed back; no clean-shutdown marker, the next start recovers"
+            );
+            return Ok(());
+        }
         clean_shutdown::write(&root, None)
+    }
+}
+
+/// Threads that open (and recover) partitions at start: twice the CPUs (opening is as much
+/// waiting on the disk as computing CRCs), never more than there are partitions, at most
+/// `RECOVERY_THREADS_MAX`.
+pub fn recovery_threads(partitions: usize) -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cpus * 2).min(RECOVERY_THREADS_MAX).min(partitions).max(1)
+}
+
+type Opened = Result<(TopicPartition, PartitionLog), LogError>;
+
+/// Opens every `(partition, dir, load options)` with `open` on `threads` scoped threads, each
+/// with its own copy of `io`, taking the next partition from a shared counter. The result does
+/// not depend on the thread count: each partition is opened on its own, and the map is sorted.
+fn open_all<I: LogIo + Clone + Send>(
+    work: Vec<(TopicPartition, PathBuf, LoadOptions)>,
+    threads: usize,
+    io: &mut I,
+    open: impl Fn(&TopicPartition, &Path, &LoadOptions, &mut I) -> Result<PartitionLog, LogError> + Sync,
+) -> Result<BTreeMap<TopicPartition, PartitionLog>, LogError> {
+    let mut logs = BTreeMap::new();
+    if threads <= 1 {
+        for (tp, path, load) in &work {
+            let log = open(tp, path, load, io)?;
+            logs.insert(tp.clone(), log);
+        }
+        return Ok(logs);
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Mutex<Vec<Opened>> = Mutex::new(Vec::with_capacity(work.len()));
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let mut io = io.clone();
+            let (work, next, results, failed, open) = (&work, &next, &results, &failed, &open);
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                // After a failure the open is abandoned: stop taking more partitions.
+                let Some((tp, path, load)) =
+                    work.get(i).filter(|_| !failed.load(Ordering::Relaxed))
+                else {
+                    return;
+                };
+                let r = open(tp, path, load, &mut io).map(|l| (tp.clone(), l));
+                if r.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                results.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+            });
+        }
+    });
+    let mut first_error = None;
+    for r in results.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        match r {
+            Ok((tp, log)) => {
+                logs.insert(tp, log);
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(logs),
     }
 }
 
@@ -278,6 +457,30 @@ mod tests {
         assert!(dir.get(&tp).is_none());
         dir.restore(log);
         assert!(dir.get(&tp).is_some());
+        dir.close(&mut io).unwrap();
+        assert!(clean_shutdown::exists(root.path()).unwrap());
+    }
+
+    // Goal: a log lent out and never restored (its owner died with it) keeps the clean-shutdown
+    // marker away, so the next open recovers; a log handed off for good does not.
+    #[test]
+    fn no_clean_marker_while_a_lent_log_is_out() {
+        let root = tempfile::tempdir().unwrap();
+        let mut io = crate::log::io::StdIo;
+        let mut dir = LogDir::open(root.path(), LogConfig::default(), &mut io).unwrap();
+        let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        dir.get_or_create(&a, None, None).unwrap();
+        dir.get_or_create(&b, None, None).unwrap();
+        dir.hand_off(&b);
+        let lost = dir.take(&a).unwrap();
+        drop(lost);
+        assert_eq!(dir.lent().cloned().collect::<Vec<_>>(), vec![a.clone()]);
+        dir.close(&mut io).unwrap();
+        assert!(!clean_shutdown::exists(root.path()).unwrap());
+        let dir = LogDir::open(root.path(), LogConfig::default(), &mut io).unwrap();
+        assert!(dir
+            .get(&a)
+            .is_some_and(|l| l.recovered_at_open() || l.log_end_offset().0 == 0));
         dir.close(&mut io).unwrap();
         assert!(clean_shutdown::exists(root.path()).unwrap());
     }

@@ -2,7 +2,9 @@
 //! checkpoints and producer state, written so that Kafka's tools and brokers can read them.
 
 pub mod checkpoint;
+pub mod checkpoint_cell;
 pub mod clean_shutdown;
+pub mod clock;
 pub mod config;
 pub mod epoch_cache;
 pub mod error;

@@ -12,10 +12,12 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::ids::{FilePosition, LeaderEpoch, Offset, TimestampMs, TopicPartition};
+use crate::ids::{FilePosition, Offset, TimestampMs, TopicPartition};
 use crate::log::checkpoint::sync_dir;
+use crate::log::checkpoint_cell::{CheckpointCell, CheckpointEntry};
+pub(crate) use crate::log::clock::now_ms;
 use crate::log::config::{FlushPolicy, LogConfig};
-use crate::log::epoch_cache::LeaderEpochCache;
+use crate::log::epoch_cache::{assign_epoch, LeaderEpochCache};
 use crate::log::io::LogIo;
 use crate::log::producer_state::{
     delete_snapshots_above, delete_snapshots_below, ProducerStateManager,
@@ -23,7 +25,7 @@ use crate::log::producer_state::{
 use crate::log::read_view::{LogState, PartitionHandle, Publisher};
 use crate::log::recovery::{self, rebuild_producer_state, LoadOptions};
 use crate::log::retention::{deletable_prefix, SegmentFacts};
-use crate::log::segment::{ChunkStats, Segment};
+use crate::log::segment::{ChunkStats, Recovered, Segment};
 use crate::log::{partition_meta, LogError};
 use crate::wire::batch::{Batch, Batches, Codec, Peek};
 
@@ -77,13 +79,10 @@ pub struct PartitionLog {
     publisher: Option<Publisher>,
     /// Opening revalidated segments batch by batch (see `recovered_at_open`).
     recovered_at_open: bool,
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    /// What that revalidation re-read.
+    revalidated_at_open: Recovered,
+    /// This log's checkpoint lines, shared with the log dir (see `checkpoint_cell`).
+    checkpoint: Arc<CheckpointCell>,
 }
 
 impl PartitionLog {
@@ -99,6 +98,7 @@ impl PartitionLog {
         if let Some(id) = topic_id {
             partition_meta::write(dir, id)?;
         }
+
         let now = now_ms();
         let segment = Segment::create(dir, Offset::ZERO, &config, now)?;
         if let Some(parent) = dir.parent() {
@@ -120,6 +120,12 @@ impl PartitionLog {
             offline: None,
             publisher: None,
             recovered_at_open: false,
+            revalidated_at_open: Recovered::default(),
+            checkpoint: Arc::new(CheckpointCell::new(CheckpointEntry {
+                recovery_point: Offset::ZERO,
+                log_start_above_first_segment: None,
+                high_watermark: Offset::ZERO,
+            })),
         })
     }
 
@@ -167,13 +173,26 @@ impl PartitionLog {
             offline: None,
             publisher: None,
             recovered_at_open: loaded.recovered,
-        })
+            revalidated_at_open: loaded.revalidated,
+            checkpoint: Arc::new(CheckpointCell::new(CheckpointEntry {
+                recovery_point: Offset::ZERO,
+                log_start_above_first_segment: None,
+                high_watermark: Offset::ZERO,
+            })),
+        }
+        .with_checkpoint_published())
     }
 
     /// Whether opening had to revalidate batches (no clean shutdown, or a bad index): after a
     /// clean shutdown this is false and the open only read indexes and snapshots.
     pub fn recovered_at_open(&self) -> bool {
         self.recovered_at_open
+    }
+
+    /// The bytes and batches opening revalidated (only those above the recovery point after an
+    /// unclean stop; none after a clean one).
+    pub fn revalidated_at_open(&self) -> Recovered {
+        self.revalidated_at_open
     }
 
     pub fn dir(&self) -> &Path {
@@ -274,7 +293,28 @@ impl PartitionLog {
         }
     }
 
+    /// What this log's lines in the log dir's checkpoint files say now.
+    pub fn checkpoint_entry(&self) -> CheckpointEntry {
+        let first_base = self.segments[0].base_offset();
+        CheckpointEntry {
+            recovery_point: self.recovery_point,
+            log_start_above_first_segment: (self.log_start > first_base).then_some(self.log_start),
+            high_watermark: self.high_watermark(),
+        }
+    }
+
+    /// The cell the log dir reads this log's checkpoint lines from.
+    pub fn checkpoint_cell(&self) -> Arc<CheckpointCell> {
+        Arc::clone(&self.checkpoint)
+    }
+
+    fn with_checkpoint_published(self) -> PartitionLog {
+        self.checkpoint.publish(self.checkpoint_entry());
+        self
+    }
+
     fn publish_view(&mut self) {
+        self.checkpoint.publish(self.checkpoint_entry());
         if let Some(mut p) = self.publisher.take() {
             p.publish(&self.log_state());
             self.publisher = Some(p);
@@ -557,7 +597,14 @@ impl PartitionLog {
         self.recovery_point = end;
         self.unflushed_messages = 0;
         self.last_flush_ms = now_ms();
+        self.checkpoint.publish(self.checkpoint_entry());
         Ok(())
+    }
+
+    /// Whether data above the recovery point waits for a flush (what a periodic checkpoint
+    /// pass flushes; an idle partition costs nothing).
+    pub fn has_unflushed(&self) -> bool {
+        self.recovery_point < self.log_end_offset()
     }
 
     fn check_range(&self, offset: Offset) -> Result<(), LogError> {
@@ -806,22 +853,6 @@ impl PartitionLog {
         drop(self);
         std::fs::remove_dir_all(&dir).map_err(|e| LogError::io(&dir, e))
     }
-}
-
-/// The rule shared by append and recovery: a v2 batch whose epoch is known and higher than the
-/// latest starts a new epoch at its base offset. Legacy batches carry no epoch and leave the
-/// cache alone (Kafka's leader clears its cache on a legacy append to fall back to
-/// high-watermark truncation; a mirror keeps the source's epochs, which remain true for the
-/// v2 batches around the legacy ones). Returns whether the cache changed.
-pub(crate) fn assign_epoch(epochs: &mut LeaderEpochCache, batch: &Batch<'_>) -> bool {
-    if batch.is_legacy() {
-        return false;
-    }
-    let epoch: LeaderEpoch = batch.partition_leader_epoch();
-    if !epoch.is_known() || epochs.latest_epoch().is_some_and(|latest| epoch <= latest) {
-        return false;
-    }
-    epochs.assign(epoch, batch.base_offset())
 }
 
 /// Within a batch known to reach `target`: the first record with timestamp ≥ `target` and

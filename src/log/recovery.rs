@@ -10,17 +10,19 @@
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use crate::ids::Offset;
+use crate::ids::{LeaderEpoch, Offset};
+use crate::log::clock::now_ms;
 use crate::log::config::LogConfig;
+use crate::log::epoch_cache::assign_epoch;
 use crate::log::epoch_cache::LeaderEpochCache;
 use crate::log::io::LogIo;
-use crate::log::partition_log::{assign_epoch, now_ms};
 use crate::log::producer_state::{
     delete_snapshots_above, list_snapshots, snapshot_path, ProducerStateManager,
 };
 use crate::log::scan::for_each_batch;
 use crate::log::segment::{
-    parse_base_offset, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
+    parse_base_offset, Recovered, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
 };
 use crate::log::LogError;
 
@@ -54,6 +56,8 @@ pub(crate) struct Loaded {
     pub recovery_point: Offset,
     /// Some segment was revalidated batch by batch (unclean stop, or a bad index).
     pub recovered: bool,
+    /// What that revalidation re-read.
+    pub revalidated: Recovered,
 }
 
 /// Suffixes of files left by interrupted Kafka operations that are safe to drop.
@@ -67,6 +71,8 @@ pub(crate) fn load(
     epochs: &mut LeaderEpochCache,
     producers: &mut ProducerStateManager,
 ) -> Result<Loaded, LogError> {
+    // The checkpoint's newest epoch may have no batch yet (see `restore_unbacked_epoch`).
+    let checkpointed = epochs.latest();
     let bases = list_segments(dir)?;
     let now = now_ms();
     let mut segments = Vec::with_capacity(bases.len());
@@ -76,38 +82,59 @@ pub(crate) fn load(
         segments.push(seg);
         needs.push(bad_index);
     }
+    // Below the recovery point everything was fsynced: the segment holding it is revalidated
+    // only from there (unless its own indexes failed the check), later ones whole.
+    let mut resume_at: Option<(usize, Offset)> = None;
     if !opts.clean_shutdown && !segments.is_empty() {
         let from = segments
             .partition_point(|s| s.base_offset() <= opts.recovery_point)
             .saturating_sub(1);
+        if !needs[from] && opts.recovery_point > segments[from].base_offset() {
+            resume_at = Some((from, opts.recovery_point));
+        }
         for flag in &mut needs[from..] {
             *flag = true;
         }
     }
     let mut recovered = false;
+    let mut revalidated = Recovered::default();
     if let Some(first) = needs.iter().position(|&n| n) {
         recovered = true;
+        // Only when nothing before it needs revalidating (an earlier bad index starts the
+        // region at that segment, and every batch from there must be replayed).
+        let resume_at = resume_at.filter(|(at, _)| *at == first).map(|(_, o)| o);
         // Epochs and producer state of the region being revalidated are rebuilt from its
         // batches; the producer state first has to reach the region's start.
-        let region_start = segments[first].base_offset();
+        let region_start = resume_at.unwrap_or(segments[first].base_offset());
         epochs.truncate_from_end(region_start);
-        rebuild_producer_state(dir, &segments[..first], producers, region_start)?;
+        let trusted = if resume_at.is_some() {
+            first + 1
+        } else {
+            first
+        };
+        rebuild_producer_state(dir, &segments[..trusted], producers, region_start)?;
         let mut i = first;
         while i < segments.len() {
-            let cut = if needs[i] {
-                segments[i].recover(io, |batch| {
-                    assign_epoch(epochs, batch);
-                    Ok(producers.on_batch(batch))
-                })?
-            } else {
-                replay(&segments[i], epochs, producers)?;
-                0
+            let mut on_batch = |batch: &crate::wire::batch::Batch<'_>| {
+                assign_epoch(epochs, batch);
+                Ok(producers.on_batch(batch))
             };
-            if cut > 0 {
+            let pass = if !needs[i] {
+                replay(&segments[i], epochs, producers)?;
+                Recovered::default()
+            } else if let (true, Some(at)) = (i == first, resume_at) {
+                segments[i].recover_from(io, at, &mut on_batch)?
+            } else {
+                segments[i].recover(io, &mut on_batch)?
+            };
+            revalidated.bytes += pass.bytes;
+            revalidated.batches += pass.batches;
+            revalidated.cut += pass.cut;
+            if pass.cut > 0 {
                 tracing::warn!(
                     dir = %dir.display(),
                     segment = %segments[i].base_offset(),
-                    bytes = cut,
+                    bytes = pass.cut,
                     "recovery truncated the log; deleting later segments"
                 );
                 for seg in segments.drain(i + 1..) {
@@ -135,7 +162,8 @@ pub(crate) fn load(
     }
     let end = segments.last().expect("non-empty").next_offset();
     log_start = log_start.min(end);
-    epochs.truncate_from_end(end);
+    epochs.truncate_past_end(end);
+    restore_unbacked_epoch(epochs, checkpointed, end);
     epochs.truncate_from_start(log_start);
     epochs.flush_if_dirty_with(io)?;
     // Snapshots past the end describe data that is gone.
@@ -143,7 +171,10 @@ pub(crate) fn load(
     if !recovered || producers.map_end_offset() != end {
         rebuild_producer_state(dir, &segments, producers, end)?;
     }
-    let recovery_point = if recovered {
+    // Batches re-read (or a tail cut) may exist only in the page cache of a crashed run: fsync
+    // them before the recovery point moves over them. A revalidation that found nothing past
+    // the recovery point has nothing to make durable (most partitions after a checkpoint).
+    let recovery_point = if recovered && (revalidated.batches > 0 || revalidated.cut > 0) {
         for seg in &mut segments {
             seg.flush(io)?;
         }
@@ -158,7 +189,28 @@ pub(crate) fn load(
         log_start,
         recovery_point,
         recovered,
+        revalidated,
     })
+}
+
+/// Puts back the checkpoint's newest epoch when it starts exactly at the recovered log end and
+/// is above every epoch the batches gave: the failover fence (`PartitionLog::promote`) of a
+/// partition nothing was written to since. Revalidation rebuilds the epochs of the region it
+/// rereads from batches only, and there is no batch to rebuild this one from; losing it would
+/// make kmirror lead, announce and stamp produced batches at the source's epoch again. An epoch
+/// starting beyond the end is not restored: its batches are gone and, for a partition still
+/// STOPPING, the next promotion assigns a new one.
+fn restore_unbacked_epoch(
+    epochs: &mut LeaderEpochCache,
+    checkpointed: Option<(LeaderEpoch, Offset)>,
+    end: Offset,
+) {
+    let Some((epoch, start)) = checkpointed else {
+        return;
+    };
+    if start == end && epochs.latest_epoch().is_none_or(|latest| latest < epoch) {
+        epochs.assign(epoch, start);
+    }
 }
 
 /// Feeds a trusted segment's batches to the epoch cache and producer state (it lies between

@@ -74,6 +74,16 @@ pub struct Segment {
     next_offset: Offset,
 }
 
+/// What recovering a segment re-read, and cut.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Recovered {
+    /// Bytes of the valid batches revalidated (CRC, framing, offsets) and re-indexed.
+    pub bytes: u64,
+    pub batches: u64,
+    /// Bytes cut off the end (a partial or invalid batch and everything after it).
+    pub cut: u64,
+}
+
 impl Segment {
     /// Creates an empty segment (all files replaced).
     pub fn create(
@@ -390,8 +400,8 @@ impl Segment {
 
     /// Rebuilds the indexes from the `.log`, validating every batch; cuts the `.log` at the
     /// first invalid or partial batch. `on_batch` sees every valid batch in order (epoch cache,
-    /// producer state). Returns the number of bytes cut.
-    pub fn recover<F>(&mut self, io: &mut impl LogIo, mut on_batch: F) -> Result<u64, LogError>
+    /// producer state). Returns what was re-read and the number of bytes cut.
+    pub fn recover<F>(&mut self, io: &mut impl LogIo, on_batch: F) -> Result<Recovered, LogError>
     where
         F: FnMut(&Batch<'_>) -> Result<Option<AbortedTxn>, LogError>,
     {
@@ -402,14 +412,125 @@ impl Segment {
         self.max_timestamp_so_far = (TimestampMs::NONE, self.base);
         self.first_batch_max_timestamp = None;
         self.next_offset = self.base;
-        let mut valid_end = 0u64;
+        self.revalidate_from(io, 0, on_batch)
+    }
+
+    /// `recover`, trusting everything below `from` (the recovery point: those batches and
+    /// their index entries were fsynced): only the batches from the one holding `from` on are
+    /// revalidated and re-indexed. The segment's indexes must have passed `open`'s check.
+    pub fn recover_from<F>(
+        &mut self,
+        io: &mut impl LogIo,
+        from: Offset,
+        on_batch: F,
+    ) -> Result<Recovered, LogError>
+    where
+        F: FnMut(&Batch<'_>) -> Result<Option<AbortedTxn>, LogError>,
+    {
+        if from <= self.base {
+            return self.recover(io, on_batch);
+        }
+        let Some(first) = self.translate_offset(from)? else {
+            // Nothing at or above `from` in this segment (a torn header is dealt with below).
+            let at = self.size_of_trusted_prefix()?;
+            return self.resume_indexing_at(io, at, on_batch);
+        };
+        self.resume_indexing_at(io, first.position.0 as u64, on_batch)
+    }
+
+    /// End of the last whole batch header chain from the start (the trusted prefix when no
+    /// batch reaches the recovery point).
+    fn size_of_trusted_prefix(&self) -> Result<u64, LogError> {
+        let (_, start) = self.offset_index.lookup(Offset(i64::MAX));
+        let mut pos = start.0 as u64;
+        while let Some(h) = read_header(&self.log, &self.log_path, pos, self.size)? {
+            pos = h.end();
+        }
+        Ok(pos)
+    }
+
+    /// Drops the index entries of the batches at and after byte `at`, restores the indexing
+    /// state as of `at` (what appending the batches before it left), and revalidates from there.
+    fn resume_indexing_at<F>(
+        &mut self,
+        io: &mut impl LogIo,
+        at: u64,
+        on_batch: F,
+    ) -> Result<Recovered, LogError>
+    where
+        F: FnMut(&Batch<'_>) -> Result<Option<AbortedTxn>, LogError>,
+    {
+        if at == 0 {
+            return self.recover(io, on_batch);
+        }
+        let next = match read_header(&self.log, &self.log_path, at, self.size)? {
+            Some(h) => h.base_offset,
+            None => self.next_offset_below(at)?,
+        };
+        self.offset_index.truncate_to(next)?;
+        self.time_index.truncate_to(next)?;
+        self.txn_index.truncate_to(next)?;
+        // Kafka's counter: the bytes appended since the batch that got the last entry began.
+        self.bytes_since_last_index_entry = match self.offset_index.entries().last() {
+            Some(e) => at - e.position.0 as u64,
+            None => at,
+        };
+        self.next_offset = next;
+        self.max_timestamp_so_far = self.largest_timestamp_below(at)?;
+        self.revalidate_from(io, at, on_batch)
+    }
+
+    /// The next offset after the batches that end at or before byte `at`.
+    fn next_offset_below(&self, at: u64) -> Result<Offset, LogError> {
+        let (_, start) = self.offset_index.lookup(Offset(i64::MAX));
+        let mut pos = start.0 as u64;
+        let mut next = self.base;
+        while let Some(h) = read_header(&self.log, &self.log_path, pos, at)? {
+            next = h.last_offset.next();
+            pos = h.end();
+        }
+        Ok(next)
+    }
+
+    /// Max timestamp (and its offset) of the batches before byte `at`: the last time-index
+    /// entry below it, or a larger one in the batches after that entry.
+    fn largest_timestamp_below(&self, at: u64) -> Result<(TimestampMs, Offset), LogError> {
+        let mut best = if self.time_index.is_empty() {
+            (TimestampMs::NONE, self.base)
+        } else {
+            self.time_index.last_entry()
+        };
+        let (_, start) = self.offset_index.lookup(best.1);
+        let mut pos = start.0 as u64;
+        while let Some(h) = read_header(&self.log, &self.log_path, pos, at)? {
+            if h.max_timestamp > best.0 {
+                best = (h.max_timestamp, h.last_offset);
+            }
+            pos = h.end();
+        }
+        Ok(best)
+    }
+
+    /// Validates and indexes every batch from byte `from` on; cuts the `.log` at the first
+    /// invalid or partial one.
+    fn revalidate_from<F>(
+        &mut self,
+        io: &mut impl LogIo,
+        from: u64,
+        mut on_batch: F,
+    ) -> Result<Recovered, LogError>
+    where
+        F: FnMut(&Batch<'_>) -> Result<Option<AbortedTxn>, LogError>,
+    {
+        let mut valid_end = from;
+        let mut revalidated = Recovered::default();
         let file = self
             .log
             .try_clone()
             .map_err(|e| LogError::io(&self.log_path, e))?;
         let path = self.log_path.clone();
         let mut failure: Option<String> = None;
-        let outcome = for_each_batch(&file, &path, 0, self.size, |pos, batch| {
+        let outcome = for_each_batch(&file, &path, from, self.size, |pos, batch| {
             if let Err(e) = batch.validate() {
                 failure = Some(e.to_string());
                 return Ok(ControlFlow::Break(()));
@@ -431,6 +552,8 @@ impl Segment {
                 self.txn_index.append(io, &txn)?;
             }
             valid_end = pos.0 as u64 + batch.size() as u64;
+            revalidated.bytes += batch.size() as u64;
+            revalidated.batches += 1;
             Ok(ControlFlow::Continue(()))
         })?;
         match (&outcome, &failure) {
@@ -455,7 +578,8 @@ impl Segment {
         }
         let (ts, off) = self.max_timestamp_so_far;
         self.time_index.maybe_append(io, ts, off, true)?;
-        Ok(cut)
+        revalidated.cut = cut;
+        Ok(revalidated)
     }
 
     /// Position and header of the first batch whose last offset is ≥ `offset`: index lookup,

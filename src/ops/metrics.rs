@@ -21,6 +21,7 @@ use crate::ops::process_stats::{self, ProcessStats};
 use crate::ops::telemetry::Telemetry;
 use crate::runtime::{Latency, LatencySet, PartitionSnapshot, ShardSnapshot};
 use crate::serve::fetch_sessions::SessionStats;
+use crate::serve::request_stats::{RequestCount, RequestError};
 
 /// Content type of the rendered text.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -49,6 +50,30 @@ struct Scrape {
     states: Vec<PartitionState>,
     process: ProcessStats,
     fetch_sessions: Option<SessionStats>,
+    endpoint_requests: Option<Vec<RequestCount>>,
+    disk: Option<DiskSpace>,
+}
+
+/// The data dir's filesystem, from statvfs at scrape time.
+#[derive(Debug, Clone, Copy)]
+struct DiskSpace {
+    /// Bytes an unprivileged writer (kmirror) may still use (`f_bavail`).
+    free: u64,
+    capacity: u64,
+}
+
+fn disk_space(dir: &std::path::Path) -> Option<DiskSpace> {
+    match rustix::fs::statvfs(dir) {
+        Ok(v) => Some(DiskSpace {
+            free: v.f_bavail.saturating_mul(v.f_frsize),
+            capacity: v.f_blocks.saturating_mul(v.f_frsize),
+        }),
+        Err(e) => {
+            // Only these two series go missing from the scrape; the rest is still served.
+            tracing::warn!("/metrics: cannot statvfs {}: {e}", dir.display());
+            None
+        }
+    }
 }
 
 /// Renders one scrape. `states` are the control plane's partitions; partitions the shards
@@ -76,6 +101,8 @@ pub fn render(telemetry: &Telemetry, states: Vec<PartitionState>, default_mirror
         states,
         process: process_stats::read(),
         fetch_sessions: telemetry.fetch_sessions().map(|s| s.stats()),
+        endpoint_requests: telemetry.endpoint_requests().map(|s| s.snapshot()),
+        disk: telemetry.data_dir().and_then(disk_space),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -174,6 +201,8 @@ impl Collector for Scrape {
         self.encode_partitions(&mut f)?;
         self.encode_shards(&mut f)?;
         self.encode_fetch_sessions(&mut f)?;
+        self.encode_endpoint_requests(&mut f)?;
+        self.encode_disk(&mut f)?;
         self.encode_process(&mut f)
     }
 }
@@ -272,6 +301,37 @@ impl Scrape {
             "kmirror_partition_state",
             "1 for the partition's current mirror state (KIP-1279 names), 0 for the others.",
             &states,
+        )?;
+        // Per mirror, over the partitions the shards fetch for it (none: no series).
+        let mut reachable: Vec<(Labels, i64)> = Vec::new();
+        for (m, p) in &self.partitions {
+            match reachable.last_mut() {
+                Some((l, v)) if l[0].1 == *m => *v = (*v).min(i64::from(p.source_answered)),
+                _ => reachable.push((vec![("mirror", m.clone())], i64::from(p.source_answered))),
+            }
+        }
+        f.gauge(
+            "kmirror_source_reachable",
+            "1 when the source broker of every partition the mirror fetches has answered on its \
+             current connection; 0 while one is connecting or reconnecting.",
+            &reachable,
+        )
+    }
+
+    fn encode_disk(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
+        let Some(d) = self.disk else {
+            return Ok(());
+        };
+        let none: Labels = Vec::new();
+        f.gauge(
+            "kmirror_data_dir_free_bytes",
+            "Bytes still available to kmirror on the data dir's filesystem (statvfs f_bavail).",
+            &[(none.clone(), d.free as i64)],
+        )?;
+        f.gauge(
+            "kmirror_data_dir_capacity_bytes",
+            "Size of the data dir's filesystem (statvfs f_blocks).",
+            &[(none, d.capacity as i64)],
         )
     }
 
@@ -317,6 +377,16 @@ impl Scrape {
             "kmirror_shard_arena_slots",
             "Registered arena slots of the shard.",
             &rows(|s| s.arena_slots),
+        )?;
+        f.gauge(
+            "kmirror_shard_healthy",
+            "1 while the shard's loop keeps turning (its heartbeat advances), 0 once it stalled or died.",
+            &rows(|s| s.healthy),
+        )?;
+        f.counter(
+            "kmirror_shard_failures",
+            "Times the shard was found stalled or dead (its partitions were failed and kmirror exits).",
+            &rows(|s| s.failures),
         )?;
         let throttle: Vec<(Labels, f64)> = self
             .shards
@@ -394,6 +464,48 @@ impl Scrape {
         Ok(())
     }
 
+    fn encode_endpoint_requests(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
+        let Some(rows) = &self.endpoint_requests else {
+            return Ok(());
+        };
+        let labels = |r: &RequestCount| -> Labels {
+            let name = kafka_protocol::messages::ApiKey::try_from(r.api_key)
+                .map(|k| format!("{k:?}"))
+                .unwrap_or_else(|_| r.api_key.to_string());
+            vec![
+                ("api_key", r.api_key.to_string()),
+                ("api", name),
+                ("version", r.version.to_string()),
+            ]
+        };
+        let served: Vec<(Labels, u64)> = rows
+            .iter()
+            .filter(|r| r.served > 0)
+            .map(|r| (labels(r), r.served))
+            .collect();
+        f.counter(
+            "kmirror_endpoint_requests",
+            "Kafka requests the endpoint answered, by API and version.",
+            &served,
+        )?;
+        let mut errors: Vec<(Labels, u64)> = Vec::new();
+        for r in rows {
+            for (i, why) in RequestError::ALL.iter().enumerate() {
+                if r.errors[i] > 0 {
+                    let mut l = labels(r);
+                    l.push(("error", why.name().to_string()));
+                    errors.push((l, r.errors[i]));
+                }
+            }
+        }
+        f.counter(
+            "kmirror_endpoint_request_errors",
+            "Kafka requests that closed their connection, by API, version and why: decode \
+             (not understood), unsupported (API or version not served), other.",
+            &errors,
+        )
+    }
+
     fn encode_process(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
         let p = &self.process;
         let none: Labels = Vec::new();
@@ -451,5 +563,53 @@ impl std::fmt::Debug for Scrape {
             .field("shards", &self.shards.len())
             .field("partitions", &self.partitions.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{Offset, ShardId};
+    use crate::runtime::ShardStats;
+    use std::sync::Arc;
+
+    fn sample(text: &str, key: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn source_reachable_is_one_only_when_every_partition_of_the_mirror_was_answered() {
+        let shards = [ShardStats::new(ShardId(0)), ShardStats::new(ShardId(1))].map(Arc::new);
+        let tp = |t: &str, p| TopicPartition::new(t, p);
+        // east: one partition on each shard, one of them reconnecting; west: all answered.
+        let east0 = shards[0].register(tp("orders", 0), Offset(0));
+        let east1 = shards[1].register(tp("orders", 1), Offset(0));
+        let west = shards[1].register(tp("pay", 0), Offset(0));
+        east0.source_answered(true);
+        west.source_answered(true);
+        let telemetry = Telemetry::new(shards.to_vec());
+        let state = |mirror: &str, tp| PartitionState {
+            mirror: mirror.to_owned(),
+            tp,
+            state: StateName::Mirroring,
+        };
+        let states = || {
+            vec![
+                state("east", tp("orders", 0)),
+                state("east", tp("orders", 1)),
+                state("west", tp("pay", 0)),
+            ]
+        };
+        let text = render(&telemetry, states(), "");
+        let east = r#"kmirror_source_reachable{mirror="east"}"#;
+        let west_key = r#"kmirror_source_reachable{mirror="west"}"#;
+        assert_eq!(sample(&text, east), Some(0.0), "{text}");
+        assert_eq!(sample(&text, west_key), Some(1.0), "{text}");
+        east1.source_answered(true);
+        let text = render(&telemetry, states(), "");
+        assert_eq!(sample(&text, east), Some(1.0), "{text}");
+        // No data dir given: no disk gauges rather than made-up ones.
+        assert!(!text.contains("kmirror_data_dir_"), "{text}");
     }
 }

@@ -1,8 +1,12 @@
 //! `kmirror mirrors ...`: the operator's client of the admin API, shaped like KIP-1279's
 //! `kafka-cluster-mirrors.sh` (kip1279.md §5): one action per call, readable tables by
-//! default, `--json` for scripts, and every error printed with what went wrong.
+//! default, `--json` for scripts, and every error printed with what went wrong. The KIP tool's
+//! spellings work too (README "Manage mirrors" has the comparison): its action flags
+//! (`--describe` for `describe`, see [`accept_action_flags`]), `--bootstrap-server` for
+//! `--admin`, `--mirror-name` for `--mirror`, and its column order and JSON keys.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -14,7 +18,8 @@ use crate::control::admin::{CreateBody, ErrorBody, TopicsBody};
 use crate::control::controller::{CommandReport, MirrorSummary, PartitionRow};
 use crate::control::mirror_def::{parse_properties, StartFrom};
 use crate::limits::{
-    MIRROR_PROPERTIES_BYTES_MAX, PROMOTE_POLL, PROMOTE_PROGRESS_EVERY, PROMOTE_TIMEOUT_MS_DEFAULT,
+    MIRROR_PROPERTIES_BYTES_MAX, MIRROR_RETRY_MAX_ATTEMPTS_DEFAULT, PROMOTE_POLL,
+    PROMOTE_PROGRESS_EVERY, PROMOTE_TIMEOUT_MS_DEFAULT,
 };
 
 /// Where `kmirror serve` listens for admin requests unless configured otherwise.
@@ -24,8 +29,9 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:9190";
 pub struct MirrorsArgs {
     #[command(subcommand)]
     pub action: Action,
-    /// The admin API of the kmirror to talk to (host:port).
-    #[arg(long, global = true, default_value = DEFAULT_ADMIN)]
+    /// The admin API of the kmirror to talk to (host:port of `[admin] listen`, not the Kafka
+    /// listener). `--bootstrap-server` is the KIP tool's name for the cluster it manages.
+    #[arg(long, global = true, default_value = DEFAULT_ADMIN, visible_alias = "bootstrap-server")]
     pub admin: String,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
@@ -36,7 +42,7 @@ pub struct MirrorsArgs {
 pub enum Action {
     /// Create a mirror from a Kafka-style properties file (bootstrap.servers, security.protocol...).
     Create {
-        #[arg(long)]
+        #[arg(long, visible_alias = "mirror-name")]
         mirror: String,
         #[arg(long)]
         mirror_config: PathBuf,
@@ -46,7 +52,7 @@ pub enum Action {
     },
     /// Start mirroring the source topics matching comma-separated regexes.
     Start {
-        #[arg(long)]
+        #[arg(long, visible_alias = "mirror-name")]
         mirror: String,
         #[arg(long)]
         topics: String,
@@ -55,14 +61,14 @@ pub enum Action {
     },
     /// Pause mirrored topics (fetchers removed; resume continues from the local log end).
     Pause {
-        #[arg(long)]
+        #[arg(long, visible_alias = "mirror-name")]
         mirror: String,
         #[arg(long)]
         topics: String,
     },
     /// Resume paused topics.
     Resume {
-        #[arg(long)]
+        #[arg(long, visible_alias = "mirror-name")]
         mirror: String,
         #[arg(long)]
         topics: String,
@@ -70,7 +76,7 @@ pub enum Action {
     /// Stop mirroring topics (records the last mirror epoch and end offset). This is the
     /// failover: the topics become writable on kmirror.
     Stop {
-        #[arg(long)]
+        #[arg(long, visible_alias = "mirror-name")]
         mirror: String,
         #[arg(long)]
         topics: String,
@@ -84,14 +90,14 @@ pub enum Action {
     },
     /// Delete a mirror whose topics are all STOPPED.
     Delete {
-        #[arg(long)]
+        #[arg(long, visible_alias = "mirror-name")]
         mirror: String,
     },
     /// List mirrors.
     List,
     /// Per-partition state, offsets, lag and last error.
     Describe {
-        #[arg(long)]
+        #[arg(long, visible_alias = "mirror-name")]
         mirror: Option<String>,
         /// Only FAILED partitions, with retry count and error.
         #[arg(long)]
@@ -110,7 +116,10 @@ pub enum CliError {
     BadConfig { path: PathBuf, reason: String },
     #[error("{0}")]
     BadArgument(String),
-    #[error("cannot reach the kmirror admin API at {addr}: {reason}")]
+    #[error(
+        "cannot reach the kmirror admin API at {addr}: {reason} (--admin/--bootstrap-server is \
+         the address of kmirror's `[admin] listen`, not of a Kafka listener)"
+    )]
     Unreachable { addr: String, reason: String },
     /// The server refused the request; its message names the problem.
     #[error("{0}")]
@@ -124,6 +133,70 @@ pub enum CliError {
     BadAnswer { addr: String, reason: String },
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
+}
+
+/// Accepts the KIP tool's action flags: `kmirror mirrors --describe --mirror m` is turned into
+/// `kmirror mirrors describe --mirror m` before clap parses `argv` (kmirror's actions are
+/// subcommands, like its other commands; the KIP's `kafka-cluster-mirrors.sh --create/--start/
+/// ...` are flags, like Kafka's other tools). `argv` without `mirrors` first, or already naming
+/// the subcommand, is returned as it is; two action flags are refused, as the KIP tool refuses
+/// them. Option values are never taken for actions (`--topics --list` keeps `--list` a value).
+pub fn accept_action_flags(argv: Vec<OsString>) -> Result<Vec<OsString>, CliError> {
+    if argv.get(1).and_then(|a| a.to_str()) != Some("mirrors") {
+        return Ok(argv);
+    }
+    let cmd = MirrorsArgs::augment_args(clap::Command::new("mirrors"));
+    let actions: Vec<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    // Every `--long` spelling (and alias) that takes a value, in any action.
+    let mut takes_value: Vec<String> = Vec::new();
+    for arg in cmd
+        .get_arguments()
+        .chain(cmd.get_subcommands().flat_map(|c| c.get_arguments()))
+    {
+        if arg.get_action().takes_values() {
+            takes_value.extend(arg.get_long().map(str::to_owned));
+            takes_value.extend(
+                arg.get_all_aliases()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(str::to_owned),
+            );
+        }
+    }
+    let mut flags = Vec::new(); // (index in argv, action)
+    let mut i = 2;
+    while i < argv.len() {
+        let Some(token) = argv[i].to_str() else {
+            i += 1;
+            continue;
+        };
+        if actions.iter().any(|a| a == token) {
+            return Ok(argv); // the subcommand form
+        }
+        if let Some(long) = token.strip_prefix("--") {
+            if let Some(action) = actions.iter().find(|a| *a == long) {
+                flags.push((i, action.clone()));
+            } else if takes_value.iter().any(|t| t == long) {
+                i += 1; // skip its value
+            }
+        }
+        i += 1;
+    }
+    match flags.as_slice() {
+        [] => Ok(argv),
+        [(at, action)] => {
+            let mut out = argv;
+            out.remove(*at);
+            out.insert(2, OsString::from(action));
+            Ok(out)
+        }
+        [(_, a), (_, b), ..] => Err(CliError::BadArgument(format!(
+            "one action per call, got --{a} and --{b}"
+        ))),
+    }
 }
 
 struct Client {
@@ -251,6 +324,16 @@ fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io
         writeln!(out, "{}", line(r.iter().map(String::as_str).collect()))?;
     }
     Ok(())
+}
+
+/// `describe --failed`'s RETRY cell as the KIP tool prints it: `attempt/max`, or
+/// `NonRetryable` for failures retrying cannot fix.
+fn retry_cell(attempt: i32) -> String {
+    if attempt < 0 {
+        "NonRetryable".to_owned()
+    } else {
+        format!("{attempt}/{MIRROR_RETRY_MAX_ATTEMPTS_DEFAULT}")
+    }
 }
 
 fn opt<T: ToString>(v: Option<T>) -> String {
@@ -461,11 +544,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                             r.mirror,
                             r.topic,
                             r.partition.to_string(),
-                            if r.retry_attempt < 0 {
-                                "NonRetryable".to_owned()
-                            } else {
-                                r.retry_attempt.to_string()
-                            },
+                            retry_cell(r.retry_attempt),
                             opt(r.error_message),
                         ]
                     })
@@ -486,8 +565,8 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                             opt(r.source_offset),
                             opt(r.destination_offset),
                             opt(r.lag),
-                            opt(r.lag_seconds.map(|s| format!("{s:.1}"))),
                             r.state.to_string(),
+                            opt(r.lag_seconds.map(|s| format!("{s:.1}"))),
                             opt(r
                                 .error_message
                                 .or_else(|| r.config_error.map(|e| format!("topic configs: {e}")))),
@@ -503,8 +582,8 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                         "SOURCE-OFFSET",
                         "DESTINATION-OFFSET",
                         "LAG",
-                        "LAG-SECONDS",
                         "STATE",
+                        "LAG-SECONDS",
                         "ERROR",
                     ],
                     &cells,
@@ -513,4 +592,70 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &str) -> Vec<OsString> {
+        s.split_whitespace().map(OsString::from).collect()
+    }
+
+    fn rewritten(s: &str) -> String {
+        let out = accept_action_flags(argv(s)).unwrap();
+        let words: Vec<String> = out
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        words.join(" ")
+    }
+
+    #[test]
+    fn the_kip_action_flag_becomes_the_subcommand() {
+        assert_eq!(
+            rewritten("kmirror mirrors --describe --mirror m --json"),
+            "kmirror mirrors describe --mirror m --json"
+        );
+        assert_eq!(
+            rewritten("kmirror mirrors --bootstrap-server h:1 --stop --mirror m --topics .*"),
+            "kmirror mirrors stop --bootstrap-server h:1 --mirror m --topics .*"
+        );
+        assert_eq!(rewritten("kmirror mirrors --list"), "kmirror mirrors list");
+    }
+
+    #[test]
+    fn values_and_the_subcommand_form_are_left_alone() {
+        for same in [
+            "kmirror mirrors describe --mirror m",
+            "kmirror mirrors start --mirror m --topics --list",
+            "kmirror serve --config --list",
+            "kmirror mirrors --admin h:1 list",
+        ] {
+            assert_eq!(rewritten(same), same);
+        }
+        // A value that looks like an action flag stays a value.
+        assert_eq!(
+            rewritten("kmirror mirrors --start --mirror-name --stop --topics t"),
+            "kmirror mirrors start --mirror-name --stop --topics t"
+        );
+    }
+
+    #[test]
+    fn two_actions_are_refused() {
+        let e = accept_action_flags(argv("kmirror mirrors --start --stop --mirror m"));
+        assert!(
+            matches!(&e, Err(CliError::BadArgument(m)) if m.contains("--start and --stop")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn retry_cell_shows_attempt_of_max_or_non_retryable() {
+        assert_eq!(retry_cell(-1), "NonRetryable");
+        assert_eq!(
+            retry_cell(3),
+            format!("3/{MIRROR_RETRY_MAX_ATTEMPTS_DEFAULT}")
+        );
+    }
 }

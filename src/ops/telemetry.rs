@@ -21,6 +21,7 @@ use crate::limits::{
 };
 use crate::runtime::{Latency, LatencySet, ShardStats};
 use crate::serve::fetch_sessions::FetchSessions;
+use crate::serve::request_stats::RequestStats;
 
 /// Sub-directory of the data dir holding the interval logs.
 pub const LATENCY_DIR: &str = "latency";
@@ -47,6 +48,10 @@ pub struct Telemetry {
     pub started: SystemTime,
     /// The Kafka endpoint's fetch sessions, once a listener serves them.
     fetch_sessions: OnceLock<Arc<FetchSessions>>,
+    /// The Kafka endpoint's requests per API and version, once a listener counts them.
+    endpoint_requests: OnceLock<Arc<RequestStats>>,
+    /// The data dir, whose filesystem's free space `/metrics` shows (none: not shown).
+    data_dir: Option<PathBuf>,
 }
 
 impl Telemetry {
@@ -57,7 +62,13 @@ impl Telemetry {
             cumulative: Mutex::new(cumulative),
             started: SystemTime::now(),
             fetch_sessions: OnceLock::new(),
+            endpoint_requests: OnceLock::new(),
+            data_dir: None,
         }
+    }
+
+    pub fn data_dir(&self) -> Option<&Path> {
+        self.data_dir.as_deref()
     }
 
     /// Shows the endpoint's fetch session counters in `/metrics` from now on (the listener
@@ -68,6 +79,15 @@ impl Telemetry {
 
     pub fn fetch_sessions(&self) -> Option<&Arc<FetchSessions>> {
         self.fetch_sessions.get()
+    }
+
+    /// Shows the endpoint's request counters in `/metrics` from now on.
+    pub fn attach_endpoint_requests(&self, stats: Arc<RequestStats>) {
+        let _ = self.endpoint_requests.set(stats);
+    }
+
+    pub fn endpoint_requests(&self) -> Option<&Arc<RequestStats>> {
+        self.endpoint_requests.get()
     }
 
     /// A copy of the cumulative histograms, one set per shard.
@@ -116,7 +136,10 @@ impl TelemetryThread {
             path: dir.clone(),
             source,
         })?;
-        let telemetry = Arc::new(Telemetry::new(shards));
+        let telemetry = Arc::new(Telemetry {
+            data_dir: Some(data_dir.to_owned()),
+            ..Telemetry::new(shards)
+        });
         let stop = Arc::new(AtomicBool::new(false));
         let (t, s) = (Arc::clone(&telemetry), Arc::clone(&stop));
         let thread = std::thread::Builder::new()

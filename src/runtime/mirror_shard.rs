@@ -94,6 +94,10 @@ pub enum MirrorMsg {
     /// A retention pass: every owned log deletes the segments its retention.ms and
     /// retention.bytes (and log start) make deletable at `now_ms`.
     EnforceRetention { now_ms: i64 },
+    /// A recovery-point checkpoint round: every owned log with data above its recovery point
+    /// is flushed (fdatasync on the ring), which publishes its new recovery point to the log
+    /// dir's checkpoint cell.
+    Flush,
 }
 
 /// How to reach and talk to one source broker.
@@ -239,6 +243,9 @@ struct Source {
     /// The group the next head-of-pipe request is offered to first (round robin).
     next_head: usize,
     deadline_armed: bool,
+    /// The source answered a request on this connection since it (re)connected; mirrored into
+    /// every partition's stats when it changes (`kmirror_source_reachable`), never per response.
+    answered: bool,
 }
 
 /// Logs handed back to the control thread when a shard stops or drops a partition, so the
@@ -326,6 +333,7 @@ impl MirrorShard {
             securing_since: None,
             next_head: 0,
             deadline_armed: false,
+            answered: false,
         });
         let i = self.sources.len() - 1;
         self.connect(cx, i);
@@ -407,7 +415,9 @@ impl MirrorShard {
                     group.meters.resize_with(n + 1, || None);
                     group.leader_wanted.resize(n + 1, false);
                 }
-                group.meters[n] = Some(cx.stats.register(tp.clone(), log.log_end_offset()));
+                let meter = cx.stats.register(tp.clone(), log.log_end_offset());
+                meter.source_answered(src.answered);
+                group.meters[n] = Some(meter);
                 group.logs[n] = Some(log);
                 group.leader_wanted[n] = false;
                 let at = Loc {
@@ -437,6 +447,29 @@ impl MirrorShard {
                 for log in group.logs.iter_mut().flatten() {
                     if let Err(e) = log.delete_old_segments(&mut RingIo::new(cx.ring), now_ms) {
                         failed.push(format!("{}: retention failed: {e}", log.topic_partition()));
+                    }
+                }
+            }
+        }
+        for what in failed {
+            let _ = cx.emit(MirrorEvent::Notice { what });
+        }
+    }
+
+    fn flush_logs(&mut self, cx: &mut Cx<'_>) {
+        let mut failed = Vec::new();
+        for src in &mut self.sources {
+            for group in &mut src.groups {
+                for log in group
+                    .logs
+                    .iter_mut()
+                    .flatten()
+                    .filter(|l| l.has_unflushed())
+                {
+                    // Each fsync is progress: a long round must not look like a stall.
+                    cx.stats.heartbeat().beat();
+                    if let Err(e) = log.flush(&mut RingIo::new(cx.ring)) {
+                        failed.push(format!("{}: flush failed: {e}", log.topic_partition()));
                     }
                 }
             }
@@ -582,9 +615,17 @@ impl MirrorShard {
         src.partial = None;
         src.out.clear();
         let now = Instant::now();
+        let answered = std::mem::replace(&mut src.answered, false);
         for group in &mut src.groups {
             group.fetcher.connection_lost(now);
             group.streaming = true;
+            if answered {
+                group
+                    .meters
+                    .iter()
+                    .flatten()
+                    .for_each(|m| m.source_answered(false));
+            }
         }
     }
 
@@ -931,6 +972,16 @@ impl MirrorShard {
             return Err("response with no request outstanding".to_string());
         };
         src.turn_since = now;
+        if !src.answered {
+            src.answered = true;
+            for group in &src.groups {
+                group
+                    .meters
+                    .iter()
+                    .flatten()
+                    .for_each(|m| m.source_answered(true));
+            }
+        }
         let took = now.saturating_duration_since(request.sent_at);
         cx.stats.fetched(took);
         cx.latency.record(Latency::FetchRoundTrip, took);
@@ -1176,6 +1227,7 @@ impl ShardHandler for MirrorShard {
             } => self.releader(cx, tp, source, topic_id, leader_epoch),
             MirrorMsg::SetConfig { tp, config } => self.set_config(cx, &tp, *config),
             MirrorMsg::EnforceRetention { now_ms } => self.enforce_retention(cx, now_ms),
+            MirrorMsg::Flush => self.flush_logs(cx),
         }
     }
 

@@ -11,8 +11,11 @@
 //! | `start`       | `Runtime`: core selection, spawning, stopping                          |
 //! | `mirror_shard`| the data path: source sockets, fetchers, appends to partition logs    |
 //! | `stats`       | per-shard counters and latency intervals, read by metrics lock-free    |
+//! | `health`      | per-shard heartbeat and the control side's stall/panic check           |
+//! | `test_hooks`  | debug-build-only faults (panic or stall a shard) for the tests         |
 
 pub mod arena;
+pub mod health;
 pub mod mailbox;
 pub mod memlock;
 pub mod mirror_shard;
@@ -21,6 +24,7 @@ pub mod ring;
 pub mod shard;
 pub mod start;
 pub mod stats;
+mod test_hooks;
 pub mod uring_io;
 
 pub use arena::{Arena, SlotBuf};

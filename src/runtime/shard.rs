@@ -1,17 +1,22 @@
 //! The pinned shard thread: owns its ring, its arena and a `ShardHandler` (the data path), and
-//! runs to completion: drain the mailbox, submit, wait, dispatch completions, repeat.
+//! runs to completion: drain the mailbox, submit, wait, dispatch completions, repeat. Each turn
+//! beats the shard's heartbeat (`runtime::health`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::arena::Arena;
 use super::mailbox::{ControlSender, MailboxFull};
 use super::ring::{Completion, Ring, RingMode, Waker};
 use super::stats::{LatencyRecorder, ShardStats};
 use crate::ids::ShardId;
+use crate::limits::SHARD_HEARTBEAT_MS;
 
-/// Tag of the shard's own eventfd READ; handler tags must be below it.
+/// Tag of the shard's own eventfd READ.
 pub const WAKER_TAG: u64 = u64::MAX;
+/// Tag of the shard's heartbeat TIMEOUT; handler tags must be below it.
+pub const HEARTBEAT_TAG: u64 = u64::MAX - 1;
 
 /// What a shard runs. Created on the shard thread by the runtime's factory, so it may hold
 /// `!Send` state; it sees the ring and arena only through `ShardCx`.
@@ -152,6 +157,11 @@ fn publish<E>(cx: &mut ShardCx<'_, E>) {
 }
 
 /// The shard thread body. `ready` receives the start result exactly once.
+///
+/// The loop runs under `catch_unwind`: a panic in the handler is recorded in the shard's
+/// heartbeat (the control side fails its partitions and stops the process), and the handler
+/// and ring are torn down here, in that order, before the arena whose registered buffers the
+/// kernel may still be writing into.
 pub(crate) fn run<H: ShardHandler>(
     mut seed: ShardSeed<H>,
     make: &(dyn Fn(ShardId) -> H + Send + Sync),
@@ -167,26 +177,75 @@ pub(crate) fn run<H: ShardHandler>(
             return;
         }
     };
-    let mut handler = make(seed.shard);
     let stats = Arc::clone(&seed.stats);
     let mut latency = LatencyRecorder::new();
-    let mut cx = ShardCx {
-        shard: seed.shard,
-        ring: &mut ring,
-        arena: &arena,
-        stats: &stats,
-        latency: &mut latency,
-        events: &mut seed.events,
-    };
-    cx.ring
-        .read_waker(WAKER_TAG, &seed.waker)
-        .unwrap_or_else(|_| unreachable!("empty slab at start"));
-    handler.start(&mut cx);
-    loop {
-        while let Ok(msg) = seed.inbox.pop() {
-            handler.on_message(&mut cx, msg);
+    let mut handler: Option<H> = None;
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let handler = handler.insert(make(seed.shard));
+        let mut cx = ShardCx {
+            shard: seed.shard,
+            ring: &mut ring,
+            arena: &arena,
+            stats: &stats,
+            latency: &mut latency,
+            events: &mut seed.events,
+        };
+        turn_loop(handler, &mut cx, &mut seed.inbox, &seed.waker, &seed.stop);
+        handler.stop(&mut cx);
+    }));
+    match outcome {
+        Ok(()) => {
+            drop(handler);
+            latency.finish(&stats);
+            stats.heartbeat().stopped();
         }
-        if seed.stop.load(Ordering::Acquire) {
+        Err(payload) => {
+            // Its logs are dropped unclosed: their owner is gone, and the next start recovers
+            // them (no clean-shutdown marker can be written without them).
+            drop(handler);
+            stats
+                .heartbeat()
+                .panicked(super::health::panic_message(&*payload));
+        }
+    }
+    // Dropping the ring cancels and reaps every op still in flight before the arena can go.
+    drop(ring);
+    drop(arena);
+}
+
+/// Drain the mailbox, submit, wait, dispatch completions, repeat, until asked to stop. Every
+/// turn beats the heartbeat; a TIMEOUT kept posted every `SHARD_HEARTBEAT_MS` makes an idle
+/// shard turn too, so a shard that stops turning is known to be stuck, not idle.
+fn turn_loop<H: ShardHandler>(
+    handler: &mut H,
+    cx: &mut ShardCx<'_, H::Event>,
+    inbox: &mut rtrb::Consumer<H::Msg>,
+    waker: &Waker,
+    stop: &AtomicBool,
+) {
+    let beat = Duration::from_millis(SHARD_HEARTBEAT_MS);
+    let fault = super::test_hooks::ShardFault::armed(cx.shard);
+    cx.ring
+        .read_waker(WAKER_TAG, waker)
+        .unwrap_or_else(|_| unreachable!("empty slab at start"));
+    // Posted again after each expiry; if the handler filled the op slab meanwhile it is
+    // retried every turn (a shard that busy is turning anyway).
+    let mut beat_posted = false;
+    handler.start(cx);
+    loop {
+        cx.stats.heartbeat().beat();
+        if !beat_posted {
+            beat_posted = cx.ring.timeout(HEARTBEAT_TAG, beat).is_ok();
+        }
+        if let Some(f) = &fault {
+            f.fire_if_due(cx.shard);
+        }
+        while let Ok(msg) = inbox.pop() {
+            // A long burst of messages (thousands of partitions handed over) is progress too.
+            cx.stats.heartbeat().beat();
+            handler.on_message(cx, msg);
+        }
+        if stop.load(Ordering::Acquire) {
             break;
         }
         cx.ring.submit_and_wait();
@@ -195,17 +254,17 @@ pub(crate) fn run<H: ShardHandler>(
                 // The READ consumed the counter; post it again so the next wake is seen.
                 // The slot it used was just freed, so the slab has room.
                 cx.ring
-                    .read_waker(WAKER_TAG, &seed.waker)
+                    .read_waker(WAKER_TAG, waker)
                     .unwrap_or_else(|_| unreachable!("slab entry just freed"));
+            } else if c.tag == HEARTBEAT_TAG {
+                beat_posted = cx.ring.timeout(HEARTBEAT_TAG, beat).is_ok();
+                if let Some(f) = &fault {
+                    f.fire_if_due(cx.shard);
+                }
             } else {
-                handler.on_completion(&mut cx, c);
+                handler.on_completion(cx, c);
             }
         }
-        publish(&mut cx);
+        publish(cx);
     }
-    handler.stop(&mut cx);
-    drop(handler);
-    latency.finish(&stats);
-    // Dropping the ring cancels and reaps every op still in flight before the arena can go.
-    drop(ring);
 }

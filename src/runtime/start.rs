@@ -11,7 +11,9 @@ use super::ring::Waker;
 use super::shard::{self, ShardHandler, ShardInfo, ShardSeed, ShardStartError};
 use super::stats::ShardStats;
 use crate::ids::ShardId;
-use crate::limits::{MAILBOX_TO_CONTROL_CAPACITY, MAILBOX_TO_SHARD_CAPACITY, SHARDS_MAX};
+use crate::limits::{
+    MAILBOX_TO_CONTROL_CAPACITY, MAILBOX_TO_SHARD_CAPACITY, SHARDS_MAX, SHARD_JOIN_WAIT_MS,
+};
 
 /// How many shards, where, and how big their arenas are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,16 +219,28 @@ impl<H: ShardHandler + 'static> Runtime<H> {
     pub fn stop(mut self) {
         self.shutdown();
     }
+}
 
+impl<H: ShardHandler> Runtime<H> {
     fn shutdown(&mut self) {
         self.stop.store(true, Ordering::Release);
         for s in &self.shards {
             let _ = s.waker.wake();
         }
-        for s in &mut self.shards {
-            if let Some(t) = s.thread.take() {
+        // A stalled shard never ends: waiting for it would hang the stop (and with it the
+        // process systemd is waiting to restart), so each is given a bounded time.
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(SHARD_JOIN_WAIT_MS);
+        for (i, s) in self.shards.iter_mut().enumerate() {
+            let Some(t) = s.thread.take() else { continue };
+            while !t.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            if t.is_finished() {
                 // A shard that panicked has already reported it on stderr.
                 let _ = t.join();
+            } else {
+                tracing::error!(shard = i, "shard did not stop; leaving its thread behind");
             }
         }
     }
@@ -234,14 +248,6 @@ impl<H: ShardHandler + 'static> Runtime<H> {
 
 impl<H: ShardHandler> Drop for Runtime<H> {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        for s in &self.shards {
-            let _ = s.waker.wake();
-        }
-        for s in &mut self.shards {
-            if let Some(t) = s.thread.take() {
-                let _ = t.join();
-            }
-        }
+        self.shutdown();
     }
 }

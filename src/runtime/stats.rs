@@ -8,7 +8,7 @@
 //! both ways, so after warm-up nothing allocates). The only mutex is the partition registry,
 //! touched when a partition is added to or leaves the shard, never per fetch.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,8 @@ pub struct PartitionStats {
     records_skipped: AtomicU64,
     /// Largest batch timestamp appended so far (-1: none yet).
     max_timestamp_ms: AtomicI64,
+    /// The connection fetching the partition is up and its source broker has answered on it.
+    source_answered: AtomicBool,
 }
 
 /// A consistent-enough copy of `PartitionStats` for rendering.
@@ -49,6 +51,7 @@ pub struct PartitionSnapshot {
     pub throttle_ms: u64,
     pub records_skipped: u64,
     pub max_timestamp: Option<TimestampMs>,
+    pub source_answered: bool,
 }
 
 impl PartitionStats {
@@ -63,6 +66,7 @@ impl PartitionStats {
             throttle_ms: AtomicU64::new(0),
             records_skipped: AtomicU64::new(0),
             max_timestamp_ms: AtomicI64::new(-1),
+            source_answered: AtomicBool::new(false),
         }
     }
 
@@ -96,6 +100,11 @@ impl PartitionStats {
         self.fetch_errors.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The partition's source connection answered since it connected (true), or was lost.
+    pub fn source_answered(&self, yes: bool) {
+        self.source_answered.store(yes, Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> PartitionSnapshot {
         let hw = self.high_watermark.load(Ordering::Relaxed);
         let ts = self.max_timestamp_ms.load(Ordering::Relaxed);
@@ -109,6 +118,7 @@ impl PartitionStats {
             throttle_ms: self.throttle_ms.load(Ordering::Relaxed),
             records_skipped: self.records_skipped.load(Ordering::Relaxed),
             max_timestamp: (ts >= 0).then_some(TimestampMs(ts)),
+            source_answered: self.source_answered.load(Ordering::Relaxed),
         }
     }
 }
@@ -199,6 +209,8 @@ pub struct ShardStats {
     ring_completed: AtomicU64,
     arena_slots_in_use: AtomicU64,
     arena_slots: AtomicU64,
+    /// Turns of the shard loop and how the thread ended (`runtime::health`).
+    heartbeat: super::health::Heartbeat,
     partitions: Mutex<Vec<Arc<PartitionStats>>>,
     filled: ArrayQueue<Box<LatencySet>>,
     blank: ArrayQueue<Box<LatencySet>>,
@@ -217,6 +229,10 @@ pub struct ShardSnapshot {
     pub ring_completed: u64,
     pub arena_slots_in_use: u64,
     pub arena_slots: u64,
+    /// 1 while the health check finds the shard turning, 0 once it failed.
+    pub healthy: u64,
+    /// Times the health check found the shard failed.
+    pub failures: u64,
 }
 
 impl ShardStats {
@@ -237,6 +253,7 @@ impl ShardStats {
             ring_completed: AtomicU64::new(0),
             arena_slots_in_use: AtomicU64::new(0),
             arena_slots: AtomicU64::new(0),
+            heartbeat: Default::default(),
             partitions: Mutex::new(Vec::new()),
             // Room for every set in circulation (the blanks plus the one recording), so the
             // final hand-over at shutdown never finds the queue full.
@@ -269,6 +286,12 @@ impl ShardStats {
         self.ring_completed.store(completed, Ordering::Relaxed);
         self.arena_slots_in_use.store(in_use, Ordering::Relaxed);
         self.arena_slots.store(slots, Ordering::Relaxed);
+    }
+
+    /// The shard loop's heartbeat (written by the shard) and health verdict (by the control
+    /// side's check).
+    pub fn heartbeat(&self) -> &super::health::Heartbeat {
+        &self.heartbeat
     }
 
     /// A partition joined the shard. Not on the hot path (mailbox message).
@@ -306,6 +329,8 @@ impl ShardStats {
             ring_completed: l(&self.ring_completed),
             arena_slots_in_use: l(&self.arena_slots_in_use),
             arena_slots: l(&self.arena_slots),
+            healthy: u64::from(self.heartbeat.healthy()),
+            failures: self.heartbeat.failures(),
         }
     }
 

@@ -16,6 +16,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
+use crate::serve::request_stats::{RequestError, RequestStats};
 use crate::serve::ServeError;
 
 /// Kafka's UNSUPPORTED_VERSION error code.
@@ -151,9 +152,20 @@ pub fn frame_head(
 }
 
 /// The registry of handlers and the ApiVersions answer built from it.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Dispatcher {
     handlers: BTreeMap<i16, (ApiVersion, Arc<dyn ApiHandler>)>,
+    /// Every request dispatched, by API and version, answered or refused.
+    stats: Arc<RequestStats>,
+}
+
+impl Default for Dispatcher {
+    fn default() -> Dispatcher {
+        Dispatcher {
+            handlers: BTreeMap::new(),
+            stats: RequestStats::new(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -168,6 +180,15 @@ impl Dispatcher {
     /// A dispatcher that knows only ApiVersions.
     pub fn new() -> Dispatcher {
         Dispatcher::default()
+    }
+
+    /// Counts requests into `stats` (shown in `/metrics`) instead of a private table.
+    pub fn count_into(&mut self, stats: Arc<RequestStats>) {
+        self.stats = stats;
+    }
+
+    pub fn stats(&self) -> &Arc<RequestStats> {
+        &self.stats
     }
 
     /// Serves `key` in versions `min..=max` with `handler`, replacing any earlier handler.
@@ -209,8 +230,29 @@ impl Dispatcher {
         self.dispatch_from(frame, None)
     }
 
-    /// `dispatch` for a frame that arrived from `peer`.
+    /// `dispatch` for a frame that arrived from `peer`; counted in the request stats.
     pub fn dispatch_from(
+        &self,
+        frame: Bytes,
+        peer: Option<SocketAddr>,
+    ) -> Result<(ApiKey, i16, Response), ServeError> {
+        let key_version = (frame.len() >= 4).then(|| {
+            (
+                i16::from_be_bytes([frame[0], frame[1]]),
+                i16::from_be_bytes([frame[2], frame[3]]),
+            )
+        });
+        let result = self.dispatch_counted(frame, peer);
+        if let Some((key, version)) = key_version {
+            match &result {
+                Ok(_) => self.stats.served(key, version),
+                Err(e) => self.stats.failed(key, version, RequestError::of(e)),
+            }
+        }
+        result
+    }
+
+    fn dispatch_counted(
         &self,
         frame: Bytes,
         peer: Option<SocketAddr>,

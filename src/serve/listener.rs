@@ -14,6 +14,7 @@ use crate::serve::catalog_apis;
 use crate::serve::conn;
 use crate::serve::dispatch::Dispatcher;
 use crate::serve::fetch_sessions::FetchSessions;
+use crate::serve::request_stats::RequestStats;
 use crate::serve::writes::WriterSlot;
 
 /// Where to listen and what to tell clients.
@@ -36,12 +37,14 @@ pub struct KafkaListener {
 impl KafkaListener {
     /// Binds and starts serving the partitions of `catalog` with the APIs of
     /// `catalog_apis::dispatcher` (Fetch keeping its sessions in `sessions`), plus whatever `extend` registers (the group coordinator);
-    /// `extend` is told the advertised host and port, known only once bound.
+    /// `extend` is told the advertised host and port, known only once bound. Every request is
+    /// counted in `stats`.
     pub fn start(
         config: &ListenerConfig,
         catalog: Arc<ReadCatalog>,
         writer: WriterSlot,
         sessions: Arc<FetchSessions>,
+        stats: Arc<RequestStats>,
         extend: impl FnOnce(&mut Dispatcher, &str, i32),
     ) -> std::io::Result<KafkaListener> {
         let listener = TcpListener::bind(config.listen)?;
@@ -56,6 +59,7 @@ impl KafkaListener {
         let mut dispatcher =
             catalog_apis::dispatcher(catalog, host.clone(), port as i32, writer, sessions);
         extend(&mut dispatcher, &host, port as i32);
+        dispatcher.count_into(stats);
         let dispatcher = Arc::new(dispatcher);
         // Non-blocking accept polled with the stop flag: a blocked accept cannot be woken.
         listener.set_nonblocking(true)?;

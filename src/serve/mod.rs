@@ -16,6 +16,7 @@
 //! | `metadata`, `fetch`, `list_offsets`, `describe_configs`, `produce`, `offset_for_epoch` | one API each |
 //! | `fetch_sessions` | the fetch session cache (KIP-227) and its rules, sans-IO |
 //! | `writes` | Produce and InitProducerId for failed-over partitions, through the control plane's leader store |
+//! | `request_stats` | requests per API and version, answered and refused (`/metrics`) |
 //! | `segment_reader` | offset/time/txn index lookups on a published segment, by `pread` |
 //! | `groups` | the consumer-group coordinator (sans-IO), registered on the dispatcher |
 
@@ -31,6 +32,7 @@ pub mod listener;
 pub mod metadata;
 pub mod offset_for_epoch;
 pub mod produce;
+pub mod request_stats;
 pub mod segment_reader;
 pub mod txn;
 pub mod writes;
@@ -40,8 +42,8 @@ pub use listener::{KafkaListener, ListenerConfig};
 use crate::log::LogError;
 
 /// Starts the Kafka listener when the configuration has a `[kafka]` section, with the group
-/// APIs of `groups` when given; Fetch keeps its sessions in `sessions` (whose counters the
-/// caller shows in `/metrics`).
+/// APIs of `groups` when given; Fetch keeps its sessions in `sessions` and every request is
+/// counted in `stats` (the caller shows both in `/metrics`).
 pub fn start_configured(
     config: &crate::config::ServeConfig,
     catalog: &std::sync::Arc<crate::log::read_view::ReadCatalog>,
@@ -49,6 +51,7 @@ pub fn start_configured(
     groups: Option<&std::sync::Arc<groups::GroupService>>,
     txn: Option<&std::sync::Arc<txn::TxnService>>,
     sessions: &std::sync::Arc<fetch_sessions::FetchSessions>,
+    stats: &std::sync::Arc<request_stats::RequestStats>,
 ) -> std::io::Result<Option<KafkaListener>> {
     let Some(k) = &config.kafka else {
         return Ok(None);
@@ -62,6 +65,7 @@ pub fn start_configured(
         std::sync::Arc::clone(catalog),
         std::sync::Arc::clone(writer),
         std::sync::Arc::clone(sessions),
+        std::sync::Arc::clone(stats),
         |d, host, port| {
             if let Some(g) = groups {
                 g.register(d, host, port);

@@ -41,10 +41,23 @@ impl KafkaVersion {
         name: "4.1.1",
         metadata: Metadata::Kraft,
     };
+    /// The newest release (KRaft), as a source and for its Java clients
+    /// (tests/kafka/newer/4.4.0/pom.xml).
+    pub const V4_4_0: KafkaVersion = KafkaVersion {
+        name: "4.4.0",
+        metadata: Metadata::Kraft,
+    };
     /// The last 3.x release (KRaft).
     pub const V3_9_1: KafkaVersion = KafkaVersion {
         name: "3.9.1",
         metadata: Metadata::Kraft,
+    };
+
+    /// The last release before KRaft was usable (2.8's KRaft was an early-access preview): the
+    /// middle of the ZooKeeper-to-KRaft path, run with ZooKeeper.
+    pub const V2_8_2: KafkaVersion = KafkaVersion {
+        name: "2.8.2",
+        metadata: Metadata::ZooKeeper,
     };
 
     /// The oldest release the harness runs: ZooKeeper-based. On Java 17 it needs a newer
@@ -56,8 +69,10 @@ impl KafkaVersion {
 
     /// Every release the harness can start, newest first.
     pub const ALL: &'static [KafkaVersion] = &[
+        KafkaVersion::V4_4_0,
         KafkaVersion::DEFAULT,
         KafkaVersion::V3_9_1,
+        KafkaVersion::V2_8_2,
         KafkaVersion::V2_1_1,
     ];
 
@@ -120,6 +135,8 @@ pub struct Kafka {
     secure_port: u16,
     /// Extra `kafka-storage format` arguments (SCRAM users).
     format_args: Vec<String>,
+    /// SIGSTOP'ed by [`Kafka::freeze`].
+    frozen: bool,
 }
 
 /// What a SASL_SSL broker needs: its key store, and the users to create at format time.
@@ -194,6 +211,7 @@ impl Kafka {
                 zookeeper_port: free_port(),
                 secure_port: free_port(),
                 format_args: Vec::new(),
+                frozen: false,
             };
             let secure_props = secure.map(|s| k.sasl_ssl_props(s)).unwrap_or_default();
             let mut all: Vec<(&str, &str)> = secure_props
@@ -327,6 +345,10 @@ impl Kafka {
     /// Graceful shutdown (SIGTERM): the broker flushes, writes its checkpoints and clean-shutdown
     /// marker, and trims its active segment's preallocated index files.
     pub fn stop(&mut self) {
+        // A frozen JVM would never see the SIGTERM.
+        if self.frozen {
+            self.thaw();
+        }
         let Some(mut jvm) = self.jvm.take() else {
             return;
         };
@@ -338,6 +360,24 @@ impl Kafka {
             );
         }
         drop(jvm);
+    }
+
+    /// Freezes the broker JVM (SIGSTOP), as a hung host or a frozen data centre: its sockets
+    /// stay open and accept connections (the kernel's backlog), and nothing answers. The
+    /// process watchdog's SIGKILL still ends a stopped JVM when the test process exits.
+    pub fn freeze(&mut self) {
+        if let Some(jvm) = &self.jvm {
+            jvm.signal("STOP");
+            self.frozen = true;
+        }
+    }
+
+    /// Lets a frozen broker run again (SIGCONT).
+    pub fn thaw(&mut self) {
+        if let Some(jvm) = &self.jvm {
+            jvm.signal("CONT");
+        }
+        self.frozen = false;
     }
 
     /// Hard crash (SIGKILL): no flush, no checkpoints, as after a power cut of the process.

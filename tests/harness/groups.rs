@@ -47,6 +47,27 @@ pub fn group_consume_with(
         .collect()
 }
 
+/// `group-consume` with `group.protocol=protocol` (`classic` or KIP-848's `consumer`), giving up
+/// after `timeout_ms`; returns whatever happened, for tests that expect the client to fail.
+pub fn group_consume_protocol(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    max: usize,
+    protocol: &str,
+    timeout_ms: u64,
+) -> std::process::Output {
+    let mut args = group_tool_args("group-consume", bootstrap, topic, group);
+    for (flag, value) in [
+        ("--max", max.to_string()),
+        ("--group-protocol", protocol.to_string()),
+        ("--timeout-ms", timeout_ms.to_string()),
+    ] {
+        args.extend([flag.to_string(), value]);
+    }
+    super::tool::run_tool_unchecked(&args)
+}
+
 /// What a `group-member` run printed: each assignment it got, and every record it read.
 #[derive(Debug, Default, Clone)]
 pub struct MemberRun {
@@ -145,6 +166,24 @@ impl Member {
         }
     }
 
+    /// Waits until the records read so far satisfy `done` (`what` names it in a failure).
+    pub fn wait_records(&mut self, what: &str, done: impl Fn(&[Consumed]) -> bool) {
+        let deadline = Instant::now() + REBALANCE_LIMIT;
+        while !done(&self.seen.records) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.take(line);
+                }
+                Err(_) => panic!(
+                    "{what}: not seen within {REBALANCE_LIMIT:?}; so far {:?}; stderr:\n{}",
+                    self.seen,
+                    self.stderr.lock().unwrap()
+                ),
+            }
+        }
+    }
+
     /// Closes the member's stdin, so it leaves the group and exits; returns all it printed.
     pub fn leave(mut self) -> MemberRun {
         drop(self.child.stdin.take());
@@ -187,6 +226,14 @@ pub struct DescribeRow {
     /// `None` when the tool prints "-" (nothing committed).
     pub current_offset: Option<i64>,
     pub log_end_offset: Option<i64>,
+}
+
+/// The offset `group` has committed for `partition` (of its one topic) on `bootstrap`, if any.
+pub fn committed_offset(bootstrap: &str, group: &str, partition: i32) -> Option<i64> {
+    describe_group(bootstrap, group)
+        .into_iter()
+        .find(|r| r.partition == partition)
+        .and_then(|r| r.current_offset)
 }
 
 /// Runs Kafka's `ConsumerGroupCommand --describe --group G` against `bootstrap` and parses its

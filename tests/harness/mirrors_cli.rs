@@ -117,3 +117,38 @@ partition_max_bytes = 262144
     )
     .unwrap();
 }
+
+/// `kmirror serve` with `[admin]` on a free port and a `[kafka]` listener on an OS-chosen one,
+/// data under `work/data`; returns it, the admin address and the listener's `host:port`.
+pub fn serve_admin_with_listener(work: &Path) -> (Serve, String, String) {
+    let config = work.join("kmirror.toml");
+    let admin = format!("127.0.0.1:{}", free_loopback_port());
+    write_serving_config(&config, &admin, Some("127.0.0.1:0"), &work.join("data"), "");
+    let mut serve = Serve::start(&config, work.join("serve.log"));
+    wait_admin(&mut serve, &admin);
+    let kmirror = serve.kafka_listener();
+    (serve, admin, kmirror)
+}
+
+/// `serve_admin_with_listener`, plus mirror "m" of `source` started for `topics` (name and
+/// partition count), waiting until every partition equals the broker's byte for byte.
+pub fn serve_mirroring(
+    work: &Path,
+    source: &super::Kafka,
+    topics: &[(&str, i32)],
+) -> (Serve, String, String) {
+    let (mut serve, admin, kmirror) = serve_admin_with_listener(work);
+    create_mirror(&admin, work, "m", &source.bootstrap(), "");
+    let names: Vec<&str> = topics.iter().map(|(t, _)| *t).collect();
+    cli_ok(
+        &admin,
+        &["start", "--mirror", "m", "--topics", &names.join(",")],
+    );
+    let data_dir = work.join("data");
+    let pairs: Vec<_> = topics
+        .iter()
+        .flat_map(|(t, n)| source.mirror_pairs(t, *n, &data_dir))
+        .collect();
+    super::serve::wait_all_mirrored(&mut serve, &pairs);
+    (serve, admin, kmirror)
+}

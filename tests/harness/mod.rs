@@ -18,8 +18,10 @@ pub mod files;
 pub mod groups;
 mod jars;
 pub mod mirrors_cli;
+pub mod notify;
 mod process;
 pub mod proxy;
+pub mod python_clients;
 pub mod serve;
 mod tool;
 
@@ -32,6 +34,7 @@ pub use tool::{
     run_tool_unchecked, Codec, ConsumedRecord, Isolation, ProduceOpts, Produced, TimeOffset,
     TxnEnd,
 };
+pub use tool::{consume_to_end_with, produce_with, run_tool_with, tool_command_with};
 
 use std::sync::OnceLock;
 

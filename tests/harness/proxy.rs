@@ -2,7 +2,13 @@
 //! threads. It forwards every byte unchanged except:
 //! * Metadata responses: every broker is re-advertised at the proxy's own address, so the
 //!   client's connections to the leader also go through the proxy;
-//! * Fetch responses, per the chosen [`Fault`], for one partition index.
+//! * Fetch responses, per the chosen [`Fault`], for one partition index;
+//! * while [`FaultProxy::sever`]ed, nothing at all: the broker looks unreachable (connections
+//!   closed at their next frame, new ones closed on accept);
+//!
+//! * after [`FaultProxy::freeze`], nothing at all: a black hole (a partitioned network, a frozen
+//!   data centre). Every socket stays open, nothing more is read or forwarded in either
+//!   direction, and new connections are accepted and never answered.
 //!
 //! It frames both directions (4-byte length + body), remembers each request's api key and
 //! version by correlation id, and decodes only the responses it changes with the
@@ -34,6 +40,11 @@ pub enum Fault {
 pub struct FaultProxy {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
+    /// Black-hole mode (`freeze`).
+    frozen: Arc<AtomicBool>,
+    /// While set, the source looks unreachable: connections are closed at their next frame and
+    /// new ones as soon as they are accepted (`sever`).
+    severed: Arc<AtomicBool>,
     /// Fetch responses the fault was applied to.
     pub applied: Arc<AtomicUsize>,
     /// Most requests seen outstanding on one connection at once (sent, not yet answered).
@@ -59,12 +70,26 @@ impl FaultProxy {
         let fetches2 = Arc::clone(&fetches);
         let (stop2, applied2) = (Arc::clone(&stop), Arc::clone(&applied));
         let truncated = Arc::new(AtomicBool::new(false));
+        let frozen = Arc::new(AtomicBool::new(false));
+        let frozen2 = Arc::clone(&frozen);
+        let severed = Arc::new(AtomicBool::new(false));
+        let severed2 = Arc::clone(&severed);
         std::thread::spawn(move || {
+            // Connections accepted while frozen: held open, never read.
+            let mut held = Vec::new();
             for client in listener.incoming() {
                 if stop2.load(Ordering::Relaxed) {
                     return;
                 }
                 let Ok(client) = client else { continue };
+                if frozen2.load(Ordering::Relaxed) {
+                    held.push(client);
+                    continue;
+                }
+                if severed2.load(Ordering::Relaxed) {
+                    // Dropped: the client sees EOF before any answer.
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(upstream) else {
                     continue;
                 };
@@ -72,17 +97,27 @@ impl FaultProxy {
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let p2 = Arc::clone(&pending);
                 let counters = (Arc::clone(&max2), Arc::clone(&fetches2));
-                std::thread::spawn(move || requests(c2, s2, p2, counters));
+                let hole = Hole {
+                    frozen: Arc::clone(&frozen2),
+                    severed: Arc::clone(&severed2),
+                    stop: Arc::clone(&stop2),
+                };
+                let hole2 = hole.clone();
+                std::thread::spawn(move || requests(c2, s2, p2, counters, hole2));
                 let applied = Arc::clone(&applied2);
                 let truncated = Arc::clone(&truncated);
                 std::thread::spawn(move || {
-                    responses(server, client, pending, addr, fault, applied, truncated)
+                    responses(
+                        server, client, pending, addr, fault, applied, truncated, hole,
+                    )
                 });
             }
         });
         FaultProxy {
             addr,
             stop,
+            frozen,
+            severed,
             applied,
             max_in_flight,
             fetches,
@@ -92,6 +127,47 @@ impl FaultProxy {
     /// `host:port` for the client's bootstrap list.
     pub fn bootstrap(&self) -> String {
         self.addr.to_string()
+    }
+
+    /// Turns the proxy into a black hole, for good: what is in flight is never delivered,
+    /// nothing more is read, every socket stays open and new connections are accepted but
+    /// never answered.
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::Relaxed);
+    }
+
+    /// `true`: the broker becomes unreachable through the proxy (every connection closed, new
+    /// ones closed on accept); `false`: reachable again.
+    pub fn sever(&self, yes: bool) {
+        self.severed.store(yes, Ordering::Relaxed);
+    }
+}
+
+/// A forwarding thread's view of black-hole mode.
+#[derive(Clone)]
+struct Hole {
+    frozen: Arc<AtomicBool>,
+    severed: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Hole {
+    /// Severed: the forwarding thread stops and closes both sockets (`close` shuts down every
+    /// clone), so the client sees EOF.
+    fn severed(&self) -> bool {
+        self.severed.load(Ordering::Relaxed)
+    }
+
+    /// When frozen: holds both sockets open, forwarding nothing, until the proxy is dropped.
+    /// Returns whether the thread must end (it was frozen).
+    fn swallow(&self) -> bool {
+        if !self.frozen.load(Ordering::Relaxed) {
+            return false;
+        }
+        while !self.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        true
     }
 }
 
@@ -129,9 +205,16 @@ fn requests(
     mut server: TcpStream,
     pending: Pending,
     counters: (Arc<AtomicUsize>, Arc<AtomicUsize>),
+    hole: Hole,
 ) {
     let (max, fetches) = counters;
     while let Some(body) = read_frame(&mut client) {
+        if hole.severed() {
+            break;
+        }
+        if hole.swallow() {
+            return;
+        }
         if body.len() >= 8 {
             let key = i16::from_be_bytes([body[0], body[1]]);
             let version = i16::from_be_bytes([body[2], body[3]]);
@@ -150,6 +233,7 @@ fn requests(
 }
 
 /// Broker → client: rewrite Metadata, apply the fault to Fetch, forward the rest.
+#[allow(clippy::too_many_arguments)]
 fn responses(
     mut server: TcpStream,
     mut client: TcpStream,
@@ -158,8 +242,15 @@ fn responses(
     fault: Fault,
     applied: Arc<AtomicUsize>,
     truncated: Arc<AtomicBool>,
+    hole: Hole,
 ) {
     while let Some(mut body) = read_frame(&mut server) {
+        if hole.severed() {
+            break;
+        }
+        if hole.swallow() {
+            return;
+        }
         let request = pending.lock().unwrap().pop_front();
         match request {
             Some((key, version)) if key == ApiKey::Metadata as i16 => {

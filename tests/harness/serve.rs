@@ -1,6 +1,7 @@
 //! Running the `kmirror serve` binary in a test and waiting until its partition logs equal the
 //! broker's byte for byte.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -9,6 +10,25 @@ use std::time::{Duration, Instant};
 /// broker's): a failure guard, not a performance claim (a 100-partition topic on a loaded
 /// 2-core machine set it; larger topics get it anew after each partition that finishes).
 pub const CATCH_UP_LIMIT: Duration = Duration::from_secs(180);
+
+/// The serve log without the ANSI colour codes tracing puts around field names.
+pub fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // CSI: ESC [ parameters final-byte (a letter).
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 /// Every `.log` segment of a partition directory, in offset order, concatenated.
 pub fn log_bytes(dir: &Path) -> Vec<u8> {
@@ -31,31 +51,24 @@ pub fn log_files(dir: &Path) -> Vec<PathBuf> {
     logs
 }
 
-/// The serve log without the ANSI colour codes tracing puts around field names.
-pub fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            // CSI: ESC [ parameters final-byte (a letter).
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// A running `kmirror serve`; killed when dropped.
 pub struct Serve {
+    /// kmirror itself, or the wrapper that runs it (see `Launch::wrapper`).
     pub child: Child,
     pub log: PathBuf,
     /// Length of `log` when this process started: earlier runs appended what precedes it.
     log_start: usize,
+    wrapped: bool,
+}
+
+/// How to start `kmirror serve` beyond its config file.
+#[derive(Debug, Default, Clone)]
+pub struct Launch {
+    /// A command that runs kmirror as its only child and exits with its status (e.g.
+    /// `strace -f -o FILE`); kmirror's command line is appended to it.
+    pub wrapper: Vec<OsString>,
+    /// Extra environment (e.g. NOTIFY_SOCKET).
+    pub env: Vec<(String, OsString)>,
 }
 
 /// What `kmirror serve` logs once its Kafka listener accepts connections.
@@ -75,29 +88,103 @@ pub fn add_kafka_listener(config: &Path) {
 impl Serve {
     /// Starts the binary; its stderr is appended to `log` (so restarts keep earlier output).
     pub fn start(config: &Path, log: PathBuf) -> Serve {
+        Serve::start_with(config, log, &Launch::default())
+    }
+
+    /// `start` with extra environment variables (test hooks, `NOTIFY_SOCKET`).
+    pub fn start_with_env(config: &Path, log: PathBuf, env: &[(&str, &std::ffi::OsStr)]) -> Serve {
+        let launch = Launch {
+            wrapper: Vec::new(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_os_string()))
+                .collect(),
+        };
+        Serve::start_with(config, log, &launch)
+    }
+
+    /// `start`, under `launch`'s wrapper and with its environment.
+    pub fn start_with(config: &Path, log: PathBuf, launch: &Launch) -> Serve {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
             .unwrap();
         let log_start = out.metadata().unwrap().len() as usize;
-        let child = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        let bin = OsString::from(env!("CARGO_BIN_EXE_kmirror"));
+        let (program, wrapper_args) = match launch.wrapper.split_first() {
+            Some((program, args)) => (program.clone(), [args, &[bin]].concat()),
+            None => (bin, Vec::new()),
+        };
+        let child = Command::new(&program)
+            .args(wrapper_args)
             .args(["serve", "--config"])
             .arg(config)
             .env("KMIRROR_LOG", "info")
+            .envs(launch.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(out)
             .spawn()
-            .unwrap();
+            .unwrap_or_else(|e| {
+                panic!("cannot run {program:?} (tests/setup.sh installs strace): {e}")
+            });
         Serve {
             child,
             log,
             log_start,
+            wrapped: !launch.wrapper.is_empty(),
+        }
+    }
+
+    /// The pid of kmirror itself (the wrapper's child when started under one), waiting for
+    /// the wrapper to have started it.
+    pub fn pid(&mut self) -> u32 {
+        let id = self.child.id();
+        if !self.wrapped {
+            return id;
+        }
+        let start = Instant::now();
+        loop {
+            self.assert_running();
+            let children =
+                std::fs::read_to_string(format!("/proc/{id}/task/{id}/children")).unwrap();
+            if let Some(pid) = children.split_whitespace().next() {
+                return pid.parse().unwrap();
+            }
+            assert!(
+                start.elapsed() < START_LIMIT,
+                "the wrapper started no child"
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// What this process (not an earlier run appending to the same file) logged.
+    pub fn own_log_text(&self) -> String {
+        self.log_text()
+            .get(self.log_start..)
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Waits up to `limit` for the process to exit on its own.
+    pub fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "kmirror serve did not exit:\n{}",
+                self.own_log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The Kafka listener's `host:port` from this process's start-up line, waiting for it.
@@ -151,14 +238,44 @@ impl Serve {
         }
     }
 
+    /// Waits until `done` (checked every 300 ms); fails with the log after `limit` (a failure
+    /// guard, not a performance claim).
+    pub fn wait_for(&self, what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+        let start = std::time::Instant::now();
+        while !done() {
+            assert!(
+                start.elapsed() < limit,
+                "gave up waiting for {what}\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
     /// SIGKILL: no shutdown code runs, as after a crash or power loss of the process.
     pub fn kill9(mut self) {
+        self.kill_all();
+    }
+
+    /// SIGKILL to kmirror and its wrapper (a tracer that dies leaves its tracee running).
+    fn kill_all(&mut self) {
+        if self.wrapped && self.child.try_wait().ok().flatten().is_none() {
+            let pid = self.child.id();
+            if let Ok(children) =
+                std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            {
+                for c in children.split_whitespace() {
+                    let _ = Command::new("kill").args(["-KILL", c]).status();
+                }
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
+    /// SIGTERM to kmirror, then waits for it (and its wrapper) to exit successfully.
     pub fn sigterm_and_wait(mut self) -> String {
-        let pid = self.child.id().to_string();
+        let pid = self.pid().to_string();
         let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(killed.success());
         let status = self.child.wait().unwrap();
@@ -173,16 +290,8 @@ impl Serve {
 
 impl Drop for Serve {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill_all();
     }
-}
-
-/// The text of `GET http://<addr>/metrics` (admin port or `[metrics] listen`), or `None` when
-/// it does not answer.
-pub fn metrics_text(addr: &str) -> Option<String> {
-    let mut resp = ureq::get(&format!("http://{addr}/metrics")).call().ok()?;
-    resp.body_mut().read_to_string().ok()
 }
 
 /// Waits until the broker's partition dir and ours hold the same non-empty `.log` bytes.
@@ -221,4 +330,59 @@ pub fn wait_all_mirrored(serve: &mut Serve, pairs: &[(PathBuf, PathBuf)]) {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// The text of `GET /metrics` on `addr` (the admin port, or a static mode's `[metrics]`).
+pub fn scrape_metrics(addr: &str) -> String {
+    let mut resp = ureq::get(&format!("http://{addr}/metrics"))
+        .call()
+        .unwrap_or_else(|e| panic!("scraping {addr}: {e}"));
+    resp.body_mut().read_to_string().unwrap()
+}
+
+/// One `(api key, version)` row of the endpoint's request counters in a scrape.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointRequests {
+    pub served: u64,
+    /// `error` label → count (`decode`, `unsupported`, `other`).
+    pub errors: std::collections::BTreeMap<String, u64>,
+}
+
+/// `kmirror_endpoint_requests_total` and `kmirror_endpoint_request_errors_total` of a scrape,
+/// by `(api key, version)`.
+pub fn endpoint_requests(scrape: &str) -> std::collections::BTreeMap<(i16, i16), EndpointRequests> {
+    let mut out: std::collections::BTreeMap<(i16, i16), EndpointRequests> = Default::default();
+    for line in scrape.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Some((name, labels)) = series.split_once('{') else {
+            continue;
+        };
+        if name != "kmirror_endpoint_requests_total"
+            && name != "kmirror_endpoint_request_errors_total"
+        {
+            continue;
+        }
+        let label = |key: &str| -> String {
+            let start = labels
+                .find(&format!("{key}=\""))
+                .unwrap_or_else(|| panic!("no {key} in {line}"))
+                + key.len()
+                + 2;
+            labels[start..].split('"').next().unwrap().to_string()
+        };
+        let at = (
+            label("api_key").parse().unwrap(),
+            label("version").parse().unwrap(),
+        );
+        let n: u64 = value.parse().unwrap();
+        let row = out.entry(at).or_default();
+        if name == "kmirror_endpoint_requests_total" {
+            row.served += n;
+        } else {
+            *row.errors.entry(label("error")).or_default() += n;
+        }
+    }
+    out
 }

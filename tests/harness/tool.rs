@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -154,11 +154,17 @@ pub struct Offsets {
 
 /// Runs `KafkaTool <args>`; panics with its stderr if it fails.
 pub fn run_tool(args: &[String]) -> Output {
-    let out = run_tool_unchecked(args);
+    run_tool_with(KafkaVersion::DEFAULT, args)
+}
+
+/// As [`run_tool`], on the Java clients of release `clients`.
+pub fn run_tool_with(clients: KafkaVersion, args: &[String]) -> Output {
+    let out = run_bounded(&mut tool_command_with(clients, args), TOOL_LIMIT);
     assert!(
         out.status.success(),
-        "KafkaTool {} failed ({}):\n{}",
+        "KafkaTool {} on Kafka {} clients failed ({}):\n{}",
         args.join(" "),
+        clients.name(),
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
@@ -172,58 +178,73 @@ pub fn run_tool_unchecked(args: &[String]) -> Output {
 
 /// The command that runs `KafkaTool <args>`, for tests that talk to it while it runs.
 pub fn tool_command(args: &[String]) -> Command {
-    let libs = jars::classpath(KafkaVersion::DEFAULT.name());
+    tool_command_with(KafkaVersion::DEFAULT, args)
+}
+
+/// The command that runs `KafkaTool <args>` on the Java clients of release `clients`
+/// (compiled against them and run with their jars), e.g. to check that a newer client works.
+pub fn tool_command_with(clients: KafkaVersion, args: &[String]) -> Command {
+    let libs = jars::classpath(clients.name());
     let mut cmd = Command::new(jars::java());
     cmd.args(jars::tool_jvm_flags())
         .arg("-cp")
-        .arg(format!("{}:{libs}", compiled_tool().display()))
+        .arg(format!("{}:{libs}", compiled_tool(clients).display()))
         .arg("KafkaTool")
         .args(args);
     cmd
 }
 
-/// Compiles KafkaTool.java once per source version into the cache (a JVM compiling the source
-/// on every launch would add seconds to each call).
-fn compiled_tool() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java/KafkaTool.java");
-        let text = std::fs::read(&src).unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
-        let key = crc32fast::hash(&text);
-        let dir = jars::cache_root()
-            .join("kafkatool")
-            .join(format!("{}-{key:08x}", KafkaVersion::DEFAULT.name()));
-        if dir.join("KafkaTool.class").exists() {
-            return dir;
-        }
-        let tmp = jars::cache_root()
-            .join("kafkatool")
-            .join(format!(".build-{}", std::process::id()));
+/// Compiles KafkaTool.java once per source version and client release into the cache (a JVM
+/// compiling the source on every launch would add seconds to each call).
+fn compiled_tool(clients: KafkaVersion) -> PathBuf {
+    static DIRS: Mutex<Vec<(KafkaVersion, PathBuf)>> = Mutex::new(Vec::new());
+    let mut dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, dir)) = dirs.iter().find(|(v, _)| *v == clients) {
+        return dir.clone();
+    }
+    let dir = compile_tool(clients);
+    dirs.push((clients, dir.clone()));
+    dir
+}
+
+fn compile_tool(clients: KafkaVersion) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java/KafkaTool.java");
+    let text = std::fs::read(&src).unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
+    let key = crc32fast::hash(&text);
+    let dir = jars::cache_root()
+        .join("kafkatool")
+        .join(format!("{}-{key:08x}", clients.name()));
+    if dir.join("KafkaTool.class").exists() {
+        return dir;
+    }
+    let tmp = jars::cache_root()
+        .join("kafkatool")
+        .join(format!(".build-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).expect("create tool build dir");
+    let mut cmd = Command::new(jars::javac());
+    cmd.args(["-nowarn", "-d"])
+        .arg(&tmp)
+        .arg("-cp")
+        .arg(jars::classpath(clients.name()))
+        .arg(&src);
+    let out = run_bounded(&mut cmd, TOOL_LIMIT);
+    assert!(
+        out.status.success(),
+        "javac KafkaTool.java against Kafka {} clients:\n{}",
+        clients.name(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Another test process may have finished the same build first; either copy is good.
+    if std::fs::rename(&tmp, &dir).is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).expect("create tool build dir");
-        let mut cmd = Command::new(jars::javac());
-        cmd.args(["-nowarn", "-d"])
-            .arg(&tmp)
-            .arg("-cp")
-            .arg(jars::classpath(KafkaVersion::DEFAULT.name()))
-            .arg(&src);
-        let out = run_bounded(&mut cmd, TOOL_LIMIT);
-        assert!(
-            out.status.success(),
-            "javac KafkaTool.java:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // Another test process may have finished the same build first; either copy is good.
-        if std::fs::rename(&tmp, &dir).is_err() {
-            let _ = std::fs::remove_dir_all(&tmp);
-        }
-        assert!(
-            dir.join("KafkaTool.class").exists(),
-            "compiled tool missing in {}",
-            dir.display()
-        );
-        dir
-    })
+    }
+    assert!(
+        dir.join("KafkaTool.class").exists(),
+        "compiled tool missing in {}",
+        dir.display()
+    );
+    dir
 }
 
 fn stdout_lines(out: &Output) -> Vec<String> {
@@ -257,6 +278,18 @@ pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&
 }
 
 pub fn produce(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    n: usize,
+    o: &ProduceOpts,
+) -> Produced {
+    produce_with(KafkaVersion::DEFAULT, bootstrap, topic, partition, n, o)
+}
+
+/// As [`produce`], with the Java producer of release `clients`.
+pub fn produce_with(
+    clients: KafkaVersion,
     bootstrap: &str,
     topic: &str,
     partition: i32,
@@ -300,7 +333,7 @@ pub fn produce(
     if let Some(ms) = o.transaction_timeout_ms {
         args.extend([s("--txn-timeout-ms"), s(ms)]);
     }
-    let out = run_tool(&args);
+    let out = run_tool_with(clients, &args);
     let lines = stdout_lines(&out);
     let produced: Produced = parse_json(lines.last().expect("produce printed nothing"));
     assert_eq!(
@@ -319,7 +352,15 @@ pub fn consume(
     max: usize,
     isolation: Isolation,
 ) -> Vec<ConsumedRecord> {
-    consume_with(bootstrap, topic, partition, from, max, isolation, false)
+    let range = (from, max, false);
+    consume_with(
+        KafkaVersion::DEFAULT,
+        bootstrap,
+        topic,
+        partition,
+        range,
+        isolation,
+    )
 }
 
 /// Every record from offset 0 up to the partition's end offset (its last stable offset under
@@ -330,17 +371,35 @@ pub fn consume_to_end(
     partition: i32,
     isolation: Isolation,
 ) -> Vec<ConsumedRecord> {
-    consume_with(bootstrap, topic, partition, 0, usize::MAX, isolation, true)
+    consume_to_end_with(
+        KafkaVersion::DEFAULT,
+        bootstrap,
+        topic,
+        partition,
+        isolation,
+    )
 }
 
-fn consume_with(
+/// As [`consume_to_end`], with the Java consumer of release `clients`.
+pub fn consume_to_end_with(
+    clients: KafkaVersion,
     bootstrap: &str,
     topic: &str,
     partition: i32,
-    from: i64,
-    max: usize,
     isolation: Isolation,
-    until_end: bool,
+) -> Vec<ConsumedRecord> {
+    let range = (0, usize::MAX, true);
+    consume_with(clients, bootstrap, topic, partition, range, isolation)
+}
+
+/// `range` is (first offset, most records, whether to stop at the end offset).
+fn consume_with(
+    clients: KafkaVersion,
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    (from, max, until_end): (i64, usize, bool),
+    isolation: Isolation,
 ) -> Vec<ConsumedRecord> {
     let iso = match isolation {
         Isolation::ReadCommitted => "read_committed",
@@ -368,7 +427,7 @@ fn consume_with(
     } else {
         args.extend([s("--timeout-ms"), s(30_000)]);
     }
-    let out = run_tool(&args);
+    let out = run_tool_with(clients, &args);
     let b64 = base64::engine::general_purpose::STANDARD;
     let decode = |t: &str| {
         b64.decode(t)

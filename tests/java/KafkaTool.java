@@ -19,8 +19,10 @@
 //   delete-records --bootstrap B --topic T --partition P --before OFFSET
 //   alter-config  --bootstrap B --topic T --set k=v...
 //   group-consume --bootstrap B --topic T --group G --max N [--timeout-ms MS] [--commit-epoch E]
+//                 [--group-protocol classic|consumer]
 //                 subscribes as a member of G, consumes N records, commits exactly what it consumed
-//                 (commitSync), prints one {"partition","offset"} line per record and leaves
+//                 (commitSync), prints one {"partition","offset"} line per record and leaves;
+//                 `consumer` is KIP-848's protocol (ConsumerGroupHeartbeat), default `classic`
 //   group-member  --bootstrap B --topic T --group G
 //                 subscribes as a member of G until its stdin closes, prints {"assigned":[p...]}
 //                 after each rebalance and {"record":{"partition","offset"}} per record, then
@@ -290,9 +292,13 @@ public class KafkaTool {
         p.put("value.deserializer", ByteArrayDeserializer.class.getName());
         p.put("enable.auto.commit", "false");
         p.put("auto.offset.reset", "earliest");
-        p.put("group.protocol", "classic");
-        p.put("session.timeout.ms", "10000");
-        p.put("heartbeat.interval.ms", "1000");
+        String protocol = a.get("group-protocol", "classic");
+        p.put("group.protocol", protocol);
+        if (protocol.equals("classic")) {
+            // The consumer protocol (KIP-848) refuses these: the coordinator sets them.
+            p.put("session.timeout.ms", "10000");
+            p.put("heartbeat.interval.ms", "1000");
+        }
         p.put("max.poll.interval.ms", "60000");
         return p;
     }

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::harness::dump::{dump_log_segments, segment_files, DumpFlags};
+use crate::harness::dump::{dump_log_segments, segment_files, DumpFlags, DumpOutput};
 use crate::harness::Kafka;
 
 use crate::harness::serve::{log_bytes, wait_all_mirrored, Serve};
@@ -48,19 +48,22 @@ partition_max_bytes = 262144
 /// Kafka's DumpLogSegments (deep iteration with the index sanity check, then index verification
 /// against the log) and `kmirror log verify` find nothing wrong in our partition directory.
 /// All directories go to one DumpLogSegments run per mode (a JVM start per partition would
-/// dominate the runtime with 100 partitions).
-pub fn assert_valid(dirs: &[PathBuf]) {
+/// dominate the runtime with 100 partitions). Returns the deep iteration's output, for tests
+/// that check what the batches are.
+pub fn assert_valid(dirs: &[PathBuf]) -> DumpOutput {
     let mut files = Vec::new();
     for ours in dirs {
         let f = segment_files(ours);
         assert!(!f.is_empty(), "no segment files in {}", ours.display());
         files.extend(f);
     }
-    dump_log_segments(&files, DumpFlags::DEEP_SANITY).assert_clean();
+    let deep = dump_log_segments(&files, DumpFlags::DEEP_SANITY);
+    deep.assert_clean();
     dump_log_segments(&files, DumpFlags::VERIFY_INDEX_ONLY).assert_clean();
     for ours in dirs {
         verify(ours);
     }
+    deep
 }
 
 /// `kmirror log verify` accepts the directory.
@@ -80,8 +83,9 @@ pub fn verify(ours: &Path) {
 }
 
 /// Mirrors `topics` (partition counts given) from `k` until every partition's `.log` bytes equal
-/// the broker's, stops `kmirror serve` cleanly, compares again and validates our directories.
-pub fn mirror_and_check(k: &Kafka, topics: &[(&str, i32)]) {
+/// the broker's, stops `kmirror serve` cleanly, compares again and validates our directories;
+/// returns DumpLogSegments' deep iteration over them.
+pub fn mirror_and_check(k: &Kafka, topics: &[(&str, i32)]) -> DumpOutput {
     let work = tempfile::tempdir().unwrap();
     let names: Vec<&str> = topics.iter().map(|(t, _)| *t).collect();
     let (config, data_dir) = write_config(work.path(), &k.bootstrap(), &names);
@@ -106,5 +110,5 @@ pub fn mirror_and_check(k: &Kafka, topics: &[(&str, i32)]) {
         );
     }
     let ours: Vec<PathBuf> = pairs.into_iter().map(|(_, o)| o).collect();
-    assert_valid(&ours);
+    assert_valid(&ours)
 }

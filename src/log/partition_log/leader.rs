@@ -351,3 +351,205 @@ fn single_batch(bytes: &[u8]) -> Result<Batch<'_>, ProduceError> {
     }
     Ok(batch)
 }
+
+/// The failover fence across restarts: the promoted epoch is in the epoch checkpoint when
+/// `promote` returns and is the log's leader epoch again after every kind of reopen, whether a
+/// batch carries it yet or not.
+#[cfg(test)]
+mod fence_tests {
+    use super::*;
+    use crate::ids::TopicPartition;
+    use crate::log::config::LogConfig;
+    use crate::log::epoch_cache::LeaderEpochCache;
+    use crate::log::io::StdIo;
+    use crate::log::recovery::LoadOptions;
+    use crate::wire::batch_builder::BatchBuilder;
+
+    const SOURCE_EPOCH: LeaderEpoch = LeaderEpoch(3);
+    const PROMOTED: LeaderEpoch = LeaderEpoch(8);
+    const MAX_MESSAGE_BYTES: usize = 1 << 20;
+    const T0: i64 = 1_700_000_000_000;
+
+    /// How the process ended before the log was opened again.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Restart {
+        /// `close`, then an open with the clean-shutdown marker.
+        Clean,
+        /// kill -9: no close; the open recovers from the recovery point the owner checkpointed
+        /// after the promotion.
+        Crash,
+        /// kill -9 with the recovery-point checkpoint lost: everything is revalidated.
+        CrashNoCheckpoint,
+    }
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new("orders", 0)
+    }
+
+    /// Offsets 0-1 plain at the source's epoch; with `open_txn`, 2 a transaction of source
+    /// producer 100 that the source never ended.
+    fn mirrored(dir: &std::path::Path, open_txn: bool) -> PartitionLog {
+        let mut log = PartitionLog::create(dir, tp(), None, LogConfig::default()).unwrap();
+        let at = |o: i64| BatchBuilder::new(Offset(o)).leader_epoch(SOURCE_EPOCH);
+        let plain = at(0)
+            .value(TimestampMs(T0), b"a")
+            .value(TimestampMs(T0), b"b");
+        log.append(&mut StdIo, &plain.build()).unwrap();
+        if open_txn {
+            let txn = at(2)
+                .producer(ProducerId(100), 0, 0)
+                .transactional(true)
+                .value(TimestampMs(T0), b"t");
+            log.append(&mut StdIo, &txn.build()).unwrap();
+        }
+        log
+    }
+
+    fn produce(log: &mut PartitionLog, seq: i32) -> Offset {
+        let epoch = log.epoch_cache().latest_epoch().expect("promoted");
+        let mut batch = BatchBuilder::new(Offset(0))
+            .producer(ProducerId(1 << 40), 0, seq)
+            .value(TimestampMs(T0), b"after")
+            .build();
+        match log
+            .append_as_leader(&mut StdIo, &mut batch, epoch, MAX_MESSAGE_BYTES)
+            .unwrap()
+        {
+            ProduceOutcome::Appended { base_offset, .. } => base_offset,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn reopen(dir: &std::path::Path, restart: Restart, recovery_point: Offset) -> PartitionLog {
+        let load = match restart {
+            Restart::Clean => LoadOptions {
+                clean_shutdown: true,
+                recovery_point,
+                log_start_offset: None,
+            },
+            Restart::Crash => LoadOptions {
+                clean_shutdown: false,
+                recovery_point,
+                log_start_offset: None,
+            },
+            Restart::CrashNoCheckpoint => LoadOptions::unclean(),
+        };
+        PartitionLog::open(dir, tp(), None, LogConfig::default(), load, &mut StdIo).unwrap()
+    }
+
+    fn end(log: PartitionLog, restart: Restart) {
+        match restart {
+            Restart::Clean => log.close(&mut StdIo).unwrap(),
+            // Dropping without close leaves the files as a kill -9 would (page cache kept).
+            Restart::Crash | Restart::CrashNoCheckpoint => drop(log),
+        }
+    }
+
+    /// The leader epoch of the batch at `offset`.
+    fn epoch_of_batch_at(log: &PartitionLog, offset: Offset) -> LeaderEpoch {
+        let bytes = log.read_bytes(offset, 1 << 20).unwrap();
+        let (_, batch) = Batches::new(&bytes).next().unwrap().unwrap();
+        assert_eq!(batch.base_offset(), offset);
+        batch.partition_leader_epoch()
+    }
+
+    fn assert_fenced(log: &mut PartitionLog, start: Offset, case: &str) {
+        assert_eq!(
+            log.epoch_cache().latest(),
+            Some((PROMOTED, start)),
+            "{case}: epoch cache"
+        );
+        let on_disk = LeaderEpochCache::load(log.dir()).unwrap();
+        assert_eq!(
+            on_disk.latest(),
+            Some((PROMOTED, start)),
+            "{case}: leader-epoch-checkpoint"
+        );
+        let view = log.attach_read_view().view();
+        assert_eq!(view.leader_epoch(), PROMOTED, "{case}: announced epoch");
+        assert_eq!(
+            view.end_offset_for(PROMOTED),
+            (PROMOTED, log.log_end_offset()),
+            "{case}: OffsetForLeaderEpoch of the promoted epoch"
+        );
+        assert_eq!(
+            view.end_offset_for(SOURCE_EPOCH),
+            (SOURCE_EPOCH, start),
+            "{case}: the source's epoch ends where the promoted one starts"
+        );
+    }
+
+    #[test]
+    fn promoted_epoch_survives_every_restart() {
+        for open_txn in [false, true] {
+            for produced_before in [false, true] {
+                for restart in [Restart::Clean, Restart::Crash, Restart::CrashNoCheckpoint] {
+                    let case = format!(
+                        "open_txn={open_txn} produced={produced_before} restart={restart:?}"
+                    );
+                    let d = tempfile::tempdir().unwrap();
+                    let dir = d.path().join("orders-0");
+                    let mut log = mirrored(&dir, open_txn);
+                    let mirrored_end = log.log_end_offset();
+                    let promotion = log.promote(&mut StdIo, PROMOTED).unwrap();
+                    assert_eq!(promotion.aborted.len(), usize::from(open_txn), "{case}");
+                    // The promoted epoch begins with the first ABORT marker, else at the end.
+                    let start = mirrored_end;
+                    assert_eq!(
+                        LeaderEpochCache::load(&dir).unwrap().latest(),
+                        Some((PROMOTED, start)),
+                        "{case}: durable when promote returns"
+                    );
+                    // What the owner checkpoints right after the promotion.
+                    let recovery_point = log.recovery_point();
+                    assert_eq!(recovery_point, promotion.log_end, "{case}");
+                    if produced_before {
+                        let at = produce(&mut log, 0);
+                        assert_eq!(at, promotion.log_end, "{case}");
+                        assert_eq!(epoch_of_batch_at(&log, at), PROMOTED, "{case}");
+                    }
+                    end(log, restart);
+
+                    let mut log = reopen(&dir, restart, recovery_point);
+                    assert_fenced(&mut log, start, &format!("{case}, first reopen"));
+                    // A producer writing after the restart writes at the promoted epoch.
+                    let at = produce(&mut log, i32::from(produced_before));
+                    assert_eq!(epoch_of_batch_at(&log, at), PROMOTED, "{case}");
+                    log.close(&mut StdIo).unwrap();
+                    let mut log = reopen(&dir, Restart::Clean, Offset::ZERO);
+                    assert_fenced(&mut log, start, &format!("{case}, second reopen"));
+                }
+            }
+        }
+    }
+
+    /// An epoch whose start lies beyond the log end describes batches that are gone (a power
+    /// cut after the checkpoint was written): opening drops it, clean or not.
+    #[test]
+    fn an_epoch_starting_past_the_end_is_dropped_at_open() {
+        for restart in [Restart::Clean, Restart::Crash, Restart::CrashNoCheckpoint] {
+            let d = tempfile::tempdir().unwrap();
+            let dir = d.path().join("orders-0");
+            let log = mirrored(&dir, false);
+            log.close(&mut StdIo).unwrap();
+            let file = dir.join(crate::log::epoch_cache::FILE_NAME);
+            std::fs::write(
+                &file,
+                format!("0\n2\n{} 0\n{} 5\n", SOURCE_EPOCH.0, PROMOTED.0),
+            )
+            .unwrap();
+            let log = reopen(&dir, restart, Offset(2));
+            assert_eq!(log.log_end_offset(), Offset(2));
+            assert_eq!(
+                log.epoch_cache().latest(),
+                Some((SOURCE_EPOCH, Offset(0))),
+                "{restart:?}"
+            );
+            assert_eq!(
+                LeaderEpochCache::load(&dir).unwrap().latest(),
+                Some((SOURCE_EPOCH, Offset(0))),
+                "{restart:?}: the checkpoint is rewritten without it"
+            );
+        }
+    }
+}

@@ -1,0 +1,245 @@
+"""Stock-client checks with librdkafka, through confluent-kafka (pinned in requirements.txt; the
+wheel bundles librdkafka). One JSON line per result on stdout; any failure exits non-zero.
+
+  consume   BOOTSTRAP TOPIC PARTITION ISOLATION
+            assign from the beginning and read until librdkafka reports the partition's end
+            (the high watermark read_uncommitted, the last stable offset read_committed):
+            one line per record
+  metadata  BOOTSTRAP                      -> {"topics": {name: [partition ids]}, "brokers": n}
+  configs   BOOTSTRAP TOPIC                -> {name: value} (DescribeConfigs of the topic)
+  offsets   BOOTSTRAP TOPIC PARTITION TS,TS,...
+            -> {"earliest", "latest", "times": [offset per timestamp]} (AdminClient.list_offsets)
+  group     BOOTSTRAP PATTERN GROUP MAX
+            subscribe to PATTERN (a regex when it starts with ^) as a member of GROUP, read MAX
+            records (read_committed), print one {"topic","partition","offset"} line each, commit
+            exactly those synchronously, then print {"assignment": [...], "listed": [...],
+            "described": {...}} (list/describe_consumer_groups while still a member) and leave
+  produce   BOOTSTRAP TOPIC PARTITION COUNT MODE SEED
+            MODE idempotent: one idempotent producer writes COUNT records;
+            MODE commit,abort,...: one transactional producer, one transaction of COUNT records
+            per listed outcome; one {"outcome","offsets","values"} line per transaction (or one
+            for the idempotent run); values are "SEED-i" so the test knows what it wrote
+  produce-refused BOOTSTRAP TOPIC PARTITION
+            one plain produce; prints {"error": name, "retriable": bool, "message"}
+
+Records are printed with key/value/header values in base64 so the Rust test compares them with
+what the same client read from the source broker.
+"""
+import base64
+import json
+import sys
+import time
+
+from confluent_kafka import (Consumer, KafkaError, KafkaException, Producer, TopicPartition,
+                             OFFSET_BEGINNING)
+from confluent_kafka.admin import (AdminClient, ConfigResource, OffsetSpec, ResourceType)
+
+# Failure guards for a loaded 2-core machine, not performance claims.
+DEADLINE_S = 90
+REQUEST_TIMEOUT_S = 30
+
+
+def b64(b):
+    return None if b is None else base64.b64encode(b).decode()
+
+
+def emit(obj):
+    print(json.dumps(obj, sort_keys=True), flush=True)
+
+
+def consume(bootstrap, topic, partition, isolation):
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": "librdkafka-assign",  # required by the client; nothing is committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "isolation.level": isolation,
+    })
+    c.assign([TopicPartition(topic, int(partition), OFFSET_BEGINNING)])
+    try:
+        for m in messages(c, lambda: f"no end of {topic}-{partition}"):
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    return
+                raise KafkaException(m.error())
+            _, ts = m.timestamp()
+            emit({
+                "offset": m.offset(),
+                "timestamp": ts,
+                "key": b64(m.key()),
+                "value": b64(m.value()),
+                "headers": [[k, b64(v)] for k, v in (m.headers() or [])],
+            })
+    finally:
+        c.close()
+
+
+def messages(consumer, what):
+    """Polled messages (errors included) until the caller stops; fails after DEADLINE_S, saying
+    `what()` did not happen."""
+    deadline = time.time() + DEADLINE_S
+    while True:
+        if time.time() > deadline:
+            raise SystemExit(f"{what()} within {DEADLINE_S} s")
+        m = consumer.poll(0.5)
+        if m is not None:
+            yield m
+
+
+def admin(bootstrap):
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def metadata(bootstrap):
+    md = admin(bootstrap).list_topics(timeout=REQUEST_TIMEOUT_S)
+    topics = {}
+    for name, t in md.topics.items():
+        if t.error is not None:
+            raise KafkaException(t.error)
+        topics[name] = sorted(t.partitions)
+    emit({"topics": topics, "brokers": len(md.brokers)})
+
+
+def configs(bootstrap, topic):
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    a = admin(bootstrap)  # kept alive until the result is in
+    got = a.describe_configs([res])[res].result(timeout=REQUEST_TIMEOUT_S)
+    emit({name: entry.value for name, entry in got.items()})
+
+
+def offsets(bootstrap, topic, partition, stamps):
+    a = admin(bootstrap)
+    tp = TopicPartition(topic, int(partition))
+
+    def one(spec):
+        r = a.list_offsets({tp: spec}, request_timeout=REQUEST_TIMEOUT_S)[tp]
+        return r.result(timeout=REQUEST_TIMEOUT_S).offset
+
+    emit({
+        "earliest": one(OffsetSpec.earliest()),
+        "latest": one(OffsetSpec.latest()),
+        "times": [one(OffsetSpec.for_timestamp(int(t))) for t in stamps.split(",") if t],
+    })
+
+
+def group(bootstrap, pattern, group_id, max_records):
+    want = int(max_records)
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 10000,
+        "heartbeat.interval.ms": 1000,
+        # A new topic matching the pattern would be found within this (none is expected).
+        "topic.metadata.refresh.interval.ms": 2000,
+    })
+    c.subscribe([pattern])
+    got, commit = 0, {}
+    for m in messages(c, lambda: f"consumed {got} of {want}") if want > 0 else ():
+        if m.error():
+            raise KafkaException(m.error())
+        emit({"topic": m.topic(), "partition": m.partition(), "offset": m.offset()})
+        commit[(m.topic(), m.partition())] = m.offset() + 1
+        got += 1
+        if got == want:
+            break
+    if commit:
+        c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commit.items()],
+                 asynchronous=False)
+    assignment = sorted([tp.topic, tp.partition] for tp in c.assignment())
+    a = admin(bootstrap)
+    listed = a.list_consumer_groups(request_timeout=REQUEST_TIMEOUT_S).result(
+        timeout=REQUEST_TIMEOUT_S)
+    d = a.describe_consumer_groups([group_id], request_timeout=REQUEST_TIMEOUT_S)[group_id]
+    d = d.result(timeout=REQUEST_TIMEOUT_S)
+    emit({
+        "assignment": assignment,
+        "listed": sorted(g.group_id for g in listed.valid),
+        "described": {
+            "group_id": d.group_id,
+            "state": str(d.state).split(".")[-1],
+            "assignor": d.partition_assignor,
+            "simple": d.is_simple_consumer_group,
+            "coordinator": d.coordinator.id,
+            "members": [sorted([tp.topic, tp.partition]
+                               for tp in m.assignment.topic_partitions)
+                        for m in d.members],
+        },
+    })
+    c.close()
+
+
+def produce(bootstrap, topic, partition, count, mode, seed):
+    count, partition = int(count), int(partition)
+    conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
+    outcomes = None
+    if mode != "idempotent":
+        outcomes = mode.split(",")
+        conf["transactional.id"] = f"librdkafka-{topic}-{seed}"
+    p = Producer(conf)
+    delivered = {}
+
+    def on_delivery(err, msg):
+        if err is not None:
+            raise SystemExit(f"delivery failed: {err}")
+        delivered[msg.value().decode()] = msg.offset()
+
+    def write(values):
+        for v in values:
+            p.produce(topic, value=v.encode(), key=b"k", partition=partition,
+                      on_delivery=on_delivery)
+        left = p.flush(REQUEST_TIMEOUT_S)
+        if left:
+            raise SystemExit(f"{left} records not delivered")
+
+    if outcomes is None:
+        values = [f"{seed}-{i}" for i in range(count)]
+        write(values)
+        emit({"outcome": "idempotent", "values": values,
+              "offsets": [delivered[v] for v in values]})
+        return
+    p.init_transactions(REQUEST_TIMEOUT_S)
+    for t, outcome in enumerate(outcomes):
+        values = [f"{seed}-{t}-{i}" for i in range(count)]
+        p.begin_transaction()
+        write(values)
+        if outcome == "commit":
+            p.commit_transaction(REQUEST_TIMEOUT_S)
+        elif outcome == "abort":
+            p.abort_transaction(REQUEST_TIMEOUT_S)
+        else:
+            raise SystemExit(f"unknown outcome {outcome}")
+        emit({"outcome": outcome, "values": values, "offsets": [delivered[v] for v in values]})
+
+
+def produce_refused(bootstrap, topic, partition):
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False,
+                  "message.timeout.ms": 20000, "retries": 0})
+    result = {}
+
+    def on_delivery(err, msg):
+        result["err"] = err
+
+    p.produce(topic, value=b"v", partition=int(partition), on_delivery=on_delivery)
+    p.flush(REQUEST_TIMEOUT_S)
+    err = result.get("err")
+    if err is None:
+        emit({"error": None})
+    else:
+        emit({"error": err.name(), "retriable": err.retriable(), "message": err.str()})
+
+
+COMMANDS = {
+    "consume": consume,
+    "metadata": metadata,
+    "configs": configs,
+    "offsets": offsets,
+    "group": group,
+    "produce": produce,
+    "produce-refused": produce_refused,
+}
+
+if __name__ == "__main__":
+    COMMANDS[sys.argv[1]](*sys.argv[2:])
