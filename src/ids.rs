@@ -13,9 +13,23 @@ pub struct Offset(pub i64);
 impl Offset {
     pub const ZERO: Offset = Offset(0);
 
-    /// The offset right after this one.
+    /// The offset right after this one. Offsets come from batches, which never carry one above
+    /// `limits::OFFSET_MAX` (`Batch::peek` refuses them), so this cannot overflow.
     pub fn next(self) -> Offset {
-        Offset(self.0 + 1)
+        Offset(
+            self.0
+                .checked_add(1)
+                .expect("offsets stay at or below limits::OFFSET_MAX"),
+        )
+    }
+
+    /// `self + delta`, or `None` past `limits::OFFSET_MAX` or below zero: for deltas read from
+    /// the wire or from files.
+    pub fn checked_add(self, delta: i64) -> Option<Offset> {
+        self.0
+            .checked_add(delta)
+            .filter(|o| (0..=crate::limits::OFFSET_MAX).contains(o))
+            .map(Offset)
     }
 }
 

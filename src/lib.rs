@@ -21,6 +21,8 @@
 pub mod config;
 pub mod control;
 pub mod fetch;
+#[doc(hidden)]
+pub mod fuzz_entry;
 pub mod ids;
 pub mod limits;
 pub mod log;

@@ -13,6 +13,12 @@ pub const RECORD_BATCH_V2_HEADER_BYTES: usize = 61;
 /// Smallest legacy (magic 0) message: LOG_OVERHEAD + crc, magic, attributes, key len, value len.
 pub const LEGACY_RECORD_V0_MIN_BYTES: usize = 26;
 
+/// The largest offset a batch may hold: one below `i64::MAX`, so that the offset after it (the
+/// log end once it is appended) is representable. Offsets are int64 in Kafka's protocol and
+/// files; a header claiming more is hostile or corrupt and is refused before any offset
+/// arithmetic (`wire::batch::Batch::peek`).
+pub const OFFSET_MAX: i64 = i64::MAX - 1;
+
 /// Kafka refuses batches whose declared size is below this (it treats them as corruption).
 pub const BATCH_BYTES_MIN: usize = 26;
 

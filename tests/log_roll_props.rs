@@ -185,7 +185,9 @@ impl LogIo for FailingIo {
         let part = self.budget;
         self.budget = 0;
         StdIo.write_all_at(file, pos, &data[..part])?;
-        Err(std::io::Error::other("injected: disk full"))
+        // A full disk (ENOSPC) is the one write error after which the log stays usable; any
+        // other takes it offline (tests/log_disk_faults.rs).
+        Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
     }
 
     fn sync_data(&mut self, file: &File) -> std::io::Result<()> {

@@ -909,6 +909,8 @@ impl DataPlane for ShardDataPlane {
             source_high_watermark: seen.high_watermark,
             newest_timestamp_ms: seen.newest_timestamp,
             throttled_ms: seen.throttled_ms,
+            skipped_records: seen.skipped_records,
+            stalled: seen.stalled,
         }
     }
 

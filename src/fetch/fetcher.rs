@@ -223,13 +223,13 @@ pub enum FetchEvent {
         error: i16,
         hint: Option<(i32, LeaderEpoch)>,
     },
-    /// The source's log start passed our fetch offset (retention or DeleteRecords): offsets
-    /// `from..to` no longer exist at the source. The local log must start again at `to` before
-    /// the records that follow in the same batch of events are appended; `to` is the base of the
-    /// first batch the source returned, which may lie a little below the source's log start
-    /// (DeleteRecords can cut inside a batch; Kafka followers restart at that batch too).
-    /// Restart means truncate fully and start at `to`, even when `to` is not above the local
-    /// log end: the source's batch boundaries there decide where the new log begins.
+    /// The source's log start passed our log end (retention or DeleteRecords while we were
+    /// behind or down): offsets `from..to` no longer exist at the source. `from` is our log
+    /// end, `to` the base of the first batch the source returned (it may lie a little below
+    /// the source's log start: DeleteRecords can cut inside a batch), or the source's log start
+    /// when it returned none. The local log keeps every batch; the records that follow are
+    /// appended at `to`, leaving the gap `from..to` (as compaction leaves gaps). Never below
+    /// `from`: a first batch overlapping local data is refused as `BadRecords` instead.
     LogStartMoved {
         slot: Slot,
         from: Offset,
@@ -300,6 +300,8 @@ struct Partition {
     log_start_moved_from: Option<Offset>,
     /// Responses in a row whose records failed their CRC or framing.
     bad_records_streak: u32,
+    /// Appends in a row that failed on a full disk (`rewind`), for the retry backoff.
+    append_failures: u32,
 }
 
 impl Partition {
@@ -483,6 +485,7 @@ impl Fetcher {
             removed: false,
             log_start_moved_from: None,
             bad_records_streak: 0,
+            append_failures: 0,
             tp: start.tp,
         };
         let slot = match self.free.pop() {
@@ -595,6 +598,39 @@ impl Fetcher {
             p.state = PartitionState::Fetching;
         }
         Ok(())
+    }
+
+    /// The append of records this fetcher handed out failed and was rolled back (a full disk):
+    /// fetch them again from `log_end` (the log's end, with `last_epoch` its newest epoch)
+    /// after a backoff that grows with each failure in a row, so a full disk is retried
+    /// slowly and mirroring resumes by itself once there is space.
+    pub fn rewind(
+        &mut self,
+        slot: Slot,
+        log_end: Offset,
+        last_epoch: LeaderEpoch,
+        now: Instant,
+    ) -> Result<(), FetcherError> {
+        let p = self
+            .partition_mut(slot)
+            .ok_or(FetcherError::NoSuchSlot(slot))?;
+        p.fetch_offset = log_end;
+        p.log_end = log_end;
+        p.last_fetched_epoch = last_epoch;
+        p.append_failures = p.append_failures.saturating_add(1);
+        // The backoff was reset by the response that brought the records; replay the streak.
+        p.backoff.succeed();
+        for _ in 0..p.append_failures {
+            p.backoff.fail(now);
+        }
+        Ok(())
+    }
+
+    /// The records handed out were appended: a full-disk streak (see `rewind`) is over.
+    pub fn appended(&mut self, slot: Slot) {
+        if let Some(p) = self.partition_mut(slot) {
+            p.append_failures = 0;
+        }
     }
 
     /// New leader epoch from metadata for a partition this broker still leads. On sources
@@ -1103,17 +1139,23 @@ impl Fetcher {
                 last_epoch: p.last_fetched_epoch,
             },
         );
-        if let Some(from) = p.log_start_moved_from.take() {
+        // Reported with the first response that shows where the source's data now begins
+        // (records, or none at all); a response rejected whole reports it with the next one.
+        let shows_start = checked.valid.is_some() || checked.error.is_none();
+        if let Some(from) = p.log_start_moved_from.filter(|_| shows_start) {
+            p.log_start_moved_from = None;
             // The first batch may begin below the source's log start (DeleteRecords can cut
-            // inside a batch); like a Kafka follower, the log then starts at that batch.
+            // inside a batch); like a Kafka follower, the log then continues at that batch.
             let to = checked
                 .valid
                 .as_ref()
                 .map_or(p.fetch_offset, |v| v.first_offset.min(p.fetch_offset));
             tracing::warn!(
-                partition = %p.tp, from = from.0, to = to.0,
-                "source log start moved past our fetch offset; offsets below it are gone at \
-                 the source and the mirrored log starts again there"
+                partition = %p.tp, local_log_end = from.0, source_log_start = to.0,
+                skipped = to.0 - from.0,
+                "the source's retention passed our log end: offsets {}..{} are gone at the \
+                 source; every local batch is kept and mirroring continues at {} (an offset \
+                 gap in the mirrored log)", from.0, to.0, to.0
             );
             events.push(FetchEvent::LogStartMoved { slot, from, to });
         }
@@ -1152,8 +1194,8 @@ impl Fetcher {
             // The same fault every time, or offsets or epochs that contradict our log, will
             // not heal by themselves: stop.
             p.bad_records_streak = p.bad_records_streak.saturating_add(1);
-            let retrying = matches!(error, RecordsError::Batch(_))
-                && p.bad_records_streak <= FETCH_BAD_RECORDS_RETRIES;
+            let retrying =
+                error.may_heal_on_refetch() && p.bad_records_streak <= FETCH_BAD_RECORDS_RETRIES;
             if retrying {
                 p.backoff.fail(now);
             } else {
@@ -1201,9 +1243,9 @@ impl Fetcher {
                     p.fetch_offset = source_start;
                     p.log_start_offset = source_start;
                     p.log_start_moved_from = Some(from);
-                    // The local log restarts from scratch (as a Kafka follower's does), so the
-                    // first batch may overlap what it held before.
-                    p.log_end = Offset::ZERO;
+                    // Unlike a Kafka follower, the local log is not emptied: it keeps every
+                    // batch and continues at the source's log start, leaving an offset gap.
+                    // `log_end` stays, so a batch overlapping what we hold is still refused.
                     p.state = PartitionState::Fetching;
                 } else {
                     p.state = PartitionState::Diverged;

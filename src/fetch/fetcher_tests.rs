@@ -27,6 +27,7 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::fetcher::*;
+use super::response::RecordsError;
 use super::versions::Versions;
 use crate::ids::{LeaderEpoch, Offset, TopicPartition};
 use crate::wire::frame;
@@ -589,14 +590,25 @@ fn log_start_inside_a_batch_overlapping_local_data() {
         &h,
         &fetch_response(0, vec![partition(0, 100, Some(batch(35, 21, 0)))], false),
     );
-    let moved = FetchEvent::LogStartMoved {
-        slot: s,
-        from: Offset(40),
-        to: Offset(35),
-    };
-    assert_eq!(b.events[0], moved);
-    assert!(matches!(&b.events[1], FetchEvent::Records(r) if r.first_offset == Offset(35)));
-    assert_eq!(b.f.fetch_offset(s), Some(Offset(56)));
+    // Our log ends at 40 and is kept (never emptied because the source lost offsets): a first
+    // batch 35..=55 would overlap it, so it is refused and the partition stops, with no gap
+    // reported and nothing handed out.
+    assert!(
+        !b.events
+            .iter()
+            .any(|e| matches!(e, FetchEvent::LogStartMoved { .. } | FetchEvent::Records(_))),
+        "{:?}",
+        b.events
+    );
+    assert!(matches!(
+        b.events.last().unwrap(),
+        FetchEvent::BadRecords {
+            error: RecordsError::Overlap { .. },
+            retrying: false,
+            ..
+        }
+    ));
+    assert_eq!(b.f.state(s), Some(PartitionState::Failed));
 }
 
 // Goal: when a partition without a topic id joins, the fetcher drops to Fetch v12 and opens a
@@ -666,4 +678,44 @@ fn persistent_corruption_stops_the_partition_after_bounded_retries() {
     }
     assert_eq!(b.f.state(s0), Some(PartitionState::Failed));
     assert_eq!(b.f.state(s1), Some(PartitionState::Fetching));
+}
+
+// Goal: after an append the disk refused (ENOSPC, rolled back), `rewind` makes the fetcher ask
+// for the same offsets again, not before a backoff that grows with each failure in a row, and
+// a successful append ends the streak.
+#[test]
+fn rewind_after_a_full_disk_refetches_with_a_growing_backoff() {
+    let mut b = Broker::new(12);
+    let s = b.add(0, 10, 0);
+    let (h, _) = b.fetch_request();
+    b.respond(
+        &h,
+        &fetch_response(0, vec![partition(0, 20, Some(batch(10, 5, 0)))], false),
+    );
+    assert_eq!(b.f.fetch_offset(s), Some(Offset(15)));
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        b.f.rewind(s, Offset(10), LeaderEpoch(0), b.now).unwrap();
+        assert_eq!(b.f.fetch_offset(s), Some(Offset(10)));
+        let mut out = BytesMut::new();
+        let Poll::NotBefore(t) = b.f.poll_request(&mut out, b.now).unwrap() else {
+            panic!("a rewound partition must wait before it is fetched again")
+        };
+        waits.push(t - b.now);
+        b.now = t;
+        let (h, req) = b.fetch_request();
+        assert_eq!(sent_partitions(&req), vec![(0, 10)]);
+        b.respond(
+            &h,
+            &fetch_response(0, vec![partition(0, 20, Some(batch(10, 5, 0)))], false),
+        );
+    }
+    assert!(waits.windows(2).all(|w| w[1] > w[0]), "{waits:?}");
+    b.f.appended(s);
+    b.f.rewind(s, Offset(10), LeaderEpoch(0), b.now).unwrap();
+    let mut out = BytesMut::new();
+    let Poll::NotBefore(t) = b.f.poll_request(&mut out, b.now).unwrap() else {
+        panic!("expected a backoff")
+    };
+    assert_eq!(t - b.now, waits[0], "a successful append resets the streak");
 }

@@ -34,6 +34,22 @@ pub enum RecordsError {
     },
 }
 
+impl RecordsError {
+    /// Whether the fetcher refetches after a backoff: only bytes that may have been damaged in
+    /// transit (CRC, framing). A header whose offsets overflow, or offsets and epochs that
+    /// contradict our log, come back the same.
+    pub fn may_heal_on_refetch(&self) -> bool {
+        matches!(self, RecordsError::Batch(e) if e.may_heal_on_refetch())
+    }
+
+    /// Whether the partition, once stopped for this, may be started again automatically (a
+    /// control-plane retry). A batch whose offsets cannot be represented is a hostile or broken
+    /// source: like divergence, it needs an operator.
+    pub fn retryable(&self) -> bool {
+        !matches!(self, RecordsError::Batch(BatchError::OffsetOverflow { .. }))
+    }
+}
+
 /// Where the batches we may append stand, before the response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Position {
@@ -288,16 +304,22 @@ mod tests {
         assert_eq!((c.valid, c.error, c.trailing_bytes), (None, None, 0));
     }
 
-    proptest::proptest! {
-        // Goal: no input makes validation panic, and any valid range it reports lies inside the
-        // input and starts at a batch boundary holding offsets at or above the log end.
-        #[test]
-        fn never_panics(data in proptest::collection::vec(proptest::num::u8::ANY, 0..400), fetch in 0i64..20) {
-            let c = check_records(&data, pos(fetch, fetch, -1));
-            if let Some(v) = c.valid {
-                proptest::prop_assert!(v.bytes.end <= data.len());
-                proptest::prop_assert!(v.first_offset >= Offset(fetch));
-            }
-        }
+    // Structure-aware properties (valid-CRC batches with hostile headers, checked against an
+    // oracle) are in tests/hostile_source.rs; the fuzz target `batch_validation` covers the rest.
+    #[test]
+    fn offset_overflow_stops_without_refetch() {
+        let mut blob = batch(5, 1, 0, 1);
+        blob[..8].copy_from_slice(&(crate::limits::OFFSET_MAX - 1).to_be_bytes());
+        blob[23..27].copy_from_slice(&3i32.to_be_bytes());
+        let crc = crc32c::crc32c(&blob[21..]);
+        blob[17..21].copy_from_slice(&crc.to_be_bytes());
+        let c = check_records(&[batch(0, 5, 0, 1), blob].concat(), pos(0, 0, -1));
+        assert_eq!(c.valid.unwrap().last_offset, Offset(4));
+        let e = c.error.unwrap();
+        assert!(matches!(
+            e,
+            RecordsError::Batch(BatchError::OffsetOverflow { .. })
+        ));
+        assert!(!e.may_heal_on_refetch() && !e.retryable());
     }
 }

@@ -6,11 +6,12 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use crate::ids::{Offset, TopicPartition};
 use crate::limits::CHECKPOINT_BYTES_MAX;
+use crate::log::io::{LogIo, StdIo};
 use crate::log::LogError;
 
 /// The sibling `<name>.tmp` that a checkpoint is written to before it is renamed into place.
@@ -40,16 +41,29 @@ fn parent_dir(path: &Path) -> &Path {
 /// Replace `path` with `contents` atomically: write `<name>.tmp`, fsync it, rename it over
 /// `path`, fsync the directory. A crash leaves either the old or the new file, never a mix.
 pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), LogError> {
+    write_atomically_with(&mut StdIo, path, contents)
+}
+
+/// `write_atomically` with the tmp file's write and sync issued through `io`, so a log's own
+/// I/O engine (and a test's failing disk) performs them. A failed write or sync leaves `path`
+/// as it was: the tmp file is never renamed into place.
+pub fn write_atomically_with(
+    io: &mut impl LogIo,
+    path: &Path,
+    contents: &[u8],
+) -> Result<(), LogError> {
     let tmp = tmp_path(path);
     {
-        let mut f = OpenOptions::new()
+        let f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .open(&tmp)
             .map_err(|e| LogError::io(&tmp, e))?;
-        f.write_all(contents).map_err(|e| LogError::io(&tmp, e))?;
-        f.sync_all().map_err(|e| LogError::io(&tmp, e))?;
+        io.write_all_at(&f, 0, contents)
+            .map_err(|e| LogError::io(&tmp, e))?;
+        // fdatasync covers the new file's size too (metadata needed to read the data back).
+        io.sync_data(&f).map_err(|e| LogError::io(&tmp, e))?;
     }
     fs::rename(&tmp, path).map_err(|e| LogError::io(path, e))?;
     sync_dir(parent_dir(path))
@@ -81,6 +95,16 @@ pub fn read_small_file(path: &Path) -> Result<Option<Vec<u8>>, LogError> {
 
 /// Write a checkpoint with the given version and entry lines (each without its newline).
 pub fn write_lines(path: &Path, version: i32, entries: &[String]) -> Result<(), LogError> {
+    write_lines_with(&mut StdIo, path, version, entries)
+}
+
+/// `write_lines` through `io` (see `write_atomically_with`).
+pub fn write_lines_with(
+    io: &mut impl LogIo,
+    path: &Path,
+    version: i32,
+    entries: &[String],
+) -> Result<(), LogError> {
     let mut out = String::with_capacity(16 + entries.iter().map(|e| e.len() + 1).sum::<usize>());
     out.push_str(&format!("{version}\n{}\n", entries.len()));
     for e in entries {
@@ -91,7 +115,7 @@ pub fn write_lines(path: &Path, version: i32, entries: &[String]) -> Result<(), 
         out.push_str(e);
         out.push('\n');
     }
-    write_atomically(path, out.as_bytes())
+    write_atomically_with(io, path, out.as_bytes())
 }
 
 /// Read a checkpoint's entry lines; `None` if the file does not exist. A version other than
@@ -168,6 +192,15 @@ impl OffsetCheckpointFile {
     }
 
     pub fn write(path: &Path, entries: &BTreeMap<TopicPartition, Offset>) -> Result<(), LogError> {
+        Self::write_with(&mut StdIo, path, entries)
+    }
+
+    /// `write` through `io` (see `write_atomically_with`).
+    pub fn write_with(
+        io: &mut impl LogIo,
+        path: &Path,
+        entries: &BTreeMap<TopicPartition, Offset>,
+    ) -> Result<(), LogError> {
         let mut lines = Vec::with_capacity(entries.len());
         for (tp, off) in entries {
             // Kafka's topic names are [a-zA-Z0-9._-]+; one with whitespace would make the
@@ -180,7 +213,7 @@ impl OffsetCheckpointFile {
             }
             lines.push(format!("{} {} {}", tp.topic, tp.partition, off.0));
         }
-        write_lines(path, Self::VERSION, &lines)
+        write_lines_with(io, path, Self::VERSION, &lines)
     }
 }
 

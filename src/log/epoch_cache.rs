@@ -10,7 +10,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::ids::{LeaderEpoch, Offset};
-use crate::log::checkpoint::{read_lines, split_fields, write_lines};
+use crate::log::checkpoint::{read_lines, split_fields, write_lines_with};
+use crate::log::io::{LogIo, StdIo};
 use crate::log::LogError;
 use crate::wire::batch::Batch;
 
@@ -189,20 +190,31 @@ impl LeaderEpochCache {
 
     /// Persist the entries atomically (tmp, fsync, rename, fsync dir).
     pub fn flush(&mut self) -> Result<(), LogError> {
+        self.flush_with(&mut StdIo)
+    }
+
+    /// `flush` with the file's write and sync through `io` (the log's own I/O engine). A
+    /// failure leaves the cache dirty, so the next flush writes it again.
+    pub fn flush_with(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
         let lines: Vec<String> = self
             .entries
             .iter()
             .map(|e| format!("{} {}", e.epoch.0, e.start_offset.0))
             .collect();
-        write_lines(&self.path, VERSION, &lines)?;
+        write_lines_with(io, &self.path, VERSION, &lines)?;
         self.dirty = false;
         Ok(())
     }
 
     /// Flush only when something changed since the last load or flush.
     pub fn flush_if_dirty(&mut self) -> Result<(), LogError> {
+        self.flush_if_dirty_with(&mut StdIo)
+    }
+
+    /// `flush_if_dirty` through `io`.
+    pub fn flush_if_dirty_with(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
         if self.dirty {
-            self.flush()?;
+            self.flush_with(io)?;
         }
         Ok(())
     }

@@ -48,9 +48,10 @@ pub enum LogError {
         log_end: Offset,
     },
     #[error(
-        "{partition}: log is failed after an I/O error that could not be rolled back; reopen it"
+        "{partition}: log is offline after a disk error ({reason}); restart kmirror once the \
+         disk is fixed (the log is recovered when it is opened again)"
     )]
-    Failed { partition: String },
+    Failed { partition: String, reason: String },
     #[error("invalid log config: {0}")]
     Config(#[from] ConfigError),
 }
@@ -62,6 +63,19 @@ impl LogError {
             path: path.into(),
             source,
         }
+    }
+
+    /// An I/O error saying the disk (or the user's quota) is full: `ENOSPC`/`EDQUOT`. Such
+    /// a write may succeed once space is freed; every other I/O error is taken as the disk
+    /// failing.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, LogError::Io { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)))
+    }
+
+    /// An I/O error of any kind (what takes a log offline unless the disk is merely full).
+    pub fn is_io(&self) -> bool {
+        matches!(self, LogError::Io { .. })
     }
 
     pub fn corrupt(path: impl Into<PathBuf>, reason: impl Into<String>) -> LogError {

@@ -20,7 +20,7 @@ use crate::ids::{Offset, TimestampMs, TopicPartition};
 use crate::limits::{KEYED_LOG_READ_BYTES, KEYED_LOG_SEGMENT_BYTES};
 use crate::log::checkpoint::sync_dir;
 use crate::log::config::{FlushPolicy, LogConfig};
-use crate::log::io::StdIo;
+use crate::log::io::{LogIo, StdIo};
 use crate::log::partition_log::PartitionLog;
 use crate::log::recovery::LoadOptions;
 use crate::log::LogError;
@@ -53,11 +53,17 @@ fn now_ms() -> i64 {
 }
 
 /// The open keyed log and its live records (raw key bytes → raw value bytes).
+///
+/// Disk errors: a `put`/`delete` whose write or fsync fails returns the error and is never
+/// applied: the live map is not changed and the record is cut back out of the log (see
+/// `PartitionLog::append`), so no later open replays it. A full disk leaves the log usable
+/// for the next command; any other disk error takes it offline and every later command fails
+/// until the process restarts. `I` is the I/O engine (`StdIo`; tests pass a failing disk).
 #[derive(Debug)]
-pub struct KeyedLog {
+pub struct KeyedLog<I: LogIo = StdIo> {
     topic: String,
     log: PartitionLog,
-    io: StdIo,
+    io: I,
     live: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
@@ -68,6 +74,19 @@ impl KeyedLog {
         topic: &str,
         flush: FlushPolicy,
     ) -> Result<KeyedLog, KeyedLogError> {
+        KeyedLog::open_with(data_dir, topic, flush, StdIo)
+    }
+}
+
+impl<I: LogIo> KeyedLog<I> {
+    /// `open`, with the log's later writes and syncs (every command) issued through `io`;
+    /// replay and compaction at open use plain I/O.
+    pub fn open_with(
+        data_dir: &Path,
+        topic: &str,
+        flush: FlushPolicy,
+        command_io: I,
+    ) -> Result<KeyedLog<I>, KeyedLogError> {
         let tp = TopicPartition::new(topic, 0);
         let name = tp.dir_name();
         let dir = data_dir.join(&name);
@@ -147,9 +166,14 @@ impl KeyedLog {
         Ok(KeyedLog {
             topic: topic.to_owned(),
             log,
-            io,
+            io: command_io,
             live,
         })
+    }
+
+    /// The I/O engine commands are written through.
+    pub fn io(&self) -> &I {
+        &self.io
     }
 
     /// Every live record: raw key → raw value, in key order.

@@ -284,6 +284,12 @@ impl LogDir {
     /// partitions whose start lies above their first segment, as Kafka does) and
     /// `replication-offset-checkpoint` (high watermark = log end for a mirror).
     pub fn write_checkpoints(&self) -> Result<(), LogError> {
+        self.write_checkpoints_with(&mut crate::log::io::StdIo)
+    }
+
+    /// `write_checkpoints` with the files' writes and syncs through `io` (a failing disk in
+    /// tests); a failure leaves each checkpoint as it was (atomic replace).
+    pub fn write_checkpoints_with(&self, io: &mut impl LogIo) -> Result<(), LogError> {
         let mut recovery = BTreeMap::new();
         let mut starts = BTreeMap::new();
         let mut hws = BTreeMap::new();
@@ -297,15 +303,18 @@ impl LogDir {
                 starts.insert(tp.clone(), start);
             }
         }
-        OffsetCheckpointFile::write(
+        OffsetCheckpointFile::write_with(
+            io,
             &self.root.join(OffsetCheckpointFile::RECOVERY_POINT),
             &recovery,
         )?;
-        OffsetCheckpointFile::write(
+        OffsetCheckpointFile::write_with(
+            io,
             &self.root.join(OffsetCheckpointFile::LOG_START_OFFSET),
             &starts,
         )?;
-        OffsetCheckpointFile::write(
+        OffsetCheckpointFile::write_with(
+            io,
             &self.root.join(OffsetCheckpointFile::REPLICATION_OFFSET),
             &hws,
         )
@@ -326,11 +335,19 @@ impl LogDir {
     }
 
     /// Flushes every partition (moving recovery points to the log ends) and checkpoints.
+    ///
+    /// A log that cannot be flushed (offline after a disk error) does not stop the others:
+    /// every log is flushed, the checkpoints written (the failed log's recovery point stays
+    /// where its last good flush left it), and then the first error is returned.
     pub fn flush(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        let mut first_error = None;
         for log in self.logs.values_mut() {
-            log.flush(io)?;
+            if let Err(e) = log.flush(io) {
+                first_error.get_or_insert(e);
+            }
         }
-        self.write_checkpoints()
+        self.write_checkpoints_with(io)?;
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Closes every partition (final index entries, snapshots, fsync), writes the checkpoints

@@ -61,6 +61,9 @@ impl OffsetIndex {
             .open(path)
             .map_err(|e| LogError::io(path, e))?;
         let entries = parse(path, &bytes)?;
+        if let Some(last) = entries.last() {
+            check_absolute(path, base, last.relative_offset)?;
+        }
         Ok(OffsetIndex {
             path: path.to_path_buf(),
             file,
@@ -142,7 +145,7 @@ impl OffsetIndex {
             None => self.entries.last().copied(),
         };
         match found {
-            Some(e) => (Offset(self.base.0 + e.relative_offset.0 as i64), e.position),
+            Some(e) => (absolute(self.base, e.relative_offset), e.position),
             None => (self.base, FilePosition(0)),
         }
     }
@@ -184,6 +187,25 @@ pub fn relative(base: Offset, offset: Offset) -> Option<RelativeOffset> {
         Some(RelativeOffset(rel as u32))
     } else {
         None
+    }
+}
+
+/// `base + rel` for an entry of a loaded or appended index: both `relative` (appends) and
+/// `check_absolute` (opens) proved it representable.
+pub fn absolute(base: Offset, rel: RelativeOffset) -> Offset {
+    base.checked_add(i64::from(rel.0))
+        .expect("index entries are checked to fit when appended or opened")
+}
+
+/// Refuses an index (read from a file, so untrusted) whose entry at `rel` would lie past
+/// `limits::OFFSET_MAX` from a segment based at `base`: the caller rebuilds it from the log.
+pub fn check_absolute(path: &Path, base: Offset, rel: RelativeOffset) -> Result<(), LogError> {
+    match base.checked_add(i64::from(rel.0)) {
+        Some(_) => Ok(()),
+        None => Err(LogError::corrupt(
+            path,
+            format!("entry at relative offset {} overflows base {base}", rel.0),
+        )),
     }
 }
 

@@ -71,8 +71,10 @@ pub struct PartitionLog {
     producers: ProducerStateManager,
     unflushed_messages: u64,
     last_flush_ms: i64,
-    /// Set when an I/O error left the files in a state we could not roll back.
-    failed: bool,
+    /// Set, with the error, when a disk error took the log offline (Kafka's rule for log dirs:
+    /// an I/O error other than a full disk, any fsync error, or a rollback that failed). An
+    /// offline log refuses appends, flushes and a clean close until it is reopened (recovered).
+    offline: Option<String>,
     /// Where this log publishes read views for the Kafka endpoint, once attached.
     publisher: Option<Publisher>,
     /// Opening revalidated segments batch by batch (see `recovered_at_open`).
@@ -115,7 +117,7 @@ impl PartitionLog {
             recovery_point: Offset::ZERO,
             unflushed_messages: 0,
             last_flush_ms: now,
-            failed: false,
+            offline: None,
             publisher: None,
             recovered_at_open: false,
             revalidated_at_open: Recovered::default(),
@@ -168,7 +170,7 @@ impl PartitionLog {
             producers,
             unflushed_messages: 0,
             last_flush_ms: now_ms(),
-            failed: false,
+            offline: None,
             publisher: None,
             recovered_at_open: loaded.recovered,
             revalidated_at_open: loaded.revalidated,
@@ -341,30 +343,65 @@ impl PartitionLog {
     /// increasing); if any fails nothing is written. The bytes then go to the active segment
     /// unchanged, rolling first when Kafka would. An append larger than `segment.bytes` (a big
     /// fetch into small segments) is split at batch boundaries into several segment appends.
-    /// If a write fails, the log is truncated back to where it was; if even that fails the log
-    /// is marked failed and refuses further appends until reopened (which recovers it).
+    ///
+    /// A failed append leaves nothing behind: whether a write or the fsync the flush policy
+    /// asks for failed, the log is truncated back to where it was, so the records are never
+    /// applied later (a keyed log's command fails for good). A full disk (`ENOSPC`, `EDQUOT`)
+    /// on a write is then retryable: the log stays usable and the caller may append the same
+    /// records again once there is space. Any other I/O error, any fsync error (the kernel may
+    /// already have dropped the pages) and a rollback that fails take the log offline
+    /// (`offline_reason`), as Kafka takes a log dir offline: appends are refused until the log
+    /// is reopened, which recovers it from the recovery point.
     pub fn append(&mut self, io: &mut impl LogIo, records: &[u8]) -> Result<AppendInfo, LogError> {
-        if self.failed {
-            return Err(LogError::Failed {
-                partition: self.name(),
-            });
+        if self.offline.is_some() {
+            return Err(self.offline_error());
         }
         let info = self.validate_append(records)?;
         if info.batches == 0 {
             return Ok(info);
         }
         let old_end = self.log_end_offset();
-        if let Err(e) = self.write_chunks(io, records) {
-            if let Err(rollback) = self.truncate_to(io, old_end) {
-                tracing::error!(partition = %self.tp, error = %rollback, "append rollback failed");
-                self.failed = true;
+        let old_unflushed = self.unflushed_messages;
+        let result = self
+            .write_chunks(io, records)
+            .map_err(|e| (e, true))
+            .and_then(|()| {
+                self.unflushed_messages += (info.last_offset.0 - info.first_offset.0 + 1) as u64;
+                self.maybe_flush(io).map_err(|e| (e, false))
+            });
+        if let Err((error, on_write)) = result {
+            let retryable = on_write && error.is_disk_full();
+            self.unflushed_messages = old_unflushed;
+            match self.truncate_to(io, old_end) {
+                Err(rollback) => {
+                    self.take_offline(format!("{error}; rolling it back failed too: {rollback}"))
+                }
+                Ok(()) if !retryable => self.take_offline(error.to_string()),
+                Ok(()) => {}
             }
-            return Err(e);
+            return Err(error);
         }
-        self.unflushed_messages += (info.last_offset.0 - info.first_offset.0 + 1) as u64;
         self.publish_view();
-        self.maybe_flush(io)?;
         Ok(info)
+    }
+
+    /// Why the log is offline, if a disk error took it offline.
+    pub fn offline_reason(&self) -> Option<&str> {
+        self.offline.as_deref()
+    }
+
+    fn offline_error(&self) -> LogError {
+        LogError::Failed {
+            partition: self.name(),
+            reason: self.offline.clone().unwrap_or_default(),
+        }
+    }
+
+    fn take_offline(&mut self, reason: String) {
+        if self.offline.is_none() {
+            tracing::error!(partition = %self.tp, %reason, "log offline after a disk error");
+            self.offline = Some(reason);
+        }
     }
 
     fn validate_append(&self, records: &[u8]) -> Result<AppendInfo, LogError> {
@@ -487,7 +524,7 @@ impl PartitionLog {
         batch: &Batch<'_>,
     ) -> Result<(), LogError> {
         if assign_epoch(&mut self.epochs, batch) {
-            self.epochs.flush()?;
+            self.epochs.flush_with(io)?;
         }
         if let Some(txn) = self.producers.on_batch(batch) {
             self.active_mut().append_aborted(io, &txn)?;
@@ -509,7 +546,7 @@ impl PartitionLog {
         let segment = Segment::create(&self.dir, base, &self.config, now)?;
         self.segments.push(segment);
         // Kafka snapshots producer state on every roll, named after the new segment.
-        self.producers.take_snapshot(&self.dir, base)?;
+        self.producers.take_snapshot_with(io, &self.dir, base)?;
         sync_dir(&self.dir)?;
         self.recovery_point = self.recovery_point.max(base);
         Ok(())
@@ -538,11 +575,23 @@ impl PartitionLog {
 
     /// fdatasyncs every segment holding data above the recovery point, then moves the
     /// recovery point to the log end.
+    ///
+    /// A failed fsync takes the log offline and leaves the recovery point where it was: after
+    /// a failed fsync the kernel may have dropped the dirty pages, so a later fsync that
+    /// succeeds proves nothing about them, and only recovery at the next open may vouch for
+    /// that data again.
     pub fn flush(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        if self.offline.is_some() {
+            return Err(self.offline_error());
+        }
         let end = self.log_end_offset();
-        for seg in &mut self.segments {
+        for i in 0..self.segments.len() {
+            let seg = &mut self.segments[i];
             if seg.next_offset() > self.recovery_point || seg.base_offset() >= self.recovery_point {
-                seg.flush(io)?;
+                if let Err(e) = seg.flush(io) {
+                    self.take_offline(format!("fsync failed: {e}"));
+                    return Err(e);
+                }
             }
         }
         self.recovery_point = end;
@@ -682,7 +731,7 @@ impl PartitionLog {
         self.active_mut().truncate_to(offset, now_ms())?;
         let end = self.log_end_offset();
         self.epochs.truncate_from_end(end);
-        self.epochs.flush_if_dirty()?;
+        self.epochs.flush_if_dirty_with(io)?;
         delete_snapshots_above(&self.dir, end)?;
         rebuild_producer_state(&self.dir, &self.segments, &mut self.producers, end)?;
         self.recovery_point = self.recovery_point.min(end);
@@ -697,7 +746,6 @@ impl PartitionLog {
         io: &mut impl LogIo,
         offset: Offset,
     ) -> Result<(), LogError> {
-        let _ = io;
         let fresh = Segment::create(&self.dir, offset, &self.config, now_ms());
         // Build the new segment before deleting: if its base equals an old segment's, the old
         // files are simply replaced by the create.
@@ -713,10 +761,10 @@ impl PartitionLog {
         self.log_start = offset;
         self.recovery_point = offset;
         self.epochs.clear();
-        self.epochs.flush()?;
+        self.epochs.flush_with(io)?;
         delete_snapshots_above(&self.dir, Offset(-1))?;
         self.producers.reset(offset);
-        self.failed = false;
+        self.offline = None;
         self.publish_view();
         Ok(())
     }
@@ -777,7 +825,7 @@ impl PartitionLog {
         let new_start = self.segments[0].base_offset().max(self.log_start);
         self.log_start = new_start;
         self.epochs.truncate_from_start(new_start);
-        self.epochs.flush_if_dirty()?;
+        self.epochs.flush_if_dirty_with(io)?;
         delete_snapshots_below(&self.dir, self.segments[0].base_offset())?;
         self.publish_view();
         Ok(n)
@@ -786,18 +834,16 @@ impl PartitionLog {
     /// Final time-index entry, fsync of everything, epoch checkpoint: the state a clean
     /// shutdown marker may vouch for.
     pub fn close(mut self, io: &mut impl LogIo) -> Result<(), LogError> {
-        if self.failed {
-            return Err(LogError::Failed {
-                partition: self.name(),
-            });
+        if self.offline.is_some() {
+            return Err(self.offline_error());
         }
         self.active_mut().write_final_time_entry(io)?;
         self.flush(io)?;
-        self.epochs.flush_if_dirty()?;
+        self.epochs.flush_if_dirty_with(io)?;
         // A clean-shutdown marker makes Kafka trust the latest snapshot instead of rebuilding
         // producer state, so one must exist for the log end.
         let end = self.log_end_offset();
-        self.producers.take_snapshot(&self.dir, end)?;
+        self.producers.take_snapshot_with(io, &self.dir, end)?;
         Ok(())
     }
 
@@ -835,7 +881,12 @@ pub(crate) fn first_record_at_or_after(
         let Some((off_delta, _)) = varint(bytes, next) else {
             return fallback;
         };
-        let (offset, ts) = (base + off_delta, base_ts + ts_delta);
+        // Deltas come from the source's bytes: a sum that does not fit means a corrupt
+        // record, answered like a compressed batch.
+        let (Some(offset), Some(ts)) = (base.checked_add(off_delta), base_ts.checked_add(ts_delta))
+        else {
+            return fallback;
+        };
         if ts >= target.0 && offset >= min_offset.0 {
             return (Offset(offset), TimestampMs(ts));
         }

@@ -33,7 +33,7 @@ use crate::ids::{Offset, ProducerId, TimestampMs};
 use crate::limits::{
     PRODUCER_RECENT_BATCHES, PRODUCER_SNAPSHOT_BYTES_MAX, PRODUCER_SNAPSHOT_ENTRY_BYTES,
 };
-use crate::log::checkpoint::write_atomically;
+use crate::log::checkpoint::write_atomically_with;
 use crate::log::txn_index::AbortedTxn;
 use crate::log::LogError;
 use crate::wire::batch::{Batch, ControlType};
@@ -307,8 +307,18 @@ impl ProducerStateManager {
     /// Write `<dir>/<20-digit next_offset>.snapshot` atomically. `next_offset` must be the
     /// offset the state covers up to (normally `map_end_offset`, the log end).
     pub fn take_snapshot(&self, dir: &Path, next_offset: Offset) -> Result<PathBuf, LogError> {
+        self.take_snapshot_with(&mut crate::log::io::StdIo, dir, next_offset)
+    }
+
+    /// `take_snapshot` with the file's write and sync through `io` (the log's I/O engine).
+    pub fn take_snapshot_with(
+        &self,
+        io: &mut impl crate::log::io::LogIo,
+        dir: &Path,
+        next_offset: Offset,
+    ) -> Result<PathBuf, LogError> {
         let path = snapshot_path(dir, next_offset);
-        write_atomically(&path, &self.snapshot_bytes())?;
+        write_atomically_with(io, &path, &self.snapshot_bytes())?;
         Ok(path)
     }
 

@@ -165,7 +165,7 @@ pub(crate) fn load(
     epochs.truncate_past_end(end);
     restore_unbacked_epoch(epochs, checkpointed, end);
     epochs.truncate_from_start(log_start);
-    epochs.flush_if_dirty()?;
+    epochs.flush_if_dirty_with(io)?;
     // Snapshots past the end describe data that is gone.
     delete_snapshots_above(dir, end)?;
     if !recovered || producers.map_end_offset() != end {

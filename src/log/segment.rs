@@ -233,7 +233,7 @@ impl Segment {
         let last_offset = Offset(self.next_offset.0 - 1);
         let oi_ok = self.offset_index.entries().last().is_none_or(|e| {
             (e.position.0 as u64) < self.size
-                && self.base.0 + e.relative_offset.0 as i64 <= last_offset.0
+                && crate::log::offset_index::absolute(self.base, e.relative_offset) <= last_offset
         });
         let (_, ti_offset) = self.time_index.last_entry();
         let ti_ok = self.time_index.is_empty() || ti_offset <= last_offset;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::ids::{Offset, RelativeOffset, TimestampMs};
 use crate::limits::TIME_INDEX_ENTRY_BYTES;
 use crate::log::io::LogIo;
-use crate::log::offset_index::relative;
+use crate::log::offset_index::{absolute, check_absolute, relative};
 use crate::log::LogError;
 
 const ENTRY: usize = TIME_INDEX_ENTRY_BYTES as usize;
@@ -58,6 +58,9 @@ impl TimeIndex {
             .open(path)
             .map_err(|e| LogError::io(path, e))?;
         let entries = parse(path, &bytes)?;
+        if let Some(last) = entries.last() {
+            check_absolute(path, base, last.relative_offset)?;
+        }
         Ok(TimeIndex {
             path: path.to_path_buf(),
             file,
@@ -97,7 +100,7 @@ impl TimeIndex {
     }
 
     fn absolute(&self, rel: RelativeOffset) -> Offset {
-        Offset(self.base.0 + rel.0 as i64)
+        absolute(self.base, rel)
     }
 
     /// Appends (timestamp, offset) if the timestamp is strictly greater than the last entry's.

@@ -215,7 +215,10 @@ impl Scrape {
                 .filter_map(|(m, p)| v(p).map(|x| (part_labels(m, &p.tp), x)))
                 .collect()
         };
-        let lag = |p: &PartitionSnapshot| p.high_watermark.map(|hw| (hw.0 - p.log_end.0).max(0));
+        let lag = |p: &PartitionSnapshot| {
+            p.high_watermark
+                .map(|hw| hw.0.saturating_sub(p.log_end.0).max(0))
+        };
         f.gauge(
             "kmirror_partition_lag_offsets",
             "Source high watermark minus the local log end offset.",
@@ -270,6 +273,11 @@ impl Scrape {
             "kmirror_partition_fetch_errors",
             "Fetch failures affecting the partition (partition errors, bad records, failed requests, lost connections).",
             &counter(|p| p.fetch_errors),
+        )?;
+        f.counter(
+            "kmirror_partition_records_skipped",
+            "Offsets never mirrored because the source's retention passed the local log end (the mirrored log keeps its batches and has an offset gap there), since this process started.",
+            &counter(|p| p.records_skipped),
         )?;
         let throttle: Vec<(Labels, f64)> = self
             .partitions

@@ -1021,31 +1021,55 @@ impl MirrorShard {
                     let result = match self.log_mut(at(r.slot)) {
                         Some(log) => log
                             .append(&mut RingIo::new(cx.ring), &r.records)
-                            .map(|_| log.log_end_offset()),
+                            .map(|_| log.log_end_offset())
+                            .map_err(|e| (e, resume_point(log), log.offline_reason().is_some())),
                         None => continue,
                     };
                     match result {
                         Ok(end) => {
+                            self.group_mut(at(r.slot)).fetcher.appended(r.slot);
                             self.meter_append(cx, at(r.slot), &r, began, end);
                             self.report_append(at(r.slot), &r);
                         }
-                        Err(e) => {
+                        Err((e, _, true)) => {
+                            // Kafka's rule for log dirs: a disk error takes the log offline
+                            // for good; retrying could only write around lost pages.
+                            let why = format!(
+                                "log offline after a disk error, not retried: {e}; fix the \
+                                 disk and restart kmirror (the log is recovered when opened)"
+                            );
+                            self.stop_partition(cx, at(r.slot), why, false);
+                        }
+                        Err((e, (end, epoch), false)) if e.is_disk_full() => {
+                            // Rolled back: fetch the same records again once there is space.
+                            let why = format!(
+                                "disk full, appends paused and retried with backoff until \
+                                 space returns: {e}"
+                            );
+                            let group = self.group_mut(at(r.slot));
+                            let _ = group.fetcher.rewind(r.slot, end, epoch, Instant::now());
+                            let tp = group.fetcher.topic_partition(r.slot).cloned();
+                            self.report_stalled(at(r.slot), why.clone());
+                            if let Some(tp) = tp {
+                                notice(cx, format!("{tp}: {why}"));
+                            }
+                        }
+                        Err((e, _, false)) => {
                             let why = format!("append failed: {e}");
                             self.stop_partition(cx, at(r.slot), why, true);
                         }
                     }
                 }
                 FetchEvent::LogStartMoved { slot, to, .. } => {
-                    let result = match self.log_mut(at(slot)) {
-                        Some(log) if log.log_end_offset() < to => {
-                            log.truncate_fully_and_start_at(&mut RingIo::new(cx.ring), to)
-                        }
-                        _ => Ok(()),
+                    // Mirrored history is never deleted because the source lost it: the log
+                    // keeps its batches and the next append lands at `to`, past a gap. Only
+                    // the size of the gap is recorded (describe, /metrics; the fetcher logged
+                    // both offsets).
+                    let skipped = match self.log_mut(at(slot)) {
+                        Some(log) => to.0.saturating_sub(log.log_end_offset().0).max(0),
+                        None => continue,
                     };
-                    if let Err(e) = result {
-                        let why = format!("cannot restart at {to}: {e}");
-                        self.stop_partition(cx, at(slot), why, true);
-                    }
+                    self.report_skipped(at(slot), skipped as u64);
                 }
                 FetchEvent::Diverged(d) => {
                     let why = format!(
@@ -1071,7 +1095,8 @@ impl MirrorShard {
                     retrying: false,
                 } => {
                     let why = format!("bad records from the source: {error}");
-                    self.stop_partition(cx, at(slot), why, true);
+                    let retryable = error.retryable();
+                    self.stop_partition(cx, at(slot), why, retryable);
                 }
                 FetchEvent::Watermarks {
                     slot,

@@ -34,10 +34,30 @@ impl MirrorShard {
         let end = self.log_mut(at).map(|l| l.log_end_offset());
         let throttled = self.throttled_ms(at);
         if let (Some(cell), Some(end)) = (self.cell(at), end) {
+            cell.clear_stalled();
             cell.set_log_end(end.0);
             cell.set_high_watermark(r.high_watermark.0);
             cell.set_newest_timestamp(r.max_timestamp.0);
             cell.set_throttled_ms(throttled);
+        }
+    }
+
+    /// Offsets the source no longer held when we asked for them (its log start passed our log
+    /// end): counted for describe and /metrics.
+    pub(super) fn report_skipped(&mut self, at: Loc, skipped: u64) {
+        if let Some(m) = self.meter(at) {
+            m.records_skipped(skipped);
+        }
+        if let Some(cell) = self.cell(at) {
+            cell.add_skipped(skipped);
+        }
+    }
+
+    /// Appends are paused (a full disk) and retried: `why` shows in describe until the next
+    /// append succeeds.
+    pub(super) fn report_stalled(&mut self, at: Loc, why: String) {
+        if let Some(cell) = self.cell(at) {
+            cell.set_stalled(why);
         }
     }
 

@@ -5,7 +5,7 @@
 //! partition is handed to a shard).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::ids::TopicPartition;
@@ -19,6 +19,12 @@ pub struct PartitionProgress {
     high_watermark: AtomicI64,
     newest_timestamp: AtomicI64,
     throttled_ms: AtomicI64,
+    /// Offsets skipped because the source's log start passed our log end, summed.
+    skipped: AtomicI64,
+    /// Why appends are paused (a full disk), while they are; `stalled` says whether to look,
+    /// so the append path reads one atomic and takes the mutex only around a stall.
+    stalled: AtomicBool,
+    stall_reason: Mutex<Option<String>>,
 }
 
 impl Default for PartitionProgress {
@@ -28,6 +34,9 @@ impl Default for PartitionProgress {
             high_watermark: AtomicI64::new(UNKNOWN),
             newest_timestamp: AtomicI64::new(UNKNOWN),
             throttled_ms: AtomicI64::new(UNKNOWN),
+            skipped: AtomicI64::new(0),
+            stalled: AtomicBool::new(false),
+            stall_reason: Mutex::new(None),
         }
     }
 }
@@ -37,7 +46,7 @@ fn known(v: i64) -> Option<i64> {
 }
 
 /// What one read of a partition's progress saw.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ProgressSnapshot {
     pub log_end: Option<i64>,
     pub high_watermark: Option<i64>,
@@ -46,6 +55,11 @@ pub struct ProgressSnapshot {
     /// Throttle time (ms) the source asked for on the connection that fetches this partition,
     /// summed since that connection's fetcher was set up.
     pub throttled_ms: Option<i64>,
+    /// Offsets the source no longer held when this process asked for them (gaps left in the
+    /// mirrored log because the source's retention passed its end), summed.
+    pub skipped_records: i64,
+    /// Why appends are paused and retried (a full disk), while they are.
+    pub stalled: Option<String>,
 }
 
 impl PartitionProgress {
@@ -68,12 +82,41 @@ impl PartitionProgress {
             .store(i64::try_from(ms).unwrap_or(i64::MAX), Ordering::Relaxed);
     }
 
+    pub fn add_skipped(&self, offsets: u64) {
+        let n = i64::try_from(offsets).unwrap_or(i64::MAX);
+        let _ = self
+            .skipped
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_add(n))
+            });
+    }
+
+    pub fn set_stalled(&self, why: String) {
+        *self.stall_reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        self.stalled.store(true, Ordering::Release);
+    }
+
+    pub fn clear_stalled(&self) {
+        if self.stalled.swap(false, Ordering::AcqRel) {
+            *self.stall_reason.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+
     pub fn snapshot(&self) -> ProgressSnapshot {
         ProgressSnapshot {
             log_end: known(self.log_end.load(Ordering::Relaxed)),
             high_watermark: known(self.high_watermark.load(Ordering::Relaxed)),
             newest_timestamp: known(self.newest_timestamp.load(Ordering::Relaxed)),
             throttled_ms: known(self.throttled_ms.load(Ordering::Relaxed)),
+            skipped_records: self.skipped.load(Ordering::Relaxed),
+            stalled: if self.stalled.load(Ordering::Acquire) {
+                self.stall_reason
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone()
+            } else {
+                None
+            },
         }
     }
 }

@@ -30,6 +30,8 @@ pub struct PartitionStats {
     batches: AtomicU64,
     fetch_errors: AtomicU64,
     throttle_ms: AtomicU64,
+    /// Offsets skipped because the source's log start passed our log end.
+    records_skipped: AtomicU64,
     /// Largest batch timestamp appended so far (-1: none yet).
     max_timestamp_ms: AtomicI64,
     /// The connection fetching the partition is up and its source broker has answered on it.
@@ -47,6 +49,7 @@ pub struct PartitionSnapshot {
     pub batches: u64,
     pub fetch_errors: u64,
     pub throttle_ms: u64,
+    pub records_skipped: u64,
     pub max_timestamp: Option<TimestampMs>,
     pub source_answered: bool,
 }
@@ -61,6 +64,7 @@ impl PartitionStats {
             batches: AtomicU64::new(0),
             fetch_errors: AtomicU64::new(0),
             throttle_ms: AtomicU64::new(0),
+            records_skipped: AtomicU64::new(0),
             max_timestamp_ms: AtomicI64::new(-1),
             source_answered: AtomicBool::new(false),
         }
@@ -87,6 +91,11 @@ impl PartitionStats {
         self.throttle_ms.fetch_add(ms, Ordering::Relaxed);
     }
 
+    /// The source's log start passed our log end: `offsets` were never mirrored.
+    pub fn records_skipped(&self, offsets: u64) {
+        self.records_skipped.fetch_add(offsets, Ordering::Relaxed);
+    }
+
     pub fn fetch_error(&self) {
         self.fetch_errors.fetch_add(1, Ordering::Relaxed);
     }
@@ -107,6 +116,7 @@ impl PartitionStats {
             batches: self.batches.load(Ordering::Relaxed),
             fetch_errors: self.fetch_errors.load(Ordering::Relaxed),
             throttle_ms: self.throttle_ms.load(Ordering::Relaxed),
+            records_skipped: self.records_skipped.load(Ordering::Relaxed),
             max_timestamp: (ts >= 0).then_some(TimestampMs(ts)),
             source_answered: self.source_answered.load(Ordering::Relaxed),
         }

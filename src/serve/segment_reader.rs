@@ -132,8 +132,19 @@ pub fn index_lookup(seg: &SegmentView, target: Offset) -> Result<(Offset, FilePo
         }
     }
     Ok(match found {
-        Some((r, pos)) => (Offset(base.0 + r as i64), FilePosition(pos)),
+        Some((r, pos)) => (entry_offset(path, base, r)?, FilePosition(pos)),
         None => (base, FilePosition(0)),
+    })
+}
+
+/// The absolute offset of an index entry read straight from the file (the owner checked its
+/// entries, but a file is read here without its help): a sum past `OFFSET_MAX` is corruption.
+fn entry_offset(path: &std::path::Path, base: Offset, rel: u32) -> Result<Offset, LogError> {
+    base.checked_add(i64::from(rel)).ok_or_else(|| {
+        LogError::corrupt(
+            path,
+            format!("entry at relative offset {rel} overflows base {base}"),
+        )
     })
 }
 
@@ -165,7 +176,7 @@ pub fn time_lookup(
         }
     }
     Ok(match found {
-        Some((ts, r)) => (TimestampMs(ts), Offset(base.0 + r as i64)),
+        Some((ts, r)) => (TimestampMs(ts), entry_offset(path, base, r)?),
         None => (TimestampMs::NONE, base),
     })
 }

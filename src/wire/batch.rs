@@ -9,7 +9,7 @@
 //! Layouts: ../shared/reference/kafka-formats.md §1 (v2 header, attributes) and §1.5 (legacy).
 
 use crate::ids::{LeaderEpoch, Offset, ProducerId, TimestampMs};
-use crate::limits::{BATCH_BYTES_MAX, LOG_OVERHEAD, RECORD_BATCH_V2_HEADER_BYTES};
+use crate::limits::{BATCH_BYTES_MAX, LOG_OVERHEAD, OFFSET_MAX, RECORD_BATCH_V2_HEADER_BYTES};
 
 /// Why a batch was rejected. Each variant names what was wrong so operators can act on it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,6 +46,24 @@ pub enum BatchError {
     },
     #[error("batch at offset {base_offset}: control batch is not transactional or holds {count} records")]
     BadControlBatch { base_offset: i64, count: i32 },
+    /// The batch's offsets cannot all be represented: base offset + lastOffsetDelta (or the
+    /// offset after it) passes `OFFSET_MAX`. No real log gets there; only a hostile or corrupt
+    /// header does, and accepting it would wrap the log end.
+    #[error("batch at offset {base_offset}: lastOffsetDelta {delta} takes its offsets past {max}")]
+    OffsetOverflow {
+        base_offset: i64,
+        delta: i32,
+        max: i64,
+    },
+}
+
+impl BatchError {
+    /// Whether refetching the same offsets may give a good batch: a CRC or framing fault can be
+    /// a bit flipped in transit; offsets that overflow are a contradiction in the header itself,
+    /// and the source will send the same header again.
+    pub fn may_heal_on_refetch(&self) -> bool {
+        !matches!(self, BatchError::OffsetOverflow { .. })
+    }
 }
 
 /// Compression codec from the low three attribute bits.
@@ -215,6 +233,28 @@ impl<'a> Batch<'a> {
                 base_offset,
                 size: total as i64,
                 max: BATCH_BYTES_MAX,
+            });
+        }
+        // Every accessor below computes base + lastOffsetDelta (+ 1) freely: a batch exists only
+        // when those fit, so a hostile header is refused here, once.
+        let delta = if magic != 2 {
+            0
+        } else if buf.len() >= OFF_LAST_OFFSET_DELTA + 4 {
+            be_i32(buf, OFF_LAST_OFFSET_DELTA)
+        } else {
+            // total ≥ the v2 header, which holds the delta: the buffer is short.
+            return Ok(Peek::Incomplete {
+                needed: Some(total),
+            });
+        };
+        if base_offset
+            .checked_add(delta as i64)
+            .is_none_or(|last| last > OFFSET_MAX)
+        {
+            return Err(BatchError::OffsetOverflow {
+                base_offset,
+                delta,
+                max: OFFSET_MAX,
             });
         }
         if buf.len() < total {
@@ -636,16 +676,39 @@ mod tests {
         ));
     }
 
-    proptest! {
-        #[test]
-        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-            for (_, batch) in Batches::new(&bytes).flatten() {
-                let _ = batch.validate();
-                let _ = batch.control_type();
-                let _ = batch.coordinator_epoch();
-                let _ = batch.last_sequence();
+    // Goal: offsets up to OFFSET_MAX are accepted, one past it (or a base so large that the
+    // delta would wrap) is refused at framing with the offsets named, before any accessor adds.
+    #[test]
+    fn offsets_past_offset_max_are_refused_at_peek() {
+        let edge = data_batch(OFFSET_MAX, &[b"v".to_vec()]);
+        let batch = Batch::parse_valid(&edge).unwrap().unwrap();
+        assert_eq!(batch.next_offset(), Offset(i64::MAX));
+        let two = data_batch(OFFSET_MAX, &[b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(
+            Batch::peek(&two).unwrap_err(),
+            BatchError::OffsetOverflow {
+                base_offset: OFFSET_MAX,
+                delta: 1,
+                max: OFFSET_MAX
             }
-        }
+        );
+        let mut wrap = data_batch(0, &[b"v".to_vec()]);
+        wrap[..8].copy_from_slice(&i64::MAX.to_be_bytes());
+        assert!(matches!(
+            Batch::peek(&wrap),
+            Err(BatchError::OffsetOverflow { .. })
+        ));
+        assert!(!Batch::peek(&wrap).unwrap_err().may_heal_on_refetch());
+        let legacy = legacy_message(1, Offset(i64::MAX), TimestampMs(5), None, Some(b"v"));
+        assert!(matches!(
+            Batch::peek(&legacy),
+            Err(BatchError::OffsetOverflow { delta: 0, .. })
+        ));
+    }
+
+    // Hostile headers with valid CRCs are generated with their structure in
+    // tests/hostile_source.rs (random bytes almost never pass the CRC) and fuzzed in fuzz/.
+    proptest! {
 
         #[test]
         fn every_prefix_is_incomplete_and_the_whole_is_complete(

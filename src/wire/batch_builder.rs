@@ -270,6 +270,19 @@ fn encode(h: Header<'_>) -> Vec<u8> {
     out
 }
 
+/// Recomputes the CRC-32C of a whole v2 batch after its CRC-covered header fields were edited
+/// in place: for tests and fuzz seeds that need batches whose CRC is right and whose header
+/// says something hostile (a lastOffsetDelta past `OFFSET_MAX`, a record count that does not
+/// fit). The mirror path never rewrites a batch.
+pub fn reseal_crc(batch: &mut [u8]) {
+    assert!(
+        batch.len() >= RECORD_BATCH_V2_HEADER_BYTES && batch[16] == MAGIC_V2 as u8,
+        "reseal needs a whole v2 batch"
+    );
+    let crc = crc32c(&batch[CRC_COVERED_FROM..]);
+    batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// One uncompressed legacy message (magic 0 or 1) at absolute `offset`, with its CRC-32
 /// (kafka-formats.md §1.5). Sources on old message formats still serve these, so the log and
 /// its tools must handle them; tests need them without an old broker.

@@ -115,11 +115,10 @@ pub fn records<'a>(batch: &Batch<'a>) -> Result<Vec<Record<'a>>, RecordError> {
         if rec.pos != body.len() {
             return Err(bad("length does not match its fields"));
         }
-        out.push(Record {
-            offset: Offset(base.0 + delta),
-            key,
-            value,
-        });
+        let offset = base
+            .checked_add(delta)
+            .ok_or(bad("offset delta out of range"))?;
+        out.push(Record { offset, key, value });
     }
     if cur.pos != batch.size() {
         return Err(RecordError::Malformed {

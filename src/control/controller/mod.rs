@@ -57,7 +57,7 @@ pub use lifecycle::{PromotePlan, StartAnswer, StartPlan};
 pub use reporting::{CommandReport, MirrorSummary, PartitionRow, SourceCheck};
 
 /// What the data plane knows about one partition it fetches (or fetched).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Progress {
     pub local_log_end: Option<i64>,
     pub source_high_watermark: Option<i64>,
@@ -65,6 +65,11 @@ pub struct Progress {
     pub newest_timestamp_ms: Option<i64>,
     /// Throttle time the source's quotas imposed on the partition's connection, summed (ms).
     pub throttled_ms: Option<i64>,
+    /// Offsets never mirrored because the source's log start passed our log end (an offset
+    /// gap in the local log), summed since this process started.
+    pub skipped_records: i64,
+    /// Why appends are paused and retried (a full disk), while they are.
+    pub stalled: Option<String>,
 }
 
 /// The shards, as the control plane drives them.

@@ -57,6 +57,13 @@ pub struct PartitionRow {
     /// Why the topic's latest source configs were not applied (the previous ones are).
     #[serde(default)]
     pub config_error: Option<String>,
+    /// Offsets skipped since this process started because the source's retention passed the
+    /// local log end: the log keeps its batches and has an offset gap (issue 11 item 5).
+    #[serde(default)]
+    pub skipped_records: i64,
+    /// While MIRRORING, why appends are paused and retried (a full disk: issue 11 item 6).
+    #[serde(default)]
+    pub stalled: Option<String>,
 }
 
 /// What a command changed, for the operator.
@@ -117,7 +124,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     }
                 }
                 let lag = match (progress.source_high_watermark, progress.local_log_end) {
-                    (Some(hw), Some(end)) => Some((hw - end).max(0)),
+                    (Some(hw), Some(end)) => Some(hw.saturating_sub(end).max(0)),
                     _ => None,
                 };
                 let lag_seconds = match lag {
@@ -143,6 +150,8 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     last_mirror_epoch: p.last.map(|l| l.mirror_epoch),
                     last_end_offset: p.last.map(|l| l.end_offset),
                     config_error: e.config_errors.get(&tp.topic).cloned(),
+                    skipped_records: progress.skipped_records,
+                    stalled: progress.stalled.clone(),
                 });
             }
         }

@@ -125,6 +125,8 @@ impl DataPlane for FakeData {
             source_high_watermark: Some(100),
             newest_timestamp_ms: Some(now_ms() - 1500),
             throttled_ms: None,
+            skipped_records: 0,
+            stalled: None,
         }
     }
 }

@@ -1,0 +1,237 @@
+//! Entry points of the fuzz targets (`fuzz/fuzz_targets/`), one function per target.
+//!
+//! Each takes raw bytes, drives the same code the data plane runs on a source's answer, and
+//! asserts the invariants that must hold for *any* input: a panic here is a finding. The same
+//! functions replay the checked-in corpus (`fuzz/corpus/<target>/`) in the normal test run
+//! (`tests/fuzz_corpus.rs`), so the corpus is exercised without a nightly toolchain.
+//!
+//! To add a target: a function here taking `&[u8]`, a file under `fuzz/fuzz_targets/` that calls
+//! it, a `[[bin]]` in `fuzz/Cargo.toml`, its name in `TARGETS`, and seeds in its corpus dir.
+
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::FetchResponse;
+use kafka_protocol::messages::ResponseHeader;
+use kafka_protocol::protocol::{decode_request_header_from_buffer, Encodable, HeaderVersion};
+
+use crate::fetch::fetcher::{FetchConfig, FetchEvent, Fetcher, PartitionStart, Poll, Slot};
+use crate::fetch::response::{check_records, Position};
+use crate::fetch::versions::Versions;
+use crate::ids::{LeaderEpoch, Offset, TopicPartition};
+use crate::limits::OFFSET_MAX;
+use crate::wire::batch::{Batch, Batches};
+use crate::wire::{api, frame, records};
+
+/// A fuzz target's entry point.
+pub type Target = fn(&[u8]);
+
+/// Every target, by the name of its corpus directory and its function.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("batch_validation", batch_validation),
+    ("fetch_response", fetch_response),
+];
+
+/// Topic id the fetch harness's partitions belong to (responses at v13+ name it).
+pub const TOPIC_ID: uuid::Uuid = uuid::Uuid::from_u128(0x006b_6d69_7272_6f72);
+/// Topic name of the harness's partitions (responses below v13 name it).
+pub const TOPIC: &str = "t";
+
+fn i64_at(data: &[u8], at: usize) -> i64 {
+    let mut b = [0u8; 8];
+    if let Some(s) = data.get(at..at + 8) {
+        b.copy_from_slice(s);
+    }
+    i64::from_be_bytes(b)
+}
+
+/// Input: fetch offset (8 bytes, big-endian), log end (8), last epoch (4), then a records blob
+/// as a Fetch response carries it. Checks `check_records` and everything it vouches for.
+pub fn batch_validation(data: &[u8]) {
+    if data.len() < 20 {
+        return;
+    }
+    let pos = Position {
+        fetch_offset: Offset(i64_at(data, 0)),
+        log_end: Offset(i64_at(data, 8)),
+        last_epoch: LeaderEpoch(i32::from_be_bytes(
+            data[16..20].try_into().expect("4 bytes"),
+        )),
+    };
+    let blob = &data[20..];
+    let checked = check_records(blob, pos);
+    if let Some(e) = &checked.error {
+        // Rendering the reason (what an operator reads) must not panic either.
+        let _ = e.to_string();
+        let _ = (e.may_heal_on_refetch(), e.retryable());
+    }
+    if let Some(v) = &checked.valid {
+        assert!(v.bytes.start <= v.bytes.end && v.bytes.end <= blob.len());
+        assert!(
+            v.first_offset >= pos.log_end,
+            "valid range starts below the log end"
+        );
+        assert!(v.last_offset >= v.first_offset && v.last_offset.0 <= OFFSET_MAX);
+        assert!(v.last_offset >= pos.fetch_offset);
+        let mut n = 0u32;
+        let mut expected_from = pos.log_end;
+        for item in Batches::new(&blob[v.bytes.clone()]) {
+            let (_, batch) = item.expect("a vouched-for range frames");
+            batch.validate().expect("a vouched-for batch validates");
+            assert!(batch.base_offset() >= expected_from, "offsets go back");
+            expected_from = batch.next_offset();
+            inspect(&batch);
+            n += 1;
+        }
+        assert_eq!(n, v.batches);
+        assert_eq!(expected_from, v.last_offset.next());
+    }
+    // Whatever the verdict, every batch the framing finds can be looked at.
+    for (_, batch) in Batches::new(blob).flatten() {
+        inspect(&batch);
+    }
+}
+
+/// Every accessor a consumer of a batch may call; none may panic.
+fn inspect(batch: &Batch<'_>) {
+    let _ = batch.validate();
+    assert!(batch.last_offset() >= batch.base_offset() || batch.last_offset_delta() < 0);
+    let _ = batch.next_offset();
+    let _ = (batch.control_type(), batch.coordinator_epoch());
+    let _ = (batch.last_sequence(), batch.max_timestamp(), batch.codec());
+    let _ = records::records(batch);
+    let _ = crate::log::partition_log::first_record_at_or_after(
+        batch,
+        crate::ids::TimestampMs(0),
+        Offset::ZERO,
+    );
+}
+
+/// The epoch of the last batch the harness's partitions hold: 3 from Fetch v12, none below
+/// (a known epoch there makes the first request an OffsetForLeaderEpoch check, not a Fetch).
+pub fn harness_last_epoch(version: i16) -> LeaderEpoch {
+    if version >= 12 {
+        LeaderEpoch(3)
+    } else {
+        LeaderEpoch::NONE
+    }
+}
+
+/// The fetcher of `fetch_response`: partition 0 of `TOPIC` at `log_end`, partition 1 at 0, at
+/// Fetch `version`, with its first request sent. Returns the fetcher, its two slots and the
+/// correlation id the response must carry.
+pub fn fetch_harness(version: i16, log_end: Offset) -> (Fetcher, [Slot; 2], i32, Instant) {
+    let versions = Versions {
+        api_versions: 3,
+        metadata: 12,
+        fetch: version,
+        list_offsets: 7,
+        offset_for_leader_epoch: if version >= 12 { 4 } else { 2 },
+    };
+    let mut f = Fetcher::new(FetchConfig::default(), versions, "fuzz").expect("valid config");
+    let mut slots = [Slot(0); 2];
+    for (partition, end) in [(0, log_end), (1, Offset::ZERO)] {
+        slots[partition as usize] = f
+            .add_partition(PartitionStart {
+                tp: TopicPartition::new(TOPIC, partition),
+                topic_id: TOPIC_ID,
+                log_end: end,
+                last_epoch: harness_last_epoch(version),
+                leader_epoch: LeaderEpoch(5),
+            })
+            .expect("two partitions fit");
+    }
+    let now = Instant::now();
+    let mut out = BytesMut::new();
+    assert!(matches!(
+        f.poll_request(&mut out, now).expect("request encodes"),
+        Poll::Sent(_)
+    ));
+    let mut req = frame::split_frame(&mut out)
+        .expect("own frame")
+        .expect("whole frame");
+    let header = decode_request_header_from_buffer(&mut req).expect("own header");
+    (f, slots, header.correlation_id, now)
+}
+
+/// A response frame (header + `body`) answering the harness's request.
+pub fn response_frame(version: i16, correlation_id: i32, body: &[u8]) -> Bytes {
+    let mut out = BytesMut::new();
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut out, FetchResponse::header_version(version))
+        .expect("header encodes");
+    out.extend_from_slice(body);
+    out.freeze()
+}
+
+/// Feeds `body` as the Fetch response (at `version`) to a fresh harness whose partition 0
+/// stands at `log_end`, checks the fetcher's invariants and returns its events (`None` when
+/// the connection was poisoned, which the shard answers by reconnecting) with the slots of
+/// partitions 0 and 1.
+pub fn fetch_response_events(
+    version: i16,
+    log_end: Offset,
+    body: &[u8],
+) -> Option<(Vec<FetchEvent>, [Slot; 2])> {
+    let (mut f, slots, correlation_id, now) = fetch_harness(version, log_end);
+    let before = slots.map(|s| f.fetch_offset(s).expect("harness slot"));
+    let index = |slot: Slot| slots.iter().position(|s| *s == slot).expect("harness slot");
+    let mut events = Vec::new();
+    let frame = response_frame(version, correlation_id, body);
+    if f.handle_response(frame, now, &mut events).is_err() {
+        return None;
+    }
+    // A response may name a partition more than once (the fuzzer found it): each Records
+    // event then continues where the previous one for that partition ended.
+    let mut position = before;
+    for ev in &events {
+        let _ = format!("{ev:?}");
+        if let FetchEvent::Records(r) = ev {
+            let at = &mut position[index(r.slot)];
+            assert!(r.first_offset >= *at, "records below the fetch position");
+            assert!(r.last_offset >= r.first_offset && r.last_offset.0 <= OFFSET_MAX);
+            *at = r.last_offset.next();
+            let again = check_records(
+                &r.records,
+                Position {
+                    fetch_offset: r.first_offset,
+                    log_end: r.first_offset,
+                    last_epoch: LeaderEpoch::NONE,
+                },
+            );
+            let v = again.valid.expect("handed-out records validate again");
+            assert_eq!(
+                (v.bytes.end, v.last_offset),
+                (r.records.len(), r.last_offset)
+            );
+        }
+    }
+    for ((slot, was), handed_out) in slots.iter().zip(before).zip(position) {
+        let now_at = f.fetch_offset(*slot).expect("harness slot");
+        assert!(now_at >= was, "fetch offset went back");
+        if handed_out > was {
+            assert_eq!(
+                now_at, handed_out,
+                "fetch offset is not past the records handed out"
+            );
+        }
+    }
+    // The next request after any answer still encodes.
+    let mut out = BytesMut::new();
+    let _ = f.poll_request(&mut out, now + std::time::Duration::from_secs(60));
+    Some((events, slots))
+}
+
+/// Input: one byte choosing the Fetch version (v4..=v17), eight bytes of partition 0's log end
+/// (made non-negative), then the response body after its header.
+pub fn fetch_response(data: &[u8]) {
+    let Some((&v, rest)) = data.split_first() else {
+        return;
+    };
+    let span = (api::FETCH.max - api::FETCH.min + 1) as u8;
+    let version = api::FETCH.min + i16::from(v % span);
+    let log_end = Offset((i64_at(rest, 0) & i64::MAX).min(OFFSET_MAX));
+    let body = rest.get(8..).unwrap_or(&[]);
+    let _ = fetch_response_events(version, log_end, body);
+}
