@@ -447,11 +447,23 @@ fn the_kip_tools_spellings_and_columns() {
     assert_eq!(good_row[6], "MIRRORING", "{good_row:?}");
 
     // JSON: the KIP's keys, the same rows whichever spelling asked.
-    let json: serde_json::Value =
-        serde_json::from_str(&kip(&["--describe", "--mirror", "m", "--json"])).unwrap();
-    let ours: serde_json::Value =
-        serde_json::from_str(&ok(&ctl, &["describe", "--mirror", "m", "--json"])).unwrap();
-    assert_eq!(json, ours);
+    // The source offsets (and lag from them) are measured in the background between the two
+    // calls (describe starts a ListOffsets for a FAILED partition and never waits for it), so
+    // they are left out of the comparison.
+    let without_measured = |text: String| -> serde_json::Value {
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for row in v.as_array_mut().unwrap() {
+            let row = row.as_object_mut().unwrap();
+            for key in ["sourceOffset", "sourceOffsetAgeMs", "lag", "lagSeconds"] {
+                row.remove(key);
+            }
+        }
+        v
+    };
+    let json_text = kip(&["--describe", "--mirror", "m", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&json_text).unwrap();
+    let ours = without_measured(ok(&ctl, &["describe", "--mirror", "m", "--json"]));
+    assert_eq!(without_measured(json_text), ours);
     let rows = json.as_array().unwrap();
     assert_eq!(rows.len(), 2);
     for row in rows {

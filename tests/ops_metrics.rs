@@ -34,8 +34,7 @@ use harness::ProduceOpts;
 const UP_LIMIT: Duration = Duration::from_secs(60);
 
 fn free_loopback_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+    harness::ports::reserved_port()
 }
 
 fn scrape(addr: &str) -> Option<String> {

@@ -679,6 +679,5 @@ const BROKER_LOG4J: &str = "log4j.rootLogger=INFO, stdout\n\
 /// A port that was free a moment ago. Another process may take it before the broker binds it;
 /// the caller retries with new ports when the broker log says so.
 fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local_addr").port()
+    super::ports::reserved_port()
 }

@@ -72,8 +72,7 @@ pub fn describe_rows(admin: &str, mirror: &str) -> Vec<serde_json::Value> {
 }
 
 pub fn free_loopback_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+    super::ports::reserved_port()
 }
 
 /// A `kmirror serve` config with an `[admin]` section (`admin_extra` lines go into it).

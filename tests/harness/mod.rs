@@ -19,6 +19,7 @@ pub mod groups;
 mod jars;
 pub mod mirrors_cli;
 pub mod notify;
+pub mod ports;
 mod process;
 pub mod proxy;
 pub mod python_clients;
