@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::control::fault::Fault;
-use crate::control::source_catalog::{unanswered, Deadline};
-use crate::control::source_security::fault_of;
+use crate::control::source_catalog::Deadline;
 use crate::fetch::fetcher::FetchConfig;
 use crate::fetch::versions::Versions;
 use std::sync::Arc;
@@ -240,27 +239,20 @@ pub fn look_up(
     let mut topics: Vec<&str> = tps.iter().map(|tp| tp.topic.as_str()).collect();
     topics.sort_unstable();
     topics.dedup();
-    let mut errors = Vec::new();
-    let mut md = None;
-    for addr in &access.bootstrap_servers {
-        match by
-            .connect(addr, &access.client_id, &access.security)
-            .and_then(|mut c| c.metadata(Some(&topics)))
-        {
-            Ok(m) => {
-                md = Some(m);
-                break;
+    let md = by
+        .first_answer(
+            &access.bootstrap_servers,
+            &access.client_id,
+            &access.security,
+            |c| c.metadata(Some(&topics)),
+        )
+        .map_err(|mut f| {
+            // A refused login is named as it is; otherwise no server answered.
+            if f.retryable {
+                f.message = format!("no bootstrap server answered: {}", f.message);
             }
-            // Another bootstrap server would refuse the same credentials.
-            Err(e) if e.is_authentication() => return Err(fault_of(addr, &e)),
-            Err(e) => errors.push(by.fault(addr, &e)),
-        }
-    }
-    let md = md.ok_or_else(|| {
-        let mut f = unanswered(errors);
-        f.message = format!("no bootstrap server answered: {}", f.message);
-        f
-    })?;
+            f
+        })?;
     let mut answers = Vec::with_capacity(tps.len());
     for tp in tps {
         let answer = (|| {

@@ -69,6 +69,30 @@ impl Deadline {
         BlockingClient::connect_by(addr, client_id, security, self.io, self.at)
     }
 
+    /// Asks the bootstrap servers in turn until one answers `ask`, all within this deadline.
+    /// A refused login ends it at once (another server would refuse the same credentials);
+    /// otherwise every server's fault is kept and, if none answered, returned as one.
+    pub fn first_answer<T>(
+        &self,
+        servers: &[String],
+        client_id: &str,
+        security: &SourceSecurity,
+        mut ask: impl FnMut(&mut BlockingClient) -> Result<T, BlockingError>,
+    ) -> Result<T, Fault> {
+        let mut errors = Vec::new();
+        for addr in servers {
+            match self
+                .connect(addr, client_id, security)
+                .and_then(|mut c| ask(&mut c))
+            {
+                Ok(answer) => return Ok(answer),
+                Err(e) if e.is_authentication() => return Err(fault_of(addr, &e)),
+                Err(e) => errors.push(self.fault(addr, &e)),
+            }
+        }
+        Err(unanswered(errors))
+    }
+
     /// `e` as a fault, saying "did not answer within" when it is a timeout.
     pub fn fault(&self, addr: &str, e: &BlockingError) -> Fault {
         if e.is_timeout() {
@@ -136,20 +160,13 @@ impl BlockingSourceCatalog {
         }
         let security = security_of(&mirror.source)?;
         let req = topic_configs::describe_request(topics);
-        let mut errors = Vec::new();
-        for addr in &mirror.source.bootstrap_servers {
-            let result = by
-                .connect(addr, &mirror.source.client_id, &security)
-                .and_then(|mut c| {
-                    c.request::<DescribeConfigsRequest>(DESCRIBE_CONFIGS_VERSION, &req)
-                });
-            match result {
-                Ok(resp) => return Ok(topic_configs::parse_response(&resp)),
-                Err(e) if e.is_authentication() => return Err(fault_of(addr, &e)),
-                Err(e) => errors.push(by.fault(addr, &e)),
-            }
-        }
-        Err(unanswered(errors))
+        let resp = by.first_answer(
+            &mirror.source.bootstrap_servers,
+            &mirror.source.client_id,
+            &security,
+            |c| c.request::<DescribeConfigsRequest>(DESCRIBE_CONFIGS_VERSION, &req),
+        )?;
+        Ok(topic_configs::parse_response(&resp))
     }
 }
 
@@ -176,22 +193,12 @@ impl SourceCatalog for BlockingSourceCatalog {
         let mut topics: Vec<&str> = tps.iter().map(|tp| tp.topic.as_str()).collect();
         topics.sort_unstable();
         topics.dedup();
-        let mut errors = Vec::new();
-        let mut md = None;
-        for addr in &mirror.source.bootstrap_servers {
-            match by
-                .connect(addr, client_id, &security)
-                .and_then(|mut c| c.metadata(Some(&topics)))
-            {
-                Ok(m) => {
-                    md = Some(m);
-                    break;
-                }
-                Err(e) if e.is_authentication() => return Err(fault_of(addr, &e)),
-                Err(e) => errors.push(by.fault(addr, &e)),
-            }
-        }
-        let md = md.ok_or_else(|| unanswered(errors))?;
+        let md = by.first_answer(
+            &mirror.source.bootstrap_servers,
+            client_id,
+            &security,
+            |c| c.metadata(Some(&topics)),
+        )?;
         let mut by_leader: std::collections::BTreeMap<i32, Vec<TopicPartition>> =
             Default::default();
         let mut out = Vec::new();
@@ -219,34 +226,26 @@ impl SourceCatalog for BlockingSourceCatalog {
 
     fn describe(&self, mirror: &MirrorDefinition, by: Deadline) -> Result<SourceView, Fault> {
         let security = security_of(&mirror.source)?;
-        let mut errors = Vec::new();
-        for addr in &mirror.source.bootstrap_servers {
-            let result = by
-                .connect(addr, &mirror.source.client_id, &security)
-                .and_then(|mut c| c.metadata(None));
-            match result {
-                Ok(md) => {
-                    let topics = md
-                        .topics
-                        .into_iter()
-                        .filter(|t| t.error == 0)
-                        .map(|t| SourceTopic {
-                            partitions: t.partitions.len() as i32,
-                            name: t.name,
-                            topic_id: t.topic_id,
-                            internal: t.is_internal,
-                        })
-                        .collect();
-                    return Ok(SourceView {
-                        cluster_id: md.cluster_id,
-                        topics,
-                    });
-                }
-                // Another bootstrap server would refuse the same credentials.
-                Err(e) if e.is_authentication() => return Err(fault_of(addr, &e)),
-                Err(e) => errors.push(by.fault(addr, &e)),
-            }
-        }
-        Err(unanswered(errors))
+        let md = by.first_answer(
+            &mirror.source.bootstrap_servers,
+            &mirror.source.client_id,
+            &security,
+            |c| c.metadata(None),
+        )?;
+        let topics = md
+            .topics
+            .into_iter()
+            .filter(|t| t.error == 0)
+            .map(|t| SourceTopic {
+                partitions: t.partitions.len() as i32,
+                name: t.name,
+                topic_id: t.topic_id,
+                internal: t.is_internal,
+            })
+            .collect();
+        Ok(SourceView {
+            cluster_id: md.cluster_id,
+            topics,
+        })
     }
 }
