@@ -19,6 +19,7 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::limits::{SERVE_DECODE_BUDGET_FLOOR_BYTES, SERVE_DECODE_BYTES_PER_REQUEST_BYTE};
 use crate::serve::request_stats::{RequestError, RequestStats};
+use crate::serve::session::Session;
 use crate::serve::ServeError;
 
 /// Kafka's UNSUPPORTED_VERSION error code.
@@ -31,11 +32,16 @@ pub struct Request {
     pub version: i16,
     pub header: RequestHeader,
     pub body: Bytes,
-    /// The client's address, when the request came from a socket (DescribeGroups shows it).
-    pub peer: Option<SocketAddr>,
+    /// The connection's listener, address and principal as of this request.
+    pub session: Arc<Session>,
 }
 
 impl Request {
+    /// The client's address, when the request came from a socket (DescribeGroups shows it).
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.session.peer
+    }
+
     /// Decodes the body as `M`, refusing trailing bytes (they mean we misread the layout).
     pub fn decode<M: Decodable>(&self) -> Result<M, ServeError> {
         decode_body(self.api_key, self.version, self.body.clone())
@@ -237,14 +243,15 @@ impl Dispatcher {
     /// Handles one frame body (length prefix removed). An error means the request could not be
     /// understood: the caller closes the connection.
     pub fn dispatch(&self, frame: Bytes) -> Result<(ApiKey, i16, Response), ServeError> {
-        self.dispatch_from(frame, None)
+        self.dispatch_from(frame, &Arc::new(Session::plaintext(None)))
     }
 
-    /// `dispatch` for a frame that arrived from `peer`; counted in the request stats.
+    /// `dispatch` for a frame that arrived on the connection whose identity is `session`;
+    /// counted in the request stats.
     pub fn dispatch_from(
         &self,
         frame: Bytes,
-        peer: Option<SocketAddr>,
+        session: &Arc<Session>,
     ) -> Result<(ApiKey, i16, Response), ServeError> {
         let key_version = (frame.len() >= 4).then(|| {
             (
@@ -252,7 +259,7 @@ impl Dispatcher {
                 i16::from_be_bytes([frame[2], frame[3]]),
             )
         });
-        let result = self.dispatch_counted(frame, peer);
+        let result = self.dispatch_counted(frame, session);
         if let Some((key, version)) = key_version {
             match &result {
                 Ok(_) => self.stats.served(key, version),
@@ -265,7 +272,7 @@ impl Dispatcher {
     fn dispatch_counted(
         &self,
         frame: Bytes,
-        peer: Option<SocketAddr>,
+        session: &Arc<Session>,
     ) -> Result<(ApiKey, i16, Response), ServeError> {
         if frame.len() < 8 {
             return Err(ServeError::Truncated { len: frame.len() });
@@ -289,7 +296,7 @@ impl Dispatcher {
             version,
             header,
             body,
-            peer,
+            session: Arc::clone(session),
         };
         let outcome = handler.handle(&req)?;
         Ok((
@@ -340,7 +347,7 @@ impl Dispatcher {
             version,
             header,
             body,
-            peer: None,
+            session: Arc::new(Session::plaintext(None)),
         };
         // The request carries only the client's name and version (v3+); nothing to check.
         let _: ApiVersionsRequest = req.decode()?;

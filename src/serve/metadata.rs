@@ -210,7 +210,7 @@ mod tests {
             version,
             header: Default::default(),
             body: bytes::Bytes::copy_from_slice(body),
-            peer: None,
+            session: std::sync::Arc::new(crate::serve::session::Session::plaintext(None)),
         }
     }
 

@@ -18,6 +18,7 @@
 //! | `fetch_sessions` | the fetch session cache (KIP-227) and its rules, sans-IO |
 //! | `writes` | Produce and InitProducerId for failed-over partitions, through the control plane's leader store |
 //! | `request_stats` | requests per API and version, answered and refused (`/metrics`) |
+//! | `session` | a connection's listener, peer and principal, carried by every request |
 //! | `segment_reader` | offset/time/txn index lookups on a published segment, by `pread` |
 //! | `groups` | the consumer-group coordinator (sans-IO), registered on the dispatcher |
 
@@ -36,6 +37,7 @@ pub mod offset_for_epoch;
 pub mod produce;
 pub mod request_stats;
 pub mod segment_reader;
+pub mod session;
 pub mod txn;
 pub mod writes;
 

@@ -270,7 +270,10 @@ impl GroupApi {
                 .map(|c| c.to_string())
                 .unwrap_or_default(),
             // Kafka shows a member's host as the address with a leading slash.
-            host: req.peer.map(|p| format!("/{}", p.ip())).unwrap_or_default(),
+            host: req
+                .peer()
+                .map(|p| format!("/{}", p.ip()))
+                .unwrap_or_default(),
         }
     }
 }
