@@ -23,6 +23,7 @@
 //! | `groups` | the consumer-group coordinator (sans-IO), registered on the dispatcher |
 
 pub mod admission;
+pub mod advertised;
 pub mod catalog_apis;
 pub mod conn;
 pub mod describe_configs;
@@ -32,12 +33,14 @@ pub mod fetch_sessions;
 pub mod groups;
 pub mod list_offsets;
 pub mod listener;
+pub mod listener_config;
 pub mod metadata;
 pub mod offset_for_epoch;
 pub mod produce;
 pub mod request_stats;
 pub mod segment_reader;
 pub mod session;
+pub mod tls;
 pub mod txn;
 pub mod writes;
 
@@ -60,20 +63,21 @@ pub fn start_configured(
     let Some(k) = &config.kafka else {
         return Ok(None);
     };
-    let listener_config = ListenerConfig {
-        listen: k.listen,
-        advertised: k.advertised.clone(),
-        limits: k.conn_limits(),
-    };
+    let listeners = k
+        .listener_configs()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     KafkaListener::start(
-        &listener_config,
+        &listeners,
+        k.conn_limits(),
         std::sync::Arc::clone(catalog),
         std::sync::Arc::clone(writer),
         std::sync::Arc::clone(sessions),
         std::sync::Arc::clone(stats),
-        |d, host, port| {
+        |d, advertised| {
             if let Some(g) = groups {
+                let (host, port) = advertised.of("");
                 g.register(d, host, port);
+                g.advertise_per_listener(std::sync::Arc::clone(advertised));
             }
             if let Some(t) = txn {
                 t.set_id_expiration_ms(k.transactional_id_expiration_ms);
