@@ -241,6 +241,9 @@ fn escape_into(out: &mut String, v: &str) {
     }
 }
 
+/// (listener, principal, TLS connections that completed the handshake as it).
+pub type PrincipalCount = (String, String, u64);
+
 /// TLS connections per listener and principal, and refused handshakes per listener, for
 /// `/metrics` (process-wide, like `admission::CONN_STATS`).
 #[derive(Debug)]
@@ -284,7 +287,7 @@ impl TlsStats {
     }
 
     /// (listener, principal, connections) and (listener, refused handshakes), sorted.
-    pub fn snapshot(&self) -> (Vec<(String, String, u64)>, Vec<(String, u64)>) {
+    pub fn snapshot(&self) -> (Vec<PrincipalCount>, Vec<(String, u64)>) {
         let c = self.lock();
         (
             c.principals
