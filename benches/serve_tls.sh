@@ -119,6 +119,9 @@ consume() {
     --consumer.config "$props" --timeout 120000 2>"$WORK/consume-$group.err" | tail -1 \
     | awk -F', *' -v n="$name" -v l="$(cut -d' ' -f1 /proc/loadavg)" \
         '{ printf "%s MB=%s seconds=%.2f MB/s=%s records=%s load=%s\n", n, $3, $4 ? $3/$4 : 0, $4, $5, l }'
+  if grep -qiE "error|exception" "$WORK/consume-$group.err"; then
+    echo "$name consumer errors:" >&2; grep -iE "error|exception" "$WORK/consume-$group.err" | head -5 >&2
+  fi
 }
 for r in $(seq 1 "$ROUNDS"); do
   consume plaintext "$PLAIN" "$WORK/plain.properties" "plain-$r"
