@@ -31,7 +31,7 @@ pub enum ConfigError {
     Invalid { key: &'static str, why: String },
 }
 
-fn is_host_port(s: &str) -> bool {
+pub(crate) fn is_host_port(s: &str) -> bool {
     s.rsplit_once(':')
         .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
 }
@@ -232,8 +232,13 @@ fn default_sync_interval_ms() -> u64 {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSection {
-    /// `ip:port` to accept Kafka clients on (port 0 picks a free one).
-    pub listen: std::net::SocketAddr,
+    /// `ip:port` to accept Kafka clients on (port 0 picks a free one): one PLAINTEXT listener
+    /// named `PLAINTEXT`. Either this or `listeners`.
+    #[serde(default)]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Kafka's named listeners, each with its security protocol and TLS files.
+    #[serde(default)]
+    pub listeners: Vec<crate::serve::listener_config::ListenerSection>,
     /// `host:port` that Metadata tells clients to connect to; the bound address by default.
     /// Required when `listen` is a wildcard address (clients cannot connect to 0.0.0.0).
     #[serde(default)]
@@ -279,6 +284,25 @@ fn default_queued_max_request_bytes() -> usize {
 }
 
 impl KafkaSection {
+    /// The listeners to bind: `listeners`, or the one PLAINTEXT listener of `listen`.
+    pub fn listener_configs(&self) -> Result<Vec<crate::serve::ListenerConfig>, String> {
+        match (self.listen, self.listeners.is_empty()) {
+            (Some(listen), true) => Ok(vec![crate::serve::ListenerConfig::plaintext(
+                listen,
+                self.advertised.clone(),
+            )]),
+            (None, false) if self.advertised.is_none() => {
+                crate::serve::listener_config::listener_configs(&self.listeners, is_host_port)
+            }
+            (None, false) => Err("advertised is set per listener with listeners".into()),
+            (None, true) => Err("needs listen or listeners".into()),
+            (Some(_), false) => Err(
+                "listen and listeners both given: use one form (listen is one PLAINTEXT listener)"
+                    .into(),
+            ),
+        }
+    }
+
     /// The listener's limits from this section.
     pub fn conn_limits(&self) -> crate::serve::admission::ConnLimits {
         crate::serve::admission::ConnLimits {
@@ -496,13 +520,16 @@ impl ServeConfig {
                 format!("must be at least {QMIN}"),
             ));
         }
+        if let Err(why) = k.listener_configs() {
+            return Err(invalid("kafka.listeners", why));
+        }
         match &k.advertised {
-            None if k.listen.ip().is_unspecified() => Err(invalid(
+            None if k.listen.is_some_and(|l| l.ip().is_unspecified()) => Err(invalid(
                 "kafka.advertised",
                 format!(
                     "required when kafka.listen ({}) is a wildcard address: clients must be told \
                      a host they can reach",
-                    k.listen
+                    k.listen.expect("checked above")
                 ),
             )),
             Some(a) if !is_host_port(a) => Err(invalid(
@@ -726,7 +753,7 @@ data_dir = "/tmp/kmirror"
         let c =
             ServeConfig::parse(&format!("{GOOD}[kafka]\nlisten = \"127.0.0.1:9092\"\n")).unwrap();
         let k = c.kafka.unwrap();
-        assert_eq!(k.listen, "127.0.0.1:9092".parse().unwrap());
+        assert_eq!(k.listen, Some("127.0.0.1:9092".parse().unwrap()));
         assert_eq!(k.advertised, None);
         // Kafka's defaults where it has bounded ones; connections bounded (a thread each).
         let l = k.conn_limits();

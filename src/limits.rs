@@ -422,10 +422,11 @@ pub const SERVE_REQUEST_BYTES_MAX: usize = 100 * 1024 * 1024;
 
 /// Default `kafka.max_connections` (Kafka's `max.connections`): connections served at once; one
 /// more is accepted and closed at once, counted in /metrics. Kafka's default is unlimited; each
-/// connection here is a thread, so the default is bounded.
+/// connection holds a file descriptor, so the default is bounded.
 pub const SERVE_CONNECTIONS_DEFAULT: usize = 1024;
 
-/// Highest `kafka.max_connections` (and `max_connections_per_ip`) accepted: one thread each.
+/// Highest `kafka.max_connections` (and `max_connections_per_ip`) accepted: one file descriptor
+/// each (a connection is a task on the endpoint's runtime, a few KB when idle).
 pub const SERVE_CONNECTIONS_MAX: usize = 16_384;
 
 /// Default `kafka.connections_max_idle_ms` (Kafka's `connections.max.idle.ms`, 10 min): a
@@ -462,9 +463,6 @@ pub const SERVE_FETCH_RESPONSE_BYTES_MAX: u64 = FETCH_RESPONSE_BYTES_MAX as u64;
 /// How long a connection may block writing one response before it is closed.
 pub const SERVE_WRITE_TIMEOUT_MS: u64 = 30_000;
 
-/// How often a connection thread blocked in a read checks whether the server is stopping.
-pub const SERVE_READ_POLL_MS: u64 = 500;
-
 /// Fetch sessions (KIP-227) the endpoint keeps at once, over all clients (Kafka's
 /// `max.incremental.fetch.session.cache.slots` default). When all are taken a full fetch gets
 /// session id 0 (the client keeps sending full fetches) unless a session can be evicted.
@@ -496,6 +494,34 @@ pub const SERVE_DECODE_BYTES_PER_REQUEST_BYTE: usize = 6;
 pub const SERVE_DECODE_BUDGET_FLOOR_BYTES: usize = 256 * 1024;
 
 const _: () = assert!(SERVE_REQUEST_BYTES_MAX <= FRAME_BYTES_MAX);
+
+// ---- Kafka endpoint: event-driven I/O and listeners (netio) ----
+
+/// Threads of the endpoint's tokio runtime that read frames, write responses and run TLS for
+/// every connection (the box has 2 cores; handlers do not run on them).
+pub const SERVE_IO_THREADS: usize = 2;
+
+/// Most threads running request handlers at once. Handlers are synchronous and some park (a
+/// Fetch waits up to `SERVE_FETCH_WAIT_MS_MAX` for data, a JoinGroup for its rebalance), so
+/// the pool is large enough that parked requests do not starve the rest; requests beyond it
+/// queue. Idle pool threads exit after `SERVE_DISPATCH_THREAD_KEEP_ALIVE_MS`.
+pub const SERVE_DISPATCH_THREADS_MAX: usize = 256;
+pub const SERVE_DISPATCH_THREAD_KEEP_ALIVE_MS: u64 = 10_000;
+
+/// Named listeners (`[[kafka.listeners]]`) one endpoint may have.
+pub const SERVE_LISTENERS_MAX: usize = 16;
+
+/// Bytes of a segment file read at once when a response goes out through TLS (no `sendfile`
+/// there: the bytes must pass through the encryption in user space).
+pub const SERVE_TLS_FILE_CHUNK_BYTES: usize = 256 * 1024;
+
+/// (listener, principal) pairs whose TLS connections /metrics counts one by one; connections of
+/// further principals are counted under `principal="other"` (a label per client certificate
+/// must not grow without bound).
+pub const SERVE_TLS_PRINCIPALS_TRACKED: usize = 1_000;
+
+/// How long stopping the endpoint waits for handlers still running before it lets them go.
+pub const SERVE_STOP_WAIT_MS: u64 = 5_000;
 const _: () = assert!(SERVE_FETCH_RESPONSE_BYTES_MAX < i32::MAX as u64);
 /// SCRAM iteration counts a source may ask for: Kafka's own bounds (below 4096 is too weak to
 /// accept, above 16384 Kafka never stores, and a hostile count would burn the control thread).

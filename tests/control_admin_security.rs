@@ -57,6 +57,14 @@ fn agent(ca: &Path) -> ureq::Agent {
 fn a_token_and_tls_guard_every_route_and_the_cli_passes_them() {
     let work = tempfile::tempdir().unwrap();
     let certs = make_pem(work.path());
+    // The chain doctor and operators put in tls_cert_file: server certificate, then its CA.
+    let chain = work.path().join("admin-chain.pem");
+    let pem = [
+        std::fs::read(&certs.server_cert).unwrap(),
+        std::fs::read(&certs.ca).unwrap(),
+    ]
+    .concat();
+    std::fs::write(&chain, pem).unwrap();
     let token_file = work.path().join("admin.token");
     private_file(&token_file, &format!("{TOKEN}\n"));
     let port = free_loopback_port();
@@ -70,14 +78,14 @@ fn a_token_and_tls_guard_every_route_and_the_cli_passes_them() {
             "token_file = \"{}\"\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n\
              allowed_hosts = [\"kmirror-dr.example\"]",
             token_file.display(),
-            certs.chain_pem.display(),
-            certs.key_pem.display()
+            chain.display(),
+            certs.server_key.display()
         ),
     );
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     let https = format!("https://{admin}");
     let token_arg = token_file.to_str().unwrap();
-    let ca_arg = certs.ca_pem.to_str().unwrap();
+    let ca_arg = certs.ca.to_str().unwrap();
     let guarded = ["--admin-token-file", token_arg, "--admin-ca-file", ca_arg];
     // Up: the CLI with the token and the CA lists the (no) mirrors.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -105,7 +113,7 @@ fn a_token_and_tls_guard_every_route_and_the_cli_passes_them() {
     let out = mirrors(&admin, &["--admin-token-file", token_arg], &["list"]);
     assert!(!out.status.success(), "plain HTTP answered on the TLS port");
 
-    let a = agent(&certs.ca_pem);
+    let a = agent(&certs.ca);
     let url = |path: &str| format!("https://{admin}{path}");
     let bearer = format!("Bearer {TOKEN}");
     // /metrics is guarded too (Prometheus sends the token with `authorization`).

@@ -82,8 +82,7 @@ fn served_apis(dir: &std::path::Path) -> Vec<(ApiKey, i16, i16)> {
     let _ = slot.set(Arc::clone(&writer));
     let mut d = catalog_apis::dispatcher(
         Arc::clone(&catalog),
-        "127.0.0.1".into(),
-        9092,
+        kmirror::serve::advertised::Advertised::single("127.0.0.1", 9092),
         Arc::clone(&slot),
         FetchSessions::new(),
     );

@@ -509,7 +509,33 @@ impl Scrape {
         ] {
             f.counter(name, help, &[(none.clone(), v.load(Relaxed))])?;
         }
-        Ok(())
+        self.encode_tls(f)
+    }
+
+    /// TLS connections by listener and principal (`serve::tls::TLS_STATS`).
+    fn encode_tls(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
+        let (principals, failed) = crate::serve::tls::TLS_STATS.snapshot();
+        if principals.is_empty() && failed.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<(Labels, u64)> = principals
+            .into_iter()
+            .map(|(l, p, n)| (vec![("listener", l), ("principal", p)], n))
+            .collect();
+        f.counter(
+            "kmirror_endpoint_tls_connections",
+            "TLS connections that completed their handshake, by listener and principal (the client certificate's subject, User:ANONYMOUS without one).",
+            &rows,
+        )?;
+        let rows: Vec<(Labels, u64)> = failed
+            .into_iter()
+            .map(|(l, n)| (vec![("listener", l)], n))
+            .collect();
+        f.counter(
+            "kmirror_endpoint_tls_handshakes_failed",
+            "TLS connections refused in the handshake (untrusted or missing client certificate, no common protocol, timeout).",
+            &rows,
+        )
     }
 
     fn encode_endpoint_requests(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {

@@ -2,14 +2,14 @@
 //! `max.connections.per.ip`), the global budget of request bytes buffered
 //! (`queued.max.request.bytes`), and the endpoint's connection counters for `/metrics`.
 //!
-//! A slot and a budget permit are drop guards: a connection thread that panics (a handler bug)
-//! unwinds through them, so it can never leak a slot or budget bytes.
+//! A slot and a budget permit are drop guards: a connection task or handler that panics (a
+//! handler bug) unwinds through them, so it can never leak a slot or budget bytes.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The listener's limits (Kafka's broker settings of the same names, see config.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +87,8 @@ pub struct Admission {
     /// Request bytes not yet handed out.
     bytes_left: Mutex<usize>,
     bytes_freed: Condvar,
+    /// The same wake-up for connection tasks, which must not block their runtime thread.
+    bytes_freed_async: tokio::sync::Notify,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -101,6 +103,7 @@ impl Admission {
             held: Mutex::new(Held::default()),
             bytes_left: Mutex::new(limits.queued_max_request_bytes),
             bytes_freed: Condvar::new(),
+            bytes_freed_async: tokio::sync::Notify::new(),
         })
     }
 
@@ -156,6 +159,39 @@ impl Admission {
         })
     }
 
+    /// `request_bytes` for a connection task: waits without blocking its thread.
+    pub async fn request_bytes_async(
+        self: &Arc<Self>,
+        bytes: usize,
+        deadline: Instant,
+    ) -> Option<BytesPermit> {
+        if bytes > self.limits.queued_max_request_bytes {
+            return None;
+        }
+        loop {
+            // Registered before looking, so a release between the look and the wait wakes us.
+            let freed = self.bytes_freed_async.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            {
+                let mut left = lock(&self.bytes_left);
+                if *left >= bytes {
+                    *left -= bytes;
+                    return Some(BytesPermit {
+                        admission: Arc::clone(self),
+                        bytes,
+                    });
+                }
+            }
+            if tokio::time::timeout_at(deadline.into(), freed)
+                .await
+                .is_err()
+            {
+                return None;
+            }
+        }
+    }
+
     /// Request bytes not handed out now.
     pub fn request_bytes_left(&self) -> usize {
         *lock(&self.bytes_left)
@@ -194,21 +230,14 @@ impl Drop for BytesPermit {
     fn drop(&mut self) {
         *lock(&self.admission.bytes_left) += self.bytes;
         self.admission.bytes_freed.notify_all();
+        self.admission.bytes_freed_async.notify_waiters();
     }
-}
-
-/// How long a blocked read may wait before the connection looks at its deadlines again.
-pub fn read_poll(limits: &ConnLimits) -> Duration {
-    let ms = crate::limits::SERVE_READ_POLL_MS
-        .min(limits.connections_max_idle_ms / 4)
-        .min(limits.request_receive_timeout_ms / 4)
-        .max(10);
-    Duration::from_millis(ms)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn limits(max: usize, per_ip: usize, bytes: usize) -> ConnLimits {
         ConnLimits {
@@ -264,5 +293,29 @@ mod tests {
         assert_eq!(waiter.join().unwrap(), Some(30));
         assert_eq!(a.request_bytes_left(), 100);
         assert!(a.request_bytes(101, soon()).is_none());
+    }
+
+    /// The connection tasks' form waits the same way, on a runtime thread it does not block.
+    #[test]
+    fn request_bytes_async_waits_for_the_budget() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let a = Admission::new(limits(10, 10, 100));
+        let p = a.request_bytes(80, Instant::now()).unwrap();
+        rt.block_on(async {
+            let soon = Instant::now() + Duration::from_millis(50);
+            assert!(a.request_bytes_async(30, soon).await.is_none());
+            let later = Instant::now() + Duration::from_secs(30);
+            let waiter = a.request_bytes_async(30, later);
+            let freer = async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                drop(p);
+            };
+            let (got, ()) = tokio::join!(waiter, freer);
+            assert_eq!(got.map(|p| p.bytes), Some(30));
+        });
+        assert_eq!(a.request_bytes_left(), 100);
     }
 }

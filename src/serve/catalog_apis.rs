@@ -9,6 +9,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::ApiKey;
 
 use crate::log::read_view::ReadCatalog;
+use crate::serve::advertised::Advertised;
 use crate::serve::describe_configs::DescribeConfigsApi;
 use crate::serve::dispatch::Dispatcher;
 use crate::serve::fetch::FetchApi;
@@ -21,8 +22,7 @@ use crate::serve::writes::{InitProducerIdApi, WriterSlot};
 
 pub fn dispatcher(
     catalog: Arc<ReadCatalog>,
-    host: String,
-    port: i32,
+    advertised: Arc<Advertised>,
     writer: WriterSlot,
     sessions: Arc<FetchSessions>,
 ) -> Dispatcher {
@@ -33,8 +33,7 @@ pub fn dispatcher(
         12,
         Arc::new(MetadataApi {
             catalog: Arc::clone(&catalog),
-            host,
-            port,
+            advertised,
         }),
     );
     d.register(

@@ -522,8 +522,7 @@ mod tests {
         let all = std::fs::read(seg).unwrap();
         let d = catalog_apis::dispatcher(
             catalog,
-            "127.0.0.1".into(),
-            9092,
+            crate::serve::advertised::Advertised::single("127.0.0.1", 9092),
             crate::serve::writes::writer_slot(),
             FetchSessions::new(),
         );

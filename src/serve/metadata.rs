@@ -16,6 +16,7 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use crate::log::read_view::{PartitionHandle, ReadCatalog};
+use crate::serve::advertised::Advertised;
 use crate::serve::dispatch::{ApiHandler, Outcome, Request};
 use crate::serve::{ServeError, NODE_ID};
 
@@ -89,8 +90,8 @@ pub fn decode_request(req: &Request) -> Result<MetadataRequest, ServeError> {
 
 pub struct MetadataApi {
     pub catalog: Arc<ReadCatalog>,
-    pub host: String,
-    pub port: i32,
+    /// The broker address told to a client is its listener's.
+    pub advertised: Arc<Advertised>,
 }
 
 impl ApiHandler for MetadataApi {
@@ -100,8 +101,9 @@ impl ApiHandler for MetadataApi {
         let mut resp = MetadataResponse::default();
         let mut broker = MetadataResponseBroker::default();
         broker.node_id = BrokerId(NODE_ID);
-        broker.host = StrBytes::from_string(self.host.clone());
-        broker.port = self.port;
+        let (host, port) = self.advertised.of(&req.session.listener);
+        broker.host = StrBytes::from_string(host.to_owned());
+        broker.port = port;
         resp.brokers = vec![broker];
         resp.cluster_id = Some(StrBytes::from_static_str(CLUSTER_ID));
         resp.controller_id = BrokerId(NODE_ID);
@@ -197,8 +199,7 @@ mod tests {
             12,
             Arc::new(MetadataApi {
                 catalog: ReadCatalog::new(),
-                host: "127.0.0.1".into(),
-                port: 9092,
+                advertised: Advertised::single("127.0.0.1", 9092),
             }),
         );
         d

@@ -1,7 +1,8 @@
 //! The Kafka-protocol endpoint that serves mirrored partitions to stock clients.
 //!
-//! Threads: one accept thread and one thread per client connection, none pinned to a shard
-//! core. They never touch a shard: each partition's owner publishes an immutable read view
+//! Threads: one tokio runtime (`SERVE_IO_THREADS`) that accepts on every listener and runs each
+//! connection as a task, and a bounded pool of handler threads that answer requests, none
+//! pinned to a shard core. They never touch a shard: each partition's owner publishes an immutable read view
 //! (`log::read_view`) after every change, and requests are answered from the current view and
 //! the partition's files (Kafka's logs are append-only, so anything below a published end can
 //! be read without coordination). Record bytes go from the page cache to the socket with
@@ -9,9 +10,12 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | `listener` | accept loop, start/stop |
+//! | `listener` | the runtime, named listeners, accept loops, TLS handshake, start/stop |
+//! | `listener_config` | `[[kafka.listeners]]`: name, address, security protocol, `ssl_*` files |
+//! | `tls` | rustls server config from PEM files, client certificate → principal, TLS counters |
+//! | `advertised` | each listener's advertised address (Metadata, FindCoordinator) |
 //! | `admission` | connection slots (total, per IP), request-bytes budget, connection counters |
-//! | `conn` | one connection: frames in, responses (bytes + `sendfile` ranges) out |
+//! | `conn` | one connection task: frames in, `answer` on a handler thread, responses (bytes + `sendfile` ranges) out |
 //! | `dispatch` | API registry, ApiVersions, request header decoding; no I/O |
 //! | `catalog_apis` | builds the dispatcher with every API this module implements |
 //! | `metadata`, `fetch`, `list_offsets`, `describe_configs`, `produce`, `offset_for_epoch` | one API each |
@@ -23,6 +27,7 @@
 //! | `groups` | the consumer-group coordinator (sans-IO), registered on the dispatcher |
 
 pub mod admission;
+pub mod advertised;
 pub mod catalog_apis;
 pub mod conn;
 pub mod describe_configs;
@@ -32,12 +37,14 @@ pub mod fetch_sessions;
 pub mod groups;
 pub mod list_offsets;
 pub mod listener;
+pub mod listener_config;
 pub mod metadata;
 pub mod offset_for_epoch;
 pub mod produce;
 pub mod request_stats;
 pub mod segment_reader;
 pub mod session;
+pub mod tls;
 pub mod txn;
 pub mod writes;
 
@@ -60,20 +67,21 @@ pub fn start_configured(
     let Some(k) = &config.kafka else {
         return Ok(None);
     };
-    let listener_config = ListenerConfig {
-        listen: k.listen,
-        advertised: k.advertised.clone(),
-        limits: k.conn_limits(),
-    };
+    let listeners = k
+        .listener_configs()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     KafkaListener::start(
-        &listener_config,
+        &listeners,
+        k.conn_limits(),
         std::sync::Arc::clone(catalog),
         std::sync::Arc::clone(writer),
         std::sync::Arc::clone(sessions),
         std::sync::Arc::clone(stats),
-        |d, host, port| {
+        |d, advertised| {
             if let Some(g) = groups {
+                let (host, port) = advertised.of("");
                 g.register(d, host, port);
+                g.advertise_per_listener(std::sync::Arc::clone(advertised));
             }
             if let Some(t) = txn {
                 t.set_id_expiration_ms(k.transactional_id_expiration_ms);

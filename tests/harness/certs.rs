@@ -1,6 +1,7 @@
 //! Test certificates made at test time with the JDK's `keytool`: a CA, and a broker
 //! certificate it signed for 127.0.0.1/localhost in a PKCS12 key store (what the broker reads),
-//! with the CA certificate exported as PEM (what kmirror reads).
+//! with the CA certificate exported as PEM (what kmirror reads). And, with the `openssl` CLI,
+//! PEM files for kmirror's own TLS listeners (`make_pem`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -113,14 +114,19 @@ pub fn make(dir: &Path) -> TestCerts {
     }
 }
 
-/// PEM material made with `openssl` (tests/setup.sh installs it): a CA, and a server
-/// certificate it signed for 127.0.0.1/localhost (also good for client auth) with its
-/// unencrypted PKCS#8 key. `chain_pem` is the server certificate followed by the CA's.
+/// PEM files for a TLS listener and its clients: a CA, a server certificate it signed for
+/// 127.0.0.1/localhost, a client certificate it signed, and a client certificate signed by
+/// another CA (which kmirror must refuse). Keys are unencrypted PKCS#8, mode 0600.
 pub struct PemCerts {
-    pub ca_pem: PathBuf,
-    pub cert_pem: PathBuf,
-    pub chain_pem: PathBuf,
-    pub key_pem: PathBuf,
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    /// What kmirror must report as the client's principal (Kafka's RFC 2253 form).
+    pub client_principal: &'static str,
+    pub stranger_cert: PathBuf,
+    pub stranger_key: PathBuf,
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
@@ -129,87 +135,99 @@ fn openssl(dir: &Path, args: &[&str]) {
     let out = run_bounded(&mut cmd, Duration::from_secs(120));
     assert!(
         out.status.success(),
-        "openssl {args:?} failed (tests/setup.sh installs openssl):\n{}{}",
+        "openssl {args:?} failed (the tests need the openssl CLI):\n{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
 }
 
-/// Makes a fresh CA and server certificate under `dir` with `openssl`.
+/// Makes fresh PEM certificates under `dir` with the `openssl` CLI.
 pub fn make_pem(dir: &Path) -> PemCerts {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "3",
-            "-subj",
-            "/CN=kmirror-test-ca",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=keyCertSign,cRLSign",
-        ],
+    use std::os::unix::fs::PermissionsExt;
+    let ca = |name: &str, subject: &str| {
+        openssl(
+            dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "3",
+                "-subj",
+                subject,
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.pem"),
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ],
+        )
+    };
+    ca("ca", "/CN=kmirror-test-ca");
+    ca("stranger-ca", "/CN=some-other-ca");
+    let signed = |name: &str, subject: &str, by: &str, ext: &str| {
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        openssl(
+            dir,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                subject,
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                &format!("{by}.pem"),
+                "-CAkey",
+                &format!("{by}.key"),
+                "-CAcreateserial",
+                "-days",
+                "3",
+                "-out",
+                &format!("{name}.pem"),
+                "-extfile",
+                &format!("{name}.ext"),
+            ],
+        );
+        let key = dir.join(format!("{name}.key"));
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    signed(
+        "server",
+        "/CN=localhost",
+        "ca",
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n\
+         keyUsage=digitalSignature,keyEncipherment\n",
     );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ],
-    );
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
-         keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "3",
-            "-extfile",
-            "server.ext",
-        ],
-    );
-    let chain = [
-        std::fs::read(dir.join("server.pem")).unwrap(),
-        std::fs::read(dir.join("ca.pem")).unwrap(),
-    ]
-    .concat();
-    std::fs::write(dir.join("chain.pem"), chain).unwrap();
+    let client_ext = "extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n";
+    signed("client", "/C=US/O=acme/OU=eng/CN=alice", "ca", client_ext);
+    signed("stranger", "/CN=mallory", "stranger-ca", client_ext);
     PemCerts {
-        ca_pem: dir.join("ca.pem"),
-        cert_pem: dir.join("server.pem"),
-        chain_pem: dir.join("chain.pem"),
-        key_pem: dir.join("server.key"),
+        ca: dir.join("ca.pem"),
+        server_cert: dir.join("server.pem"),
+        server_key: dir.join("server.key"),
+        client_cert: dir.join("client.pem"),
+        client_key: dir.join("client.key"),
+        client_principal: "User:CN=alice,OU=eng,O=acme,C=US",
+        stranger_cert: dir.join("stranger.pem"),
+        stranger_key: dir.join("stranger.key"),
     }
 }

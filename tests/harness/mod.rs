@@ -36,7 +36,9 @@ pub use tool::{
     run_tool_unchecked, Codec, ConsumedRecord, Isolation, ProduceOpts, Produced, TimeOffset,
     TxnEnd,
 };
-pub use tool::{consume_to_end_with, produce_with, run_tool_with, tool_command_with};
+pub use tool::{
+    consume_to_end_configured, consume_to_end_with, produce_with, run_tool_with, tool_command_with,
+};
 
 use std::sync::OnceLock;
 

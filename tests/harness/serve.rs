@@ -198,20 +198,34 @@ impl Serve {
 
     /// The Kafka listener's `host:port` from this process's start-up line, waiting for it.
     pub fn kafka_listener(&mut self) -> String {
+        self.listener_line("")
+    }
+
+    /// The `host:port` of the Kafka listener named `name` (`[[kafka.listeners]]`).
+    pub fn kafka_listener_named(&mut self, name: &str) -> String {
+        self.listener_line(&format!(" name={name} "))
+    }
+
+    /// The address of the first start-up listener line that contains `naming`.
+    fn listener_line(&mut self, naming: &str) -> String {
         let start = Instant::now();
         loop {
             self.assert_running();
             let text = self.log_text();
             let ours = text.get(self.log_start..).unwrap_or_default();
-            if let Some(at) = ours.find(LISTENER_LINE) {
-                return ours[at + LISTENER_LINE.len()..]
-                    .chars()
-                    .take_while(|c| !c.is_whitespace())
-                    .collect();
+            let line = ours
+                .lines()
+                .filter_map(|l| {
+                    l.find(LISTENER_LINE)
+                        .map(|at| &l[at + LISTENER_LINE.len()..])
+                })
+                .find(|rest| format!("{rest} ").contains(naming));
+            if let Some(rest) = line {
+                return rest.chars().take_while(|c| !c.is_whitespace()).collect();
             }
             assert!(
                 start.elapsed() < START_LIMIT,
-                "no Kafka listener line in:\n{ours}"
+                "no Kafka listener line{naming} in:\n{ours}"
             );
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -392,14 +392,50 @@ pub fn consume_to_end_with(
     consume_with(clients, bootstrap, topic, partition, range, isolation)
 }
 
+/// As [`consume_to_end`], with more consumer settings read from the properties file
+/// `client_properties` (security.protocol, ssl.*).
+pub fn consume_to_end_configured(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    client_properties: &std::path::Path,
+) -> Vec<ConsumedRecord> {
+    let range = (0, usize::MAX, true);
+    let extra = [
+        s("--client-properties"),
+        client_properties.display().to_string(),
+    ];
+    consume_args(
+        KafkaVersion::DEFAULT,
+        bootstrap,
+        topic,
+        partition,
+        range,
+        Isolation::ReadUncommitted,
+        &extra,
+    )
+}
+
 /// `range` is (first offset, most records, whether to stop at the end offset).
 fn consume_with(
     clients: KafkaVersion,
     bootstrap: &str,
     topic: &str,
     partition: i32,
+    range: (i64, usize, bool),
+    isolation: Isolation,
+) -> Vec<ConsumedRecord> {
+    consume_args(clients, bootstrap, topic, partition, range, isolation, &[])
+}
+
+fn consume_args(
+    clients: KafkaVersion,
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
     (from, max, until_end): (i64, usize, bool),
     isolation: Isolation,
+    extra: &[String],
 ) -> Vec<ConsumedRecord> {
     let iso = match isolation {
         Isolation::ReadCommitted => "read_committed",
@@ -427,6 +463,7 @@ fn consume_with(
     } else {
         args.extend([s("--timeout-ms"), s(30_000)]);
     }
+    args.extend_from_slice(extra);
     let out = run_tool_with(clients, &args);
     let b64 = base64::engine::general_purpose::STANDARD;
     let decode = |t: &str| {

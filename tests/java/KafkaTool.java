@@ -8,6 +8,7 @@
 //                 [--batch-size BYTES] [--linger-ms MS] [--seed S] [--value-bytes N] [--headers N]
 //   consume       --bootstrap B --topic T --partition P --from OFFSET --max N
 //                 [--isolation read_committed|read_uncommitted] [--timeout-ms MS]
+//                 [--client-properties FILE]: more consumer settings (security.protocol, ssl.*)
 //                 [--until-end true]: stop once the position reaches the end offset (the last
 //                 stable offset under read_committed) instead of waiting for more; failing to
 //                 get there within the timeout is an error
@@ -253,6 +254,11 @@ public class KafkaTool {
         p.put("value.deserializer", ByteArrayDeserializer.class.getName());
         p.put("enable.auto.commit", "false");
         p.put("isolation.level", a.get("isolation", "read_uncommitted"));
+        if (a.has("client-properties")) {
+            try (var in = new java.io.FileInputStream(a.get("client-properties"))) {
+                p.load(in);
+            }
+        }
         Base64.Encoder b64 = Base64.getEncoder();
         int got = 0;
         try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {

@@ -1,7 +1,8 @@
 """Stock-client checks with librdkafka, through confluent-kafka (pinned in requirements.txt; the
 wheel bundles librdkafka). One JSON line per result on stdout; any failure exits non-zero.
 
-  consume   BOOTSTRAP TOPIC PARTITION ISOLATION
+  consume   BOOTSTRAP TOPIC PARTITION ISOLATION [CONFIG_JSON]
+            (CONFIG_JSON: more client settings, e.g. security.protocol and ssl.*)
             assign from the beginning and read until librdkafka reports the partition's end
             (the high watermark read_uncommitted, the last stable offset read_committed):
             one line per record
@@ -47,7 +48,7 @@ def emit(obj):
     print(json.dumps(obj, sort_keys=True), flush=True)
 
 
-def consume(bootstrap, topic, partition, isolation):
+def consume(bootstrap, topic, partition, isolation, config_json="{}"):
     c = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": "librdkafka-assign",  # required by the client; nothing is committed
@@ -55,6 +56,7 @@ def consume(bootstrap, topic, partition, isolation):
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
         "isolation.level": isolation,
+        **json.loads(config_json),
     })
     c.assign([TopicPartition(topic, int(partition), OFFSET_BEGINNING)])
     try:

@@ -65,6 +65,8 @@ pub struct GroupService {
     origin: Instant,
     stop: AtomicBool,
     timer: Mutex<Option<JoinHandle<()>>>,
+    /// Each listener's address, for FindCoordinator (set by the endpoint once bound).
+    advertised: std::sync::OnceLock<Arc<crate::serve::advertised::Advertised>>,
 }
 
 impl std::fmt::Debug for GroupService {
@@ -107,6 +109,7 @@ impl GroupService {
             origin: Instant::now(),
             stop: AtomicBool::new(false),
             timer: Mutex::new(None),
+            advertised: std::sync::OnceLock::new(),
         });
         let me = Arc::clone(&service);
         let timer = std::thread::Builder::new()
@@ -160,6 +163,11 @@ impl GroupService {
                 }),
             );
         }
+    }
+
+    /// FindCoordinator then names the address of the listener each request came in on.
+    pub fn advertise_per_listener(&self, advertised: Arc<crate::serve::advertised::Advertised>) {
+        let _ = self.advertised.set(advertised);
     }
 
     /// Waits (with the lock released while asleep) until the parked request `token` has its
@@ -285,7 +293,11 @@ impl ApiHandler for GroupApi {
         match req.api_key {
             ApiKey::FindCoordinator => {
                 let body: FindCoordinatorRequest = req.decode()?;
-                let r = lock(&s.coordinator).find_coordinator(v, &body);
+                let mut r = lock(&s.coordinator).find_coordinator(v, &body);
+                if let Some(a) = s.advertised.get() {
+                    let (host, port) = a.of(&req.session.listener);
+                    crate::serve::advertised::point_coordinator_at(&mut r, host, port);
+                }
                 Outcome::encode(req, &r)
             }
             ApiKey::JoinGroup => {
