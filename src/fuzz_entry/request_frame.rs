@@ -46,8 +46,7 @@ fn served() -> &'static Served {
         let _ = slot.set(Arc::clone(&writer));
         let mut d = catalog_apis::dispatcher(
             Arc::clone(&catalog),
-            "127.0.0.1".into(),
-            9092,
+            crate::serve::advertised::Advertised::single("127.0.0.1", 9092),
             Arc::clone(&slot),
             FetchSessions::new(),
         );
