@@ -12,10 +12,10 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use harness::serve::{log_bytes, Serve, CATCH_UP_LIMIT};
+use kmirror::bench::records::Catalog;
+use kmirror::bench::server::SynthServer;
+use kmirror::bench::{SynthCodec, SynthSpec};
 use kmirror::ids::Offset;
-use kmirror::ops::bench::records::Catalog;
-use kmirror::ops::bench::server::SynthServer;
-use kmirror::ops::bench::{SynthCodec, SynthSpec};
 use kmirror::wire::batch::Batches;
 use mirror_support::write_config;
 

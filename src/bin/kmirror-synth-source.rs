@@ -1,8 +1,8 @@
 //! A synthetic Kafka source for benchmarks: serves pre-built compressed batches from memory.
 
 use clap::Parser;
-use kmirror::ops::bench::server::SynthServer;
-use kmirror::ops::bench::spec::SynthArgs;
+use kmirror::bench::server::SynthServer;
+use kmirror::bench::spec::SynthArgs;
 
 #[derive(Debug, Parser)]
 #[command(about = "Serve a synthetic Kafka topic from in-memory compressed batches")]

@@ -1,6 +1,5 @@
 //! Operator-facing edges: CLI tools, metrics, latency export, systemd notification.
 
-pub mod bench;
 pub mod doctor;
 pub mod latency;
 pub mod latency_plot;

@@ -357,8 +357,8 @@ pub fn records_bytes(catalog: &Catalog, frame: &ResponseFrame) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::{SynthCodec, SynthSpec};
     use crate::ids::TimestampMs;
-    use crate::ops::bench::{SynthCodec, SynthSpec};
     use crate::wire::batch::Batches;
     use bytes::Bytes;
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
