@@ -609,3 +609,7 @@ pub const FETCH_MAX_RATE_BURST_MS: u64 = 100;
 /// Smallest cap accepted: below this a single 1 MiB partition response would hold the mirror
 /// for minutes, which is a configuration mistake, not a cap.
 pub const FETCH_MAX_RATE_MIN_BYTES_PER_SEC: u64 = 64 * 1024;
+
+/// Records per batch when one command writes many keys of a keyed log at once
+/// (`KeyedLog::put_many`): a few tens of KiB per batch, far below the segment size.
+pub const KEYED_LOG_RECORDS_PER_BATCH_MAX: usize = 500;
