@@ -235,3 +235,79 @@ fn without_sessions_every_fetch_is_full_and_the_mirror_identical() {
         assert_eq!(source.stats().counts.created, 0, "{mode:?}");
     }
 }
+
+// Goal: `[fetch.source_load] max_rate_bytes_per_sec` caps what a mirror fetches: at every
+// moment the mirrored bytes stay within the cap times the time since kmirror started, plus
+// one burst and one response (the response that overdraws the budget is written before the
+// next request waits), and the mirror still completes byte for byte. An upper bound the cap
+// guarantees, not a speed claim.
+#[test]
+fn max_rate_caps_the_mirror_and_it_still_completes() {
+    const PARTITIONS: u32 = 8;
+    const CAP: u64 = 256 * 1024;
+    let spec = SynthSpec {
+        partitions: PARTITIONS,
+        codec: SynthCodec::Lz4,
+        batch_bytes: 2048,
+        partition_bytes: Some(2048 * 48),
+        ..SynthSpec::default()
+    };
+    let (addr, catalog) = source(spec);
+    let work = tempfile::tempdir().unwrap();
+    let (config, data) = write_config(work.path(), &addr, &["synth"]);
+    add_fetch_settings(
+        &config,
+        &format!("source_load.max_rate_bytes_per_sec = {CAP}"),
+    );
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text
+        .replace("partition_max_bytes = 262144", "partition_max_bytes = 8192")
+        .replace("\nmax_bytes = 2097152", "\nmax_bytes = 65536");
+    std::fs::write(&config, text).unwrap();
+    let started = Instant::now();
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    let batches = catalog.batches_per_partition.unwrap();
+    let rpb = catalog.records_per_batch();
+    let want: Vec<u8> = (0..batches as i64)
+        .flat_map(|i| catalog.template.stamped(Offset(i * rpb)))
+        .collect();
+    let dirs: Vec<_> = (0..PARTITIONS)
+        .map(|p| data.join(format!("synth-{p}")))
+        .collect();
+    let total = want.len() * PARTITIONS as usize;
+    let slack = (CAP / 10) as f64 + 65536.0; // one burst (100 ms) and one response
+    let mut samples = 0;
+    loop {
+        serve.assert_running();
+        // Time first, bytes after: the bytes may only be more recent than the time.
+        let elapsed = started.elapsed().as_secs_f64();
+        let have: usize = dirs.iter().map(|d| log_bytes(d).len()).sum();
+        let bound = CAP as f64 * elapsed + slack;
+        assert!(
+            (have as f64) <= bound,
+            "{have} bytes mirrored {elapsed:.2} s after start, above the cap's {bound:.0}"
+        );
+        samples += 1;
+        if have >= total {
+            break;
+        }
+        assert!(
+            started.elapsed() < CATCH_UP_LIMIT,
+            "mirrored {have} of {total} bytes\n{}",
+            serve.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    serve.sigterm_and_wait();
+    assert!(
+        samples > 10,
+        "the copy must take a while under the cap to test it"
+    );
+    for d in &dirs {
+        assert!(
+            log_bytes(d) == want,
+            "{} differs from the source",
+            d.display()
+        );
+    }
+}
