@@ -95,7 +95,6 @@ CHUNK_RECORDS=$(( STEADY_RPS * CHUNK_S ))
 steady_chunks() { # file: chunks of the steady producer until killed, one summary line each
   while :; do perf "$CHUNK_RECORDS" "$STEADY_RPS" >> "$1"; done
 }
-p99s() { sed -n 's/.*, \([0-9.]*\) ms 99th,.*/\1/p' "$1"; }
 
 # 1. idle: kmirror not running.
 for _ in $(seq 1 "$IDLE_CHUNKS"); do perf "$CHUNK_RECORDS" "$STEADY_RPS" >> "$WORK/idle.txt"; done
