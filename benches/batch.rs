@@ -11,10 +11,10 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, Fetc
 use kafka_protocol::messages::fetch_response::FetchResponse;
 use kafka_protocol::messages::ResponseHeader;
 use kafka_protocol::protocol::Decodable;
+use kmirror::bench::fetch_response::{self, ResponseFrame};
+use kmirror::bench::records::{BatchTemplate, Catalog};
+use kmirror::bench::{SynthCodec, SynthSpec};
 use kmirror::ids::Offset;
-use kmirror::ops::bench::fetch_response::{self, ResponseFrame};
-use kmirror::ops::bench::records::{BatchTemplate, Catalog};
-use kmirror::ops::bench::{SynthCodec, SynthSpec};
 use kmirror::wire::batch::{crc32c, Batch, Batches, Peek};
 use std::hint::black_box;
 

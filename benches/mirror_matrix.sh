@@ -8,6 +8,8 @@
 #   benches/mirror_matrix.sh                      # the full matrix, ~1 GB per cell
 #   QUICK=1 BIN=target/debug benches/mirror_matrix.sh   # two tiny cells, to validate the script
 #   PARTS="16 4096" BATCHES=16384 CODECS=lz4 SHARDS=1 TOTAL_MB=2000 benches/mirror_matrix.sh
+#   SESSIONS="on off" PARTS=4096 ... benches/mirror_matrix.sh   # kmirror with and without
+#                                    # KIP-227 fetch sessions ([fetch.source_load] sessions)
 #
 # Per cell it prints one line of key=value figures:
 #   raw_MBps / raw_cpu_s_per_GB      raw-copy: record-batch bytes per second (responses' framing
@@ -40,6 +42,7 @@ PARTITION_MAX=${PARTITION_MAX:-1048576}  # fetch partition_max_bytes
 SLOT_BYTES=${SLOT_BYTES:-$((MAX_BYTES + 1048576))}
 SLOTS=${SLOTS:-8}
 RAW=${RAW:-1}                            # RAW=0 skips the raw-copy half
+SESSIONS=${SESSIONS:-on}                 # "on off": each cell once per setting, each with its raw copy
 for b in kmirror kmirror-synth-source kmirror-raw-copy; do
     [[ -x $BIN/$b ]] || {
         echo "build first: cargo build --release --bin kmirror --bin kmirror-synth-source --bin kmirror-raw-copy" >&2
@@ -94,14 +97,14 @@ echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /pr
 for codec in $CODECS; do
     for batch in $BATCHES; do
         for parts in $PARTS; do
-            for shards in $SHARDS; do
+            for shards in $SHARDS; do for sess in $SESSIONS; do
                 pbytes=$((TOTAL_MB * 1000000 / parts))
                 data=(--codec "$codec" --batch-bytes "$batch" --partitions "$parts" --partition-bytes "$pbytes")
                 start_source "${data[@]}"
                 bb=$(kv batch_bytes "$layout")
                 bpp=$(kv batches_per_partition "$layout")
                 expected=$((parts * bpp * bb))
-                cell="codec=$codec batch=$bb partitions=$parts shards=$shards batches_per_partition=$bpp total_bytes=$expected"
+                cell="codec=$codec batch=$bb partitions=$parts shards=$shards sessions=$sess batches_per_partition=$bpp total_bytes=$expected"
                 if ((expected > MAX_CELL_MB * 1000000)); then
                     echo "$cell skipped: whole batches need more than MAX_CELL_MB=$MAX_CELL_MB"
                     stop "$src_pid"; src_pid=""
@@ -138,6 +141,8 @@ arena_slots = $SLOTS
 [fetch]
 max_bytes = $MAX_BYTES
 partition_max_bytes = $PARTITION_MAX
+[fetch.source_load]
+sessions = $([[ $sess == off ]] && echo false || echo true)
 EOF
                 load=$(cut -d' ' -f1 /proc/loadavg)
                 t_launch=$(date +%s.%N)
@@ -184,7 +189,7 @@ EOF
                         if (raw != "") line = line sprintf(" raw_MBps=%s raw_cpu_s_per_GB=%s ratio=%.2f", raw, rawcpu, mbps / raw)
                         print line
                     }'
-            done
+            done; done
         done
     done
 done

@@ -135,6 +135,9 @@ pub struct FetchSection {
     /// split between them); 1 gives Kafka's replica-fetcher behaviour.
     #[serde(default = "default_sessions_per_connection")]
     pub sessions_per_connection: u8,
+    /// `[fetch.source_load]`: fetch sessions on/off and the per-mirror rate cap.
+    #[serde(default)]
+    pub source_load: crate::fetch::source_load::SourceLoadSection,
 }
 
 fn default_sessions_per_connection() -> u8 {
@@ -167,6 +170,7 @@ impl Default for FetchSection {
             partition_max_bytes: default_partition_max_bytes(),
             request_timeout_ms: default_request_timeout_ms(),
             sessions_per_connection: default_sessions_per_connection(),
+            source_load: Default::default(),
         }
     }
 }
@@ -590,6 +594,9 @@ impl ServeConfig {
                 format!("must be in 1..={SOURCE_FETCH_SESSIONS_MAX}"),
             ));
         }
+        f.source_load
+            .validate()
+            .map_err(|e| invalid("fetch.source_load", e))?;
         if f.partition_max_bytes == 0 || f.partition_max_bytes > f.max_bytes {
             return Err(invalid(
                 "fetch.partition_max_bytes",
@@ -625,7 +632,8 @@ impl ServeConfig {
             min_bytes: self.fetch.min_bytes,
             max_bytes: self.fetch.max_bytes,
             partition_max_bytes: self.fetch.partition_max_bytes,
-            sessions: true,
+            sessions: self.fetch.source_load.sessions,
+            max_rate_bytes_per_sec: self.fetch.source_load.max_rate_bytes_per_sec,
             sessions_per_connection: self.fetch.sessions_per_connection,
         }
     }

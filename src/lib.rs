@@ -17,7 +17,9 @@
 //! | `serve`   | the Kafka-protocol endpoint for stock clients                              |
 //! | `control` | the control thread: mirror lifecycle, `__mirror_state`, sync               |
 //! | `ops`     | CLI tools, metrics, latency export, systemd notification                   |
+//! | `bench`   | benchmark tools: the synthetic source and the raw-copy client              |
 
+pub mod bench;
 pub mod config;
 pub mod control;
 pub mod fetch;

@@ -635,3 +635,17 @@ const _: () = assert!(
 /// The checkpoint file is written this long after the owners were asked to flush, so the shards'
 /// flushes of this round are in it (a later one lands in the next round).
 pub const RECOVERY_CHECKPOINT_WRITE_LAG_MS: u64 = 1_000;
+
+// --- fetch.source_load (helper fetchsess): the per-mirror fetch rate cap ---
+
+/// How far ahead of the rate a capped mirror may fetch at once (one response's worth at
+/// typical caps), so the cap never stalls a mirror between two fetches it could pay for.
+pub const FETCH_MAX_RATE_BURST_MS: u64 = 100;
+
+/// Smallest cap accepted: below this a single 1 MiB partition response would hold the mirror
+/// for minutes, which is a configuration mistake, not a cap.
+pub const FETCH_MAX_RATE_MIN_BYTES_PER_SEC: u64 = 64 * 1024;
+
+/// Records per batch when one command writes many keys of a keyed log at once
+/// (`KeyedLog::put_many`): a few tens of KiB per batch, far below the segment size.
+pub const KEYED_LOG_RECORDS_PER_BATCH_MAX: usize = 500;

@@ -9,10 +9,10 @@ use bytes::{Buf, Bytes};
 use kafka_protocol::messages::fetch_response::FetchResponse;
 use kafka_protocol::messages::ResponseHeader;
 use kafka_protocol::protocol::Decodable;
-use kmirror::ops::bench::raw_copy::{self, RawCopyConfig};
-use kmirror::ops::bench::records::Catalog;
-use kmirror::ops::bench::server::SynthServer;
-use kmirror::ops::bench::{SynthCodec, SynthSpec};
+use kmirror::bench::raw_copy::{self, RawCopyConfig};
+use kmirror::bench::records::Catalog;
+use kmirror::bench::server::SynthServer;
+use kmirror::bench::{SynthCodec, SynthSpec};
 use kmirror::wire::batch::Batches;
 
 fn spec(batches: u64) -> SynthSpec {

@@ -11,11 +11,15 @@ mod mirror_support;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use harness::serve::{log_bytes, Serve, CATCH_UP_LIMIT};
+use harness::serve::{
+    add_fetch_settings, add_metrics_listener, fetch_requests, log_bytes, scrape_metrics, Serve,
+    CATCH_UP_LIMIT,
+};
+use kmirror::bench::records::Catalog;
+use kmirror::bench::server::SynthServer;
+use kmirror::bench::sessions::SynthSessions;
+use kmirror::bench::{SynthCodec, SynthSpec};
 use kmirror::ids::Offset;
-use kmirror::ops::bench::records::Catalog;
-use kmirror::ops::bench::server::SynthServer;
-use kmirror::ops::bench::{SynthCodec, SynthSpec};
 use kmirror::wire::batch::Batches;
 use mirror_support::write_config;
 
@@ -133,4 +137,177 @@ fn rate_limited_source_batches_reach_the_mirror_stamped_with_their_appear_time()
     // Round-robin at 60 batches/s: the last of 45 batches appeared ~0.75 s after the clock.
     let last = catalog.appear_time_ms(2, 14).unwrap().0 - clock_ms as i64;
     assert!((740..=760).contains(&last), "{last} ms");
+}
+
+/// Which side refuses fetch sessions in `mirror_many_partitions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sessions {
+    Used,
+    RefusedBySource,
+    DisabledInKmirror,
+}
+
+/// Mirrors 64 partitions of the synthetic source with small fetches (many rounds, so most
+/// requests find most partitions without news), checks every `.log` against the source's
+/// batches, and returns kmirror's (full, incremental) fetch request counts and the source's
+/// session counters.
+fn mirror_many_partitions(sessions: Sessions) -> ((u64, u64), SynthSessions) {
+    const PARTITIONS: u32 = 64;
+    let spec = SynthSpec {
+        partitions: PARTITIONS,
+        codec: SynthCodec::Lz4,
+        batch_bytes: 2048,
+        partition_bytes: Some(2048 * 12),
+        ..SynthSpec::default()
+    };
+    let mut server = SynthServer::bind("127.0.0.1:0", spec).unwrap();
+    if sessions == Sessions::RefusedBySource {
+        server = server.without_fetch_sessions();
+    }
+    let catalog = server.catalog().clone();
+    let source_sessions = server.sessions();
+    let addr = server.spawn().unwrap().to_string();
+    let work = tempfile::tempdir().unwrap();
+    let (config, data) = write_config(work.path(), &addr, &["synth"]);
+    let metrics = add_metrics_listener(&config);
+    if sessions == Sessions::DisabledInKmirror {
+        add_fetch_settings(&config, "source_load.sessions = false");
+    }
+    // Responses of at most 64 KiB (32 batches) and 8 KiB per partition, so a round reaches
+    // only some partitions and each partition takes several.
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text
+        .replace("partition_max_bytes = 262144", "partition_max_bytes = 8192")
+        .replace("\nmax_bytes = 2097152", "\nmax_bytes = 65536");
+    std::fs::write(&config, text).unwrap();
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    let batches = catalog.batches_per_partition.unwrap();
+    let rpb = catalog.records_per_batch();
+    let want: Vec<u8> = (0..batches as i64)
+        .flat_map(|i| catalog.template.stamped(Offset(i * rpb)))
+        .collect();
+    let dirs: Vec<_> = (0..PARTITIONS)
+        .map(|p| data.join(format!("synth-{p}")))
+        .collect();
+    let dir_refs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
+    wait_bytes(&mut serve, &dir_refs, want.len());
+    let counts = fetch_requests(&scrape_metrics(&metrics));
+    serve.sigterm_and_wait();
+    for d in &dirs {
+        assert!(
+            log_bytes(d) == want,
+            "{} differs from the source ({sessions:?})",
+            d.display()
+        );
+    }
+    (counts, source_sessions)
+}
+
+// Goal: against a source granting fetch sessions (KIP-227, the synthetic source keeps them as
+// a broker does), kmirror opens one per fetch group and then sends incremental requests, and
+// the mirror is still byte-identical. The counts come from both ends: kmirror's
+// `kmirror_shard_fetch_requests_total{kind}` and the source's own session cache.
+#[test]
+fn many_partitions_mirror_identically_over_incremental_fetch_sessions() {
+    let ((full, incremental), source) = mirror_many_partitions(Sessions::Used);
+    let stats = source.stats();
+    assert!(stats.counts.created >= 1, "no session created: {stats:?}");
+    assert!(
+        incremental > full,
+        "kmirror sent {full} full and {incremental} incremental fetches"
+    );
+    assert!(
+        stats.counts.incremental_fetches >= incremental.saturating_sub(2),
+        "the source saw {} incremental fetches, kmirror counted {incremental}",
+        stats.counts.incremental_fetches
+    );
+}
+
+// Goal: a source that refuses sessions (session id 0 to every full fetch) and
+// `fetch.source_load.sessions = false` both leave kmirror on full fetches that still mirror
+// every byte; no incremental request is ever sent.
+#[test]
+fn without_sessions_every_fetch_is_full_and_the_mirror_identical() {
+    for mode in [Sessions::RefusedBySource, Sessions::DisabledInKmirror] {
+        let ((full, incremental), source) = mirror_many_partitions(mode);
+        assert!(full > 0, "{mode:?}");
+        assert_eq!(incremental, 0, "{mode:?}");
+        assert_eq!(source.stats().counts.created, 0, "{mode:?}");
+    }
+}
+
+// Goal: `[fetch.source_load] max_rate_bytes_per_sec` caps what a mirror fetches: at every
+// moment the mirrored bytes stay within the cap times the time since kmirror started, plus
+// one burst and one response (the response that overdraws the budget is written before the
+// next request waits), and the mirror still completes byte for byte. An upper bound the cap
+// guarantees, not a speed claim.
+#[test]
+fn max_rate_caps_the_mirror_and_it_still_completes() {
+    const PARTITIONS: u32 = 8;
+    const CAP: u64 = 256 * 1024;
+    let spec = SynthSpec {
+        partitions: PARTITIONS,
+        codec: SynthCodec::Lz4,
+        batch_bytes: 2048,
+        partition_bytes: Some(2048 * 48),
+        ..SynthSpec::default()
+    };
+    let (addr, catalog) = source(spec);
+    let work = tempfile::tempdir().unwrap();
+    let (config, data) = write_config(work.path(), &addr, &["synth"]);
+    add_fetch_settings(
+        &config,
+        &format!("source_load.max_rate_bytes_per_sec = {CAP}"),
+    );
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text
+        .replace("partition_max_bytes = 262144", "partition_max_bytes = 8192")
+        .replace("\nmax_bytes = 2097152", "\nmax_bytes = 65536");
+    std::fs::write(&config, text).unwrap();
+    let started = Instant::now();
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    let batches = catalog.batches_per_partition.unwrap();
+    let rpb = catalog.records_per_batch();
+    let want: Vec<u8> = (0..batches as i64)
+        .flat_map(|i| catalog.template.stamped(Offset(i * rpb)))
+        .collect();
+    let dirs: Vec<_> = (0..PARTITIONS)
+        .map(|p| data.join(format!("synth-{p}")))
+        .collect();
+    let total = want.len() * PARTITIONS as usize;
+    let slack = (CAP / 10) as f64 + 65536.0; // one burst (100 ms) and one response
+    let mut samples = 0;
+    loop {
+        serve.assert_running();
+        // Time first, bytes after: the bytes may only be more recent than the time.
+        let elapsed = started.elapsed().as_secs_f64();
+        let have: usize = dirs.iter().map(|d| log_bytes(d).len()).sum();
+        let bound = CAP as f64 * elapsed + slack;
+        assert!(
+            (have as f64) <= bound,
+            "{have} bytes mirrored {elapsed:.2} s after start, above the cap's {bound:.0}"
+        );
+        samples += 1;
+        if have >= total {
+            break;
+        }
+        assert!(
+            started.elapsed() < CATCH_UP_LIMIT,
+            "mirrored {have} of {total} bytes\n{}",
+            serve.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    serve.sigterm_and_wait();
+    assert!(
+        samples > 10,
+        "the copy must take a while under the cap to test it"
+    );
+    for d in &dirs {
+        assert!(
+            log_bytes(d) == want,
+            "{} differs from the source",
+            d.display()
+        );
+    }
 }

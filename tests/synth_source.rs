@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use kmirror::ops::bench::records::{record_key, record_value, Catalog};
-use kmirror::ops::bench::server::SynthServer;
-use kmirror::ops::bench::{SynthCodec, SynthSpec};
+use kmirror::bench::records::{record_key, record_value, Catalog};
+use kmirror::bench::server::SynthServer;
+use kmirror::bench::{SynthCodec, SynthSpec};
 
 fn kafka_libs() -> PathBuf {
     let home = std::env::var("HOME").expect("HOME is set");

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use kmirror::ops::bench::raw_copy::{self, RawCopyConfig};
-use kmirror::ops::bench::spec::SynthArgs;
+use kmirror::bench::raw_copy::{self, RawCopyConfig};
+use kmirror::bench::spec::SynthArgs;
 
 #[derive(Debug, Parser)]
 #[command(about = "Fetch from a synthetic source and write raw responses to disk")]

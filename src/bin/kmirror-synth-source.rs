@@ -1,8 +1,8 @@
 //! A synthetic Kafka source for benchmarks: serves pre-built compressed batches from memory.
 
 use clap::Parser;
-use kmirror::ops::bench::server::SynthServer;
-use kmirror::ops::bench::spec::SynthArgs;
+use kmirror::bench::server::SynthServer;
+use kmirror::bench::spec::SynthArgs;
 
 #[derive(Debug, Parser)]
 #[command(about = "Serve a synthetic Kafka topic from in-memory compressed batches")]
@@ -10,6 +10,10 @@ struct Cli {
     /// Address to listen on (port 0 picks a free port; the chosen address is printed).
     #[arg(long, default_value = "127.0.0.1:9092")]
     listen: String,
+    /// Refuse fetch sessions (KIP-227), as a broker with a full session cache does: every
+    /// client then sends full fetches.
+    #[arg(long)]
+    no_fetch_sessions: bool,
     #[command(flatten)]
     synth: SynthArgs,
 }
@@ -20,10 +24,13 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let server = SynthServer::bind(&cli.listen, cli.synth.to_spec())?;
+    let mut server = SynthServer::bind(&cli.listen, cli.synth.to_spec())?;
+    if cli.no_fetch_sessions {
+        server = server.without_fetch_sessions();
+    }
     let c = server.catalog();
     println!(
-        "listening on {} batch_bytes={} records_per_batch={} batches_per_partition={} rate_mb_s={}",
+        "listening on {} batch_bytes={} records_per_batch={} batches_per_partition={} rate_mb_s={} fetch_sessions={}",
         server.local_addr(),
         c.template.size(),
         c.template.records_per_batch(),
@@ -32,6 +39,7 @@ fn main() -> anyhow::Result<()> {
         cli.synth
             .rate_mb_s
             .map_or("unlimited".to_string(), |r| r.to_string()),
+        !cli.no_fetch_sessions,
     );
     server.run()?;
     Ok(())

@@ -742,6 +742,9 @@ impl DataPlane for ShardDataPlane {
         self.logs()
             .get_or_create(tp, id, config)
             .map_err(|e| Fault::from(e.to_string()))?;
+        // Lag is unknown until this fetcher's first response: the high watermark seen before
+        // a pause is stale (describe showed lag 0 for partitions still behind).
+        self.progress.cell(tp).forget_high_watermark();
         let access = SourceAccess {
             bootstrap_servers: mirror.source.bootstrap_servers.clone(),
             client_id: mirror.source.client_id.clone(),

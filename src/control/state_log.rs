@@ -38,6 +38,7 @@ pub enum StateLogError {
 #[derive(Debug)]
 pub struct StateLog {
     log: KeyedLog,
+    writes: u64,
 }
 
 impl StateLog {
@@ -46,6 +47,7 @@ impl StateLog {
     pub fn open(data_dir: &Path) -> Result<StateLog, StateLogError> {
         Ok(StateLog {
             log: KeyedLog::open(data_dir, TOPIC, FlushPolicy::EveryAppend)?,
+            writes: 0,
         })
     }
 
@@ -81,7 +83,34 @@ impl StateLog {
 
     /// Durably records `value` under `key` (returns after fdatasync).
     pub fn put(&mut self, key: &StateKey, value: &StateValue) -> Result<(), StateLogError> {
-        Ok(self.log.put(key.encode(), value.encode())?)
+        let before = self.log.log_end_offset();
+        self.log.put(key.encode(), value.encode())?;
+        self.count_write(before);
+        Ok(())
+    }
+
+    /// Writes every record with one append and one sync (`KeyedLog::put_many`): all or none.
+    pub fn put_many(&mut self, records: &[(StateKey, StateValue)]) -> Result<(), StateLogError> {
+        let before = self.log.log_end_offset();
+        self.log.put_many(
+            records
+                .iter()
+                .map(|(k, v)| (k.encode(), Some(v.encode())))
+                .collect(),
+        )?;
+        self.count_write(before);
+        Ok(())
+    }
+
+    fn count_write(&mut self, before: Offset) {
+        if self.log.log_end_offset() != before {
+            self.writes += 1;
+        }
+    }
+
+    /// Appends (each one write and one sync) since the log was opened, compaction excluded.
+    pub fn writes(&self) -> u64 {
+        self.writes
     }
 
     /// Durably deletes `key` (a tombstone).

@@ -55,6 +55,7 @@ use uuid::Uuid;
 use crate::fetch::backoff::Backoff;
 use crate::fetch::conn::{ConnError, Connection, InFlight};
 use crate::fetch::response::{self, Position, RecordsError};
+use crate::fetch::source_load::{shared_cap, RateCap};
 use crate::fetch::versions::Versions;
 use crate::ids::{LeaderEpoch, Offset, TimestampMs, TopicPartition};
 use crate::limits::{
@@ -71,6 +72,9 @@ pub struct FetchConfig {
     pub partition_max_bytes: u32,
     /// Use fetch sessions when the source speaks Fetch v7+.
     pub sessions: bool,
+    /// Record bytes per second all fetchers with this fetcher's client id may fetch together
+    /// (`fetch::source_load`); 0: no cap.
+    pub max_rate_bytes_per_sec: u64,
     /// Fetch groups (each one `Fetcher`, with its own session and one request in flight) a
     /// shard splits one source connection's partitions into; read by the shard, not by the
     /// fetcher.
@@ -85,6 +89,7 @@ impl Default for FetchConfig {
             max_bytes: 50 * 1024 * 1024,
             partition_max_bytes: 1024 * 1024,
             sessions: true,
+            max_rate_bytes_per_sec: 0,
             sessions_per_connection: crate::limits::SOURCE_FETCH_SESSIONS_DEFAULT,
         }
     }
@@ -270,6 +275,14 @@ pub enum Poll {
     Idle,
 }
 
+/// Fetch requests sent, by kind: full ones list every partition, incremental ones (inside a
+/// fetch session) only those whose fetch position changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FetchRequestCounts {
+    pub full: u64,
+    pub incremental: u64,
+}
+
 /// The parameters of a partition the broker's session holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct SessionEntry {
@@ -372,6 +385,9 @@ pub struct Fetcher {
     backoff: Backoff,
     request: FetchRequest,
     spare_topics: Vec<FetchTopic>,
+    /// The mirror's byte budget when `max_rate_bytes_per_sec` caps it.
+    cap: Option<std::sync::Arc<RateCap>>,
+    requests: FetchRequestCounts,
 }
 
 fn topic_name(tp: &TopicPartition) -> TopicName {
@@ -427,6 +443,8 @@ impl Fetcher {
             backoff: Backoff::default(),
             request,
             spare_topics: Vec::new(),
+            cap: shared_cap(client_id, config.max_rate_bytes_per_sec),
+            requests: FetchRequestCounts::default(),
         })
     }
 
@@ -722,6 +740,9 @@ impl Fetcher {
         if let Some(t) = self.backoff.pending(now) {
             not_before = Some(not_before.map_or(t, |n| n.max(t)));
         }
+        if let Some(t) = self.cap.as_ref().and_then(|c| c.ready_at(now)) {
+            not_before = Some(not_before.map_or(t, |n| n.max(t)));
+        }
         if let Some(t) = not_before {
             return Ok(Poll::NotBefore(t));
         }
@@ -868,6 +889,11 @@ impl Fetcher {
         self.request.session_id = session_id;
         self.request.session_epoch = session_epoch;
         let sent = self.conn.encode(out, version, &self.request)?;
+        if full {
+            self.requests.full += 1;
+        } else {
+            self.requests.incremental += 1;
+        }
         self.session_version = Some(version);
         self.pending = Some(Pending::Fetch {
             version,
@@ -1010,6 +1036,11 @@ impl Fetcher {
         }
     }
 
+    /// Fetch requests sent so far, full and incremental.
+    pub fn fetch_requests(&self) -> FetchRequestCounts {
+        self.requests
+    }
+
     /// Every throttle the source asked for on this fetcher's connection, summed, in ms.
     pub fn throttled_ms_total(&self) -> u64 {
         self.conn.throttled_ms_total()
@@ -1035,6 +1066,15 @@ impl Fetcher {
     ) {
         if version >= 8 {
             self.throttle(resp.throttle_time_ms, now);
+        }
+        if let Some(cap) = &self.cap {
+            let bytes: usize = resp
+                .responses
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+                .sum();
+            cap.charge(bytes as u64, now);
         }
         if resp.error_code != 0 {
             let code = resp.error_code;

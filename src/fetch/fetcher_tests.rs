@@ -247,6 +247,8 @@ fn incremental_session_sends_only_changes_and_keeps_watermarks() {
     let (_, req) = b.fetch_request();
     assert_eq!((req.session_id, req.session_epoch), (77, 2));
     assert!(req.topics.is_empty() && req.forgotten_topics_data.is_empty());
+    let counts = b.f.fetch_requests();
+    assert_eq!((counts.full, counts.incremental), (1, 2));
 }
 
 #[test]
@@ -493,6 +495,42 @@ fn throttle_holds_the_next_request() {
     );
     b.now += Duration::from_millis(250);
     b.fetch_request();
+}
+
+// Goal: with `max_rate_bytes_per_sec`, the records a response brought are paid for at that
+// rate before the next request goes out (one burst ahead at most), and the wait is a
+// `NotBefore` the driver sleeps on, like a throttle; every request is still counted by kind.
+#[test]
+fn rate_cap_holds_the_next_request_until_the_bytes_are_paid_for() {
+    let config = FetchConfig {
+        max_rate_bytes_per_sec: 1_000,
+        ..FetchConfig::default()
+    };
+    let mut b = Broker::new(12);
+    b.f = Fetcher::new(config, versions(12), "rate-cap-test-client").unwrap();
+    b.add(0, 0, -1);
+    let (h, _) = b.fetch_request();
+    let records = [batch(0, 5, 0), batch(5, 5, 0)].concat();
+    let len = records.len() as u64;
+    b.respond(
+        &h,
+        &fetch_response(0, vec![partition(0, 10, Some(records))], false),
+    );
+    let burst = Duration::from_millis(crate::limits::FETCH_MAX_RATE_BURST_MS);
+    let paid = Duration::from_nanos(len * 1_000_000_000 / 1_000);
+    let expect = (b.now + paid).checked_sub(burst).filter(|t| *t > b.now);
+    match b.f.poll_request(&mut b.out, b.now).unwrap() {
+        Poll::NotBefore(t) => assert_eq!(Some(t), expect),
+        other => assert!(expect.is_none(), "expected a wait, got {other:?}"),
+    }
+    b.now += paid;
+    let (_, req) = b.fetch_request();
+    assert_eq!(sent_partitions(&req), vec![(0, 10)]);
+    assert_eq!(
+        b.f.fetch_requests().full,
+        2,
+        "no session (sessionless response)"
+    );
 }
 
 // Goal: a flipped byte inside one partition's records fails only that partition (typed error,

@@ -19,6 +19,7 @@
 //! | `tls`      | rustls client config and a sans-IO TLS session                        |
 //! | `sasl`     | SaslHandshake/SaslAuthenticate with PLAIN and SCRAM-SHA-256/512       |
 //! | `security` | the TLS + SASL layer between TCP connect and the first request        |
+//! | `source_load` | what fetching costs the source: the sessions knob, the rate cap    |
 
 pub mod backoff;
 pub mod blocking;
@@ -30,6 +31,7 @@ pub mod metadata;
 pub mod response;
 pub mod sasl;
 pub mod security;
+pub mod source_load;
 pub mod tls;
 pub mod versions;
 

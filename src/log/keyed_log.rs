@@ -17,7 +17,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::ids::{Offset, TimestampMs, TopicPartition};
-use crate::limits::{KEYED_LOG_READ_BYTES, KEYED_LOG_SEGMENT_BYTES};
+use crate::limits::{
+    KEYED_LOG_READ_BYTES, KEYED_LOG_RECORDS_PER_BATCH_MAX, KEYED_LOG_SEGMENT_BYTES,
+};
 use crate::log::checkpoint::sync_dir;
 use crate::log::config::{FlushPolicy, LogConfig};
 use crate::log::io::{LogIo, StdIo};
@@ -188,6 +190,50 @@ impl<I: LogIo> KeyedLog<I> {
         }
         self.append(&key, Some(&value))?;
         self.live.insert(key, value);
+        Ok(())
+    }
+
+    /// Sets every `(key, value)` (`None` deletes) with one append: the records go in batches of
+    /// at most `KEYED_LOG_RECORDS_PER_BATCH_MAX`, written together and synced once (per the
+    /// flush policy), so a command over thousands of keys costs one write, not one per key.
+    /// All or nothing: a failed append changes no key. Later entries for a key win.
+    pub fn put_many(
+        &mut self,
+        entries: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    ) -> Result<(), KeyedLogError> {
+        let entries: Vec<(Vec<u8>, Option<Vec<u8>>)> = entries
+            .into_iter()
+            .filter(|(k, v)| match v {
+                Some(v) => self.live.get(k) != Some(v),
+                None => self.live.contains_key(k),
+            })
+            .collect();
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut records = Vec::new();
+        let mut base = self.log.log_end_offset();
+        let now = TimestampMs(now_ms());
+        for chunk in entries.chunks(KEYED_LOG_RECORDS_PER_BATCH_MAX) {
+            let mut b = BatchBuilder::new(base);
+            for (k, v) in chunk {
+                b = b.record(now, Some(k), v.as_deref(), &[]);
+            }
+            records.extend_from_slice(&b.build());
+            base = Offset(base.0 + chunk.len() as i64);
+        }
+        self.log
+            .append(&mut self.io, &records)
+            .map_err(|source| KeyedLogError::Log {
+                topic: self.topic.clone(),
+                source,
+            })?;
+        for (k, v) in entries {
+            match v {
+                Some(v) => self.live.insert(k, v),
+                None => self.live.remove(&k),
+            };
+        }
         Ok(())
     }
 

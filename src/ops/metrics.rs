@@ -399,6 +399,28 @@ impl Scrape {
             "Throttle time sources asked the shard's connections to wait.",
             &throttle,
         )?;
+        let requests: Vec<(Labels, u64)> = self
+            .shards
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| {
+                let with = |kind: &'static str| {
+                    let mut l = shard_labels(i);
+                    l.push(("kind", kind.to_string()));
+                    l
+                };
+                [
+                    (with("full"), s.fetch_full),
+                    (with("incremental"), s.fetch_incremental),
+                ]
+            })
+            .collect();
+        f.counter(
+            "kmirror_shard_fetch_requests",
+            "Fetch requests the shard sent to sources: full ones list every partition, \
+             incremental ones (KIP-227 fetch sessions) only partitions whose position changed.",
+            &requests,
+        )?;
         for (which, name, help) in [
             (
                 Latency::FetchRoundTrip,

@@ -1,7 +1,6 @@
 //! Operator-facing edges: CLI tools, metrics, latency export, systemd notification.
 
 pub mod admin_client;
-pub mod bench;
 pub mod doctor;
 pub mod latency;
 pub mod latency_plot;

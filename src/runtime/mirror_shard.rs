@@ -41,7 +41,8 @@ use super::shard::{ShardCx, ShardHandler};
 use super::stats::{Latency, PartitionStats};
 use super::uring_io::RingIo;
 use crate::fetch::fetcher::{
-    FetchConfig, FetchEvent, Fetcher, FetcherError, PartitionStart, PartitionState, Poll, Slot,
+    FetchConfig, FetchEvent, FetchRequestCounts, Fetcher, FetcherError, PartitionStart,
+    PartitionState, Poll, Slot,
 };
 use crate::fetch::security::SourceSecurity;
 use crate::fetch::versions::Versions;
@@ -195,6 +196,8 @@ struct Group {
     leader_wanted: Vec<bool>,
     /// The fetcher's throttle total already added to the shard's counter.
     throttle_seen_ms: u64,
+    /// The fetcher's request counts already added to the shard's counters.
+    requests_seen: FetchRequestCounts,
     /// The group's last response carried records (true until its first response): it is
     /// catching up, so its next request will most likely be answered at once.
     streaming: bool,
@@ -357,6 +360,7 @@ impl MirrorShard {
                 meters: Vec::new(),
                 leader_wanted: Vec::new(),
                 throttle_seen_ms: 0,
+                requests_seen: FetchRequestCounts::default(),
                 streaming: true,
             });
             return Ok(src.groups.len() - 1);
@@ -995,6 +999,12 @@ impl MirrorShard {
         self.events = events;
         let group = &mut self.sources[i].groups[g];
         group.streaming = streaming;
+        let requests = group.fetcher.fetch_requests();
+        cx.stats.fetch_requests(
+            requests.full - group.requests_seen.full,
+            requests.incremental - group.requests_seen.incremental,
+        );
+        group.requests_seen = requests;
         let throttled = group.fetcher.throttled_ms_total() - group.throttle_seen_ms;
         if throttled > 0 {
             group.throttle_seen_ms += throttled;

@@ -73,6 +73,13 @@ impl PartitionProgress {
         self.high_watermark.store(hw, Ordering::Relaxed);
     }
 
+    /// The source's high watermark is unknown again (a fetcher is about to start after a
+    /// pause): describe must not compute a lag from one seen before, which the source has
+    /// moved past meanwhile; the first fetch response sets it.
+    pub fn forget_high_watermark(&self) {
+        self.high_watermark.store(UNKNOWN, Ordering::Relaxed);
+    }
+
     pub fn set_newest_timestamp(&self, ts: i64) {
         self.newest_timestamp.store(ts, Ordering::Relaxed);
     }

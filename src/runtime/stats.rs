@@ -205,6 +205,9 @@ pub struct ShardStats {
     fetches: AtomicU64,
     fetch_ns: AtomicU64,
     throttle_ms: AtomicU64,
+    /// Fetch requests sent, full and incremental (fetch sessions, `fetch::source_load`).
+    fetch_full: AtomicU64,
+    fetch_incremental: AtomicU64,
     ring_submitted: AtomicU64,
     ring_completed: AtomicU64,
     arena_slots_in_use: AtomicU64,
@@ -225,6 +228,8 @@ pub struct ShardSnapshot {
     pub fetches: u64,
     pub fetch_ns: u64,
     pub throttle_ms: u64,
+    pub fetch_full: u64,
+    pub fetch_incremental: u64,
     pub ring_submitted: u64,
     pub ring_completed: u64,
     pub arena_slots_in_use: u64,
@@ -249,6 +254,8 @@ impl ShardStats {
             fetches: AtomicU64::new(0),
             fetch_ns: AtomicU64::new(0),
             throttle_ms: AtomicU64::new(0),
+            fetch_full: AtomicU64::new(0),
+            fetch_incremental: AtomicU64::new(0),
             ring_submitted: AtomicU64::new(0),
             ring_completed: AtomicU64::new(0),
             arena_slots_in_use: AtomicU64::new(0),
@@ -278,6 +285,14 @@ impl ShardStats {
     /// Throttle time a source asked for (`throttle_time_ms` of a response).
     pub fn throttled(&self, ms: u64) {
         self.throttle_ms.fetch_add(ms, Ordering::Relaxed);
+    }
+
+    /// Fetch requests sent since the last call: `full` list every partition, `incremental`
+    /// only changes within a fetch session.
+    pub fn fetch_requests(&self, full: u64, incremental: u64) {
+        self.fetch_full.fetch_add(full, Ordering::Relaxed);
+        self.fetch_incremental
+            .fetch_add(incremental, Ordering::Relaxed);
     }
 
     /// Ring and arena gauges, published by the shard loop once per iteration.
@@ -325,6 +340,8 @@ impl ShardStats {
             fetches: l(&self.fetches),
             fetch_ns: l(&self.fetch_ns),
             throttle_ms: l(&self.throttle_ms),
+            fetch_full: l(&self.fetch_full),
+            fetch_incremental: l(&self.fetch_incremental),
             ring_submitted: l(&self.ring_submitted),
             ring_completed: l(&self.ring_completed),
             arena_slots_in_use: l(&self.arena_slots_in_use),

@@ -409,3 +409,45 @@ pub fn endpoint_requests(scrape: &str) -> std::collections::BTreeMap<(i16, i16),
     }
     out
 }
+
+/// Adds `[metrics] listen` on a reserved loopback port to a static-mode config; returns the
+/// address to scrape.
+pub fn add_metrics_listener(config: &Path) -> String {
+    let listen = format!("127.0.0.1:{}", super::ports::reserved_port());
+    let mut text = std::fs::read_to_string(config).unwrap();
+    text.push_str(&format!("[metrics]\nlisten = \"{listen}\"\n"));
+    std::fs::write(config, text).unwrap();
+    listen
+}
+
+/// Appends `lines` to the config's `[fetch]` section (the harness configs end it with their
+/// last key, so the lines go right after `[fetch]`'s header).
+pub fn add_fetch_settings(config: &Path, lines: &str) {
+    let text = std::fs::read_to_string(config).unwrap();
+    assert!(text.contains("[fetch]\n"), "no [fetch] section in {text}");
+    let text = text.replacen("[fetch]\n", &format!("[fetch]\n{lines}\n"), 1);
+    std::fs::write(config, text).unwrap();
+}
+
+/// Fetch requests kmirror's shards sent, summed over shards: (full, incremental), from
+/// `kmirror_shard_fetch_requests_total` in a scrape.
+pub fn fetch_requests(scrape: &str) -> (u64, u64) {
+    let (mut full, mut incremental) = (0, 0);
+    for line in scrape.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        if !series.starts_with("kmirror_shard_fetch_requests_total{") {
+            continue;
+        }
+        let n: u64 = value.parse().unwrap();
+        if series.contains("kind=\"full\"") {
+            full += n;
+        } else if series.contains("kind=\"incremental\"") {
+            incremental += n;
+        } else {
+            panic!("fetch request series without a known kind: {line}");
+        }
+    }
+    (full, incremental)
+}

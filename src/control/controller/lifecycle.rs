@@ -318,31 +318,35 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 });
             }
         }
-        for t in matching {
-            for partition in 0..t.partitions {
-                let tp = TopicPartition::new(t.name.clone(), partition);
-                let entry = self.entry_mut(&name)?;
-                let p = entry.partitions.entry(tp.clone()).or_insert(PartEntry {
-                    topic_id: t.topic_id,
-                    machine: PartitionMachine::new(),
-                    last: None,
-                });
-                p.topic_id = t.topic_id;
-                match p.machine.command(Command::Start) {
-                    Ok(Outcome::Moved(..)) => report.changed.push(tp.to_string()),
-                    Ok(Outcome::Unchanged) => report.unchanged.push(tp.to_string()),
-                    Err(source) => {
-                        return Err(ControlError::State {
-                            partition: tp,
-                            source,
-                        })
+        // One `__mirror_state` write for every partition's transition.
+        self.batched(|c| {
+            for t in matching {
+                for partition in 0..t.partitions {
+                    let tp = TopicPartition::new(t.name.clone(), partition);
+                    let entry = c.entry_mut(&name)?;
+                    let p = entry.partitions.entry(tp.clone()).or_insert(PartEntry {
+                        topic_id: t.topic_id,
+                        machine: PartitionMachine::new(),
+                        last: None,
+                    });
+                    p.topic_id = t.topic_id;
+                    match p.machine.command(Command::Start) {
+                        Ok(Outcome::Moved(..)) => report.changed.push(tp.to_string()),
+                        Ok(Outcome::Unchanged) => report.unchanged.push(tp.to_string()),
+                        Err(source) => {
+                            return Err(ControlError::State {
+                                partition: tp,
+                                source,
+                            })
+                        }
                     }
+                    c.persist(&name, &tp)?;
                 }
-                self.persist(&name, &tp)?;
             }
-        }
+            Ok(())
+        })?;
         self.apply_topic_configs(&name, answer.configs)?;
-        self.reconcile(&name)?;
+        self.batched(|c| c.reconcile(&name))?;
         Ok(report)
     }
 
@@ -509,25 +513,29 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             unchanged: Vec::new(),
             group_sync: None,
         };
-        for tp in tps {
-            let p = self
-                .entry_mut(&name)?
-                .partitions
-                .get_mut(&tp)
-                .expect("listed above");
-            let outcome = p
-                .machine
-                .command(command)
-                .map_err(|source| ControlError::State {
-                    partition: tp.clone(),
-                    source,
-                })?;
-            match outcome {
-                Outcome::Moved(..) => report.changed.push(tp.to_string()),
-                Outcome::Unchanged => report.unchanged.push(tp.to_string()),
+        // One `__mirror_state` write for every partition's transition.
+        self.batched(|c| {
+            for tp in tps {
+                let p = c
+                    .entry_mut(&name)?
+                    .partitions
+                    .get_mut(&tp)
+                    .expect("listed above");
+                let outcome = p
+                    .machine
+                    .command(command)
+                    .map_err(|source| ControlError::State {
+                        partition: tp.clone(),
+                        source,
+                    })?;
+                match outcome {
+                    Outcome::Moved(..) => report.changed.push(tp.to_string()),
+                    Outcome::Unchanged => report.unchanged.push(tp.to_string()),
+                }
+                c.persist(&name, &tp)?;
             }
-            self.persist(&name, &tp)?;
-        }
+            Ok(())
+        })?;
         let mut last = None;
         if command == Command::Stop && !report.changed.is_empty() {
             // Failover: the consumers about to move here get the source's latest commits.
@@ -537,7 +545,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             }
         }
         if last.is_none() {
-            self.reconcile(&name)?;
+            self.batched(|c| c.reconcile(&name))?;
         }
         Ok((report, last))
     }
@@ -555,7 +563,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         report.group_sync = Some(self.finish_final_sync(last, answer));
         self.stop_holds.remove(&name);
         if self.mirrors.contains_key(&name) {
-            self.reconcile(&name)?;
+            self.batched(|c| c.reconcile(&name))?;
         }
         Ok(report)
     }

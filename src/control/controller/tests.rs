@@ -977,3 +977,62 @@ fn a_stop_whose_answer_never_comes_is_reported_and_a_restart_finishes_it() {
         .borrow()
         .contains(&TopicPartition::new("payments", 0)));
 }
+
+// Goal: a lifecycle command over many partitions writes `__mirror_state` a few times (one
+// append per step: the command's transitions, then what the data plane completed), never once
+// per partition, and every partition's state is still on disk (a restart sees it).
+#[test]
+fn lifecycle_commands_write_mirror_state_per_step_not_per_partition() {
+    const N: i32 = 600;
+    let rig = Rig::new();
+    *rig.source.0.lock().unwrap() = Ok(SourceView {
+        cluster_id: Some("c1".into()),
+        topics: vec![topic("big", N)],
+    });
+    rig.source
+        .1
+        .lock()
+        .unwrap()
+        .insert("big".into(), Vec::new());
+    let mut c = rig.open();
+    c.create("m1", &props()).unwrap();
+    let mut steps: Vec<(&str, u64)> = Vec::new();
+    let mut last = c.state_writes();
+    let mut count = |c: &Controller<FakeSource, FakeData>, last: &mut u64, what: &'static str| {
+        steps.push((what, c.state_writes() - *last));
+        *last = c.state_writes();
+    };
+    let r = c.start("m1", "big", None).unwrap();
+    assert_eq!(r.changed.len(), N as usize);
+    count(&c, &mut last, "start");
+    c.command("m1", "big", Command::Pause).unwrap();
+    assert_eq!(state(&c, "big", N - 1), Some(StateName::Paused));
+    count(&c, &mut last, "pause");
+    c.command("m1", "big", Command::Resume).unwrap();
+    assert_eq!(state(&c, "big", N - 1), Some(StateName::Mirroring));
+    count(&c, &mut last, "resume");
+    c.command("m1", "big", Command::Pause).unwrap();
+    count(&c, &mut last, "pause again");
+    drop(c);
+    let mut c = rig.open();
+    for p in 0..N {
+        assert_eq!(state(&c, "big", p), Some(StateName::Paused), "big-{p}");
+    }
+    last = c.state_writes();
+    c.command("m1", "big", Command::Stop).unwrap();
+    for p in 0..N {
+        assert_eq!(state(&c, "big", p), Some(StateName::Stopped), "big-{p}");
+    }
+    count(&c, &mut last, "stop");
+    drop(c);
+    let c = rig.open();
+    assert_eq!(state(&c, "big", N / 2), Some(StateName::Stopped));
+    for (what, writes) in &steps {
+        // At most: the mirror's patterns (start), the transitions, the topic's copied configs
+        // (start, one per topic), what the data plane completed.
+        assert!(
+            (1..=4).contains(writes),
+            "{what} of {N} partitions took {writes} __mirror_state writes: {steps:?}"
+        );
+    }
+}

@@ -9,6 +9,7 @@ pub mod fetch_response;
 pub mod raw_copy;
 pub mod records;
 pub mod server;
+pub mod sessions;
 pub mod spec;
 
 pub use error::SynthError;

@@ -340,7 +340,7 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::bench::SynthCodec;
+    use crate::bench::SynthCodec;
     use crate::wire::batch::Codec;
 
     fn spec(codec: SynthCodec, batch_bytes: usize) -> SynthSpec {

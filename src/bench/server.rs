@@ -29,8 +29,9 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::protocol::{decode_request_header_from_buffer, Decodable, Encodable, Message};
 use kafka_protocol::ResponseError;
 
-use super::fetch_response::{self, ResponseFrame};
+use super::fetch_response::{self, Planned, ResponseFrame};
 use super::records::{Catalog, BASE_TIMESTAMP_MS};
+use super::sessions::{self, SynthSessions};
 use super::{SynthError, SynthSpec};
 use crate::limits::{SYNTH_MAX_WAIT_MS_MAX, SYNTH_REQUEST_BYTES_MAX};
 
@@ -48,6 +49,7 @@ pub struct SynthServer {
     listener: TcpListener,
     catalog: Arc<Catalog>,
     advertised: SocketAddr,
+    sessions: SynthSessions,
 }
 
 impl SynthServer {
@@ -60,7 +62,20 @@ impl SynthServer {
             listener,
             catalog,
             advertised,
+            sessions: SynthSessions::granted(),
         })
+    }
+
+    /// Refuse fetch sessions (session id 0 to full fetches, FETCH_SESSION_ID_NOT_FOUND to
+    /// incremental ones), as a broker with a full session cache does.
+    pub fn without_fetch_sessions(mut self) -> SynthServer {
+        self.sessions = SynthSessions::refusing();
+        self
+    }
+
+    /// A handle on the source's fetch sessions, for their counters (tests, benchmarks).
+    pub fn sessions(&self) -> SynthSessions {
+        self.sessions.clone()
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -83,11 +98,12 @@ impl SynthServer {
             };
             let catalog = Arc::clone(&self.catalog);
             let advertised = self.advertised;
+            let sessions = self.sessions.clone();
             thread::Builder::new()
                 .name("synth-conn".into())
                 .spawn(move || {
                     let peer = stream.peer_addr().ok();
-                    if let Err(e) = Connection::new(stream, catalog, advertised).serve() {
+                    if let Err(e) = Connection::new(stream, catalog, advertised, sessions).serve() {
                         tracing::info!("connection {peer:?} closed: {e}");
                     }
                 })?;
@@ -113,8 +129,10 @@ struct Connection {
     stream: TcpStream,
     catalog: Arc<Catalog>,
     advertised: SocketAddr,
+    sessions: SynthSessions,
     frame: ResponseFrame,
     served: Vec<fetch_response::Served>,
+    planned: Vec<Planned>,
     out: Vec<u8>,
 }
 
@@ -154,13 +172,20 @@ fn encode_err(what: &'static str) -> impl Fn(anyhow::Error) -> SynthError {
 }
 
 impl Connection {
-    fn new(stream: TcpStream, catalog: Arc<Catalog>, advertised: SocketAddr) -> Connection {
+    fn new(
+        stream: TcpStream,
+        catalog: Arc<Catalog>,
+        advertised: SocketAddr,
+        sessions: SynthSessions,
+    ) -> Connection {
         Connection {
             stream,
             catalog,
             advertised,
+            sessions,
             frame: ResponseFrame::default(),
             served: Vec::new(),
+            planned: Vec::new(),
             out: Vec::new(),
         }
     }
@@ -449,18 +474,20 @@ impl Connection {
         let wait =
             Duration::from_millis((req.max_wait_ms.max(0) as u64).min(SYNTH_MAX_WAIT_MS_MAX));
         let deadline = Instant::now() + wait;
+        // The session is applied once (its epoch moves on); reading may repeat while waiting.
+        let context = self.sessions.begin(v, &req);
+        let wanted = sessions::wanted(&context);
         loop {
-            fetch_response::build(
-                &self.catalog,
-                header.correlation_id,
-                v,
-                &req,
-                &mut self.frame,
-                &mut self.served,
-            )?;
-            let have = fetch_response::records_bytes(&self.catalog, &self.frame);
             let now = Instant::now();
-            if have >= req.min_bytes.max(0) as usize || now >= deadline {
+            let have = fetch_response::plan(
+                &self.catalog,
+                v,
+                wanted,
+                req.max_bytes,
+                now,
+                &mut self.planned,
+            );
+            if wanted.is_empty() || have >= req.min_bytes.max(0) as usize || now >= deadline {
                 break;
             }
             // A rate-limited source answers as soon as a batch appears, as a broker's purgatory
@@ -473,6 +500,26 @@ impl Connection {
                     break;
                 }
             }
+        }
+        match self.sessions.finish(v, &context, &self.planned) {
+            Ok((session_id, keep)) => fetch_response::encode(
+                &self.catalog,
+                header.correlation_id,
+                v,
+                session_id,
+                wanted,
+                &self.planned,
+                keep.as_deref(),
+                &mut self.frame,
+                &mut self.served,
+            )?,
+            Err(code) => fetch_response::encode_error(
+                &self.catalog,
+                header.correlation_id,
+                v,
+                code,
+                &mut self.frame,
+            )?,
         }
         self.frame
             .write_to(&mut self.stream, self.catalog.template.body_after_offset())?;

@@ -19,6 +19,7 @@ use super::records::Catalog;
 use super::SynthError;
 use crate::ids::Offset;
 use crate::limits::IOV_PER_WRITE_MAX;
+use crate::serve::fetch_sessions::{requested, Outcome, TopicKey, Wanted};
 
 /// First Fetch version with flexible (compact, tagged) encoding.
 const FLEXIBLE_FROM: i16 = 12;
@@ -192,19 +193,144 @@ pub struct Served {
     pub next_offset: Offset,
 }
 
-/// Encodes the answer to `req` (decoded at `version`) into `frame` and reports, per requested
-/// partition in request order, what it got. Sessions are refused: a full fetch is answered with
-/// session id 0, an incremental one with FETCH_SESSION_ID_NOT_FOUND.
-pub fn build(
+/// What reading one partition gives, decided before anything is encoded, so a fetch session
+/// can drop partitions with no news from the response (`encode`'s `keep`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Planned {
+    /// Index of the topic in the catalog, `None` when unknown.
+    topic: Option<usize>,
+    partition: i32,
+    error: Option<ResponseError>,
+    high_watermark: i64,
+    last_stable: i64,
+    log_start: i64,
+    /// Base offset of the first batch served (when `batches > 0`).
+    first_base: i64,
+    batches: usize,
+    next_offset: Offset,
+}
+
+impl Planned {
+    /// What a fetch session compares to decide whether the client must hear of the partition.
+    pub fn outcome(&self) -> Outcome {
+        Outcome {
+            high_watermark: Offset(self.high_watermark),
+            log_start: Offset(self.log_start),
+            last_stable: Offset(self.last_stable),
+            records: self.batches > 0,
+            error: self.error.is_some(),
+        }
+    }
+}
+
+/// Reads `wanted` (topics named as the request's `version` names them) at `now`: per
+/// partition its error, watermarks and the whole batches from the one holding the fetch
+/// offset, within the partition's limit and `max_bytes` over all; the first batch of the
+/// response goes out even when larger (KIP-74). Returns the record bytes planned.
+pub fn plan(
     catalog: &Catalog,
+    version: i16,
+    wanted: &[Wanted],
+    max_bytes: i32,
+    now: Instant,
+    out: &mut Vec<Planned>,
+) -> usize {
+    out.clear();
+    let rpb = catalog.records_per_batch();
+    let batch_size = catalog.template.size();
+    let max_bytes = max_bytes.max(0) as usize;
+    let partitions = catalog.spec.partitions;
+    let mut total = 0usize;
+    let mut last_topic: Option<(&TopicKey, Option<usize>)> = None;
+    for w in wanted {
+        let topic_index = match last_topic {
+            Some((k, i)) if *k == w.topic => i,
+            _ => {
+                let i = match &w.topic {
+                    TopicKey::Id(id) => catalog.topic_index_by_id(id),
+                    TopicKey::Name(n) => catalog.topic_index(n),
+                };
+                last_topic = Some((&w.topic, i));
+                i
+            }
+        };
+        let p = &w.partition;
+        let fetch_offset = Offset(p.fetch_offset);
+        let global = topic_index
+            .filter(|_| p.partition >= 0 && (p.partition as u32) < partitions)
+            .map(|t| t * partitions as usize + p.partition as usize);
+        let leo = match global {
+            Some(g) => catalog.partition_end(g, now),
+            None => catalog.log_end_offset(),
+        };
+        let error = match topic_index {
+            None if version >= TOPIC_IDS_FROM => Some(ResponseError::UnknownTopicId),
+            None => Some(ResponseError::UnknownTopicOrPartition),
+            Some(_) if p.partition < 0 || p.partition as u32 >= partitions => {
+                Some(ResponseError::UnknownTopicOrPartition)
+            }
+            Some(_)
+                if p.current_leader_epoch >= 0
+                    && p.current_leader_epoch < catalog.spec.leader_epoch =>
+            {
+                Some(ResponseError::FencedLeaderEpoch)
+            }
+            Some(_) if p.current_leader_epoch > catalog.spec.leader_epoch => {
+                Some(ResponseError::UnknownLeaderEpoch)
+            }
+            Some(_) if fetch_offset.0 < 0 || fetch_offset > leo => {
+                Some(ResponseError::OffsetOutOfRange)
+            }
+            Some(_) => None,
+        };
+        let (hw, lso, log_start) = match (error, topic_index) {
+            (Some(ResponseError::UnknownTopicId), _)
+            | (Some(ResponseError::UnknownTopicOrPartition), _)
+            | (_, None) => (-1, -1, -1),
+            _ => (leo.0, leo.0, 0),
+        };
+        let first_base = catalog.batch_start(fetch_offset);
+        let mut next = fetch_offset;
+        let mut batches = 0usize;
+        if error.is_none() {
+            let partition_max = p.partition_max_bytes.max(0) as usize;
+            let mut at = first_base;
+            let mut in_partition = 0usize;
+            while at < leo {
+                let fits =
+                    in_partition + batch_size <= partition_max && total + batch_size <= max_bytes;
+                if !(fits || total == 0) {
+                    break;
+                }
+                batches += 1;
+                in_partition += batch_size;
+                total += batch_size;
+                at = Offset(at.0 + rpb);
+            }
+            if batches > 0 {
+                next = at;
+            }
+        }
+        out.push(Planned {
+            topic: topic_index,
+            partition: p.partition,
+            error,
+            high_watermark: hw,
+            last_stable: lso,
+            log_start,
+            first_base: first_base.0,
+            batches,
+            next_offset: next,
+        });
+    }
+    total
+}
+
+fn put_header(
+    frame: &mut ResponseFrame,
     correlation_id: i32,
     version: i16,
-    req: &FetchRequest,
-    frame: &mut ResponseFrame,
-    served: &mut Vec<Served>,
 ) -> Result<(), SynthError> {
-    served.clear();
-    frame.reset(catalog.template.body_after_offset().len());
     let header_version = if version >= FLEXIBLE_FROM { 1 } else { 0 };
     ResponseHeader::default()
         .with_correlation_id(correlation_id)
@@ -213,115 +339,95 @@ pub fn build(
             what: "response header",
             reason: e.to_string(),
         })?;
-
     frame.scratch.put_i32(0); // throttle_time_ms
+    Ok(())
+}
+
+/// A response carrying only a top-level error (a fetch session error), session id 0.
+pub fn encode_error(
+    catalog: &Catalog,
+    correlation_id: i32,
+    version: i16,
+    code: i16,
+    frame: &mut ResponseFrame,
+) -> Result<(), SynthError> {
+    frame.reset(catalog.template.body_after_offset().len());
+    put_header(frame, correlation_id, version)?;
     if version >= 7 {
-        if req.session_id != 0 {
+        frame.scratch.put_i16(code);
+        frame.scratch.put_i32(0);
+    }
+    put_array_len(&mut frame.scratch, version, 0);
+    put_no_tags(&mut frame.scratch, version);
+    frame.finish()
+}
+
+/// Encodes the answer: the `planned` partitions of `wanted` (same order) for which `keep` is
+/// true (all without `keep`), a topic entry per run of one topic, and `session_id` (Fetch
+/// v7+). `served` says, per encoded partition, what it got.
+#[allow(clippy::too_many_arguments)]
+pub fn encode(
+    catalog: &Catalog,
+    correlation_id: i32,
+    version: i16,
+    session_id: i32,
+    wanted: &[Wanted],
+    planned: &[Planned],
+    keep: Option<&[bool]>,
+    frame: &mut ResponseFrame,
+    served: &mut Vec<Served>,
+) -> Result<(), SynthError> {
+    assert_eq!(wanted.len(), planned.len(), "a plan per wanted partition");
+    served.clear();
+    frame.reset(catalog.template.body_after_offset().len());
+    put_header(frame, correlation_id, version)?;
+    if version >= 7 {
+        frame.scratch.put_i16(0);
+        frame.scratch.put_i32(session_id);
+    }
+    let kept = |i: usize| keep.is_none_or(|k| k[i]);
+    // Runs of consecutive kept partitions of one topic, as (first, end) over `wanted`.
+    let mut runs: Vec<(usize, usize, usize)> = Vec::new(); // (first, end, kept count)
+    for i in (0..wanted.len()).filter(|i| kept(*i)) {
+        match runs.last_mut() {
+            Some((first, end, n)) if wanted[*first].topic == wanted[i].topic => {
+                *end = i + 1;
+                *n += 1;
+            }
+            _ => runs.push((i, i + 1, 1)),
+        }
+    }
+    let rpb = catalog.records_per_batch();
+    let batch_size = catalog.template.size();
+    put_array_len(&mut frame.scratch, version, runs.len());
+    for (first, end, n) in runs {
+        match &wanted[first].topic {
+            TopicKey::Id(id) => frame.scratch.extend_from_slice(id.as_bytes()),
+            TopicKey::Name(name) => put_string(&mut frame.scratch, version, name),
+        }
+        put_array_len(&mut frame.scratch, version, n);
+        for i in (first..end).filter(|i| kept(*i)) {
+            let pl = &planned[i];
+            frame.scratch.put_i32(pl.partition);
             frame
                 .scratch
-                .put_i16(ResponseError::FetchSessionIdNotFound.code());
-            frame.scratch.put_i32(0);
-            put_array_len(&mut frame.scratch, version, 0);
-            put_no_tags(&mut frame.scratch, version);
-            return frame.finish();
-        }
-        frame.scratch.put_i16(0);
-        frame.scratch.put_i32(0); // session id 0: no session was created
-    }
-
-    let rpb = catalog.records_per_batch();
-    let now = Instant::now();
-    let batch_size = catalog.template.size();
-    let max_bytes = req.max_bytes.max(0) as usize;
-    let mut total = 0usize;
-
-    put_array_len(&mut frame.scratch, version, req.topics.len());
-    for topic in &req.topics {
-        let topic_index = if version >= TOPIC_IDS_FROM {
-            catalog.topic_index_by_id(&topic.topic_id)
-        } else {
-            catalog.topic_index(topic.topic.as_str())
-        };
-        if version >= TOPIC_IDS_FROM {
-            frame.scratch.extend_from_slice(topic.topic_id.as_bytes());
-        } else {
-            put_string(&mut frame.scratch, version, topic.topic.as_str());
-        }
-        put_array_len(&mut frame.scratch, version, topic.partitions.len());
-        for p in &topic.partitions {
-            let fetch_offset = Offset(p.fetch_offset);
-            let global = topic_index
-                .filter(|_| p.partition >= 0 && (p.partition as u32) < catalog.spec.partitions)
-                .map(|t| t * catalog.spec.partitions as usize + p.partition as usize);
-            let leo = match global {
-                Some(g) => catalog.partition_end(g, now),
-                None => catalog.log_end_offset(),
-            };
-            let error = match topic_index {
-                None if version >= TOPIC_IDS_FROM => Some(ResponseError::UnknownTopicId),
-                None => Some(ResponseError::UnknownTopicOrPartition),
-                Some(_) if p.partition < 0 || p.partition as u32 >= catalog.spec.partitions => {
-                    Some(ResponseError::UnknownTopicOrPartition)
-                }
-                Some(_)
-                    if p.current_leader_epoch >= 0
-                        && p.current_leader_epoch < catalog.spec.leader_epoch =>
-                {
-                    Some(ResponseError::FencedLeaderEpoch)
-                }
-                Some(_) if p.current_leader_epoch > catalog.spec.leader_epoch => {
-                    Some(ResponseError::UnknownLeaderEpoch)
-                }
-                Some(_) if fetch_offset.0 < 0 || fetch_offset > leo => {
-                    Some(ResponseError::OffsetOutOfRange)
-                }
-                Some(_) => None,
-            };
-            let (hw, lso, log_start) = match (error, topic_index) {
-                (Some(ResponseError::UnknownTopicId), _)
-                | (Some(ResponseError::UnknownTopicOrPartition), _)
-                | (_, None) => (-1, -1, -1),
-                _ => (leo.0, leo.0, 0),
-            };
-            frame.scratch.put_i32(p.partition);
-            frame.scratch.put_i16(error.map(|e| e.code()).unwrap_or(0));
-            frame.scratch.put_i64(hw);
-            frame.scratch.put_i64(lso);
+                .put_i16(pl.error.map(|e| e.code()).unwrap_or(0));
+            frame.scratch.put_i64(pl.high_watermark);
+            frame.scratch.put_i64(pl.last_stable);
             if version >= 5 {
-                frame.scratch.put_i64(log_start);
+                frame.scratch.put_i64(pl.log_start);
             }
             put_null_array(&mut frame.scratch, version); // aborted_transactions
             if version >= 11 {
                 frame.scratch.put_i32(-1); // preferred_read_replica
             }
-
-            // Whole batches from the one holding fetch_offset, within both byte limits; the
-            // first batch of the response goes out even when larger (KIP-74).
-            let mut next = fetch_offset;
-            let mut n_batches = 0usize;
-            if error.is_none() {
-                let partition_max = p.partition_max_bytes.max(0) as usize;
-                let mut at = catalog.batch_start(fetch_offset);
-                let mut in_partition = 0usize;
-                while at < leo {
-                    let fits = in_partition + batch_size <= partition_max
-                        && total + batch_size <= max_bytes;
-                    if !(fits || total == 0) {
-                        break;
-                    }
-                    n_batches += 1;
-                    in_partition += batch_size;
-                    total += batch_size;
-                    at = Offset(at.0 + rpb);
-                }
-                if n_batches > 0 {
-                    next = at;
-                }
-            }
-            put_records_len(&mut frame.scratch, version, n_batches * batch_size);
-            let first = catalog.batch_start(fetch_offset).0;
-            for i in 0..n_batches {
-                let base = first + i as i64 * rpb;
+            put_records_len(&mut frame.scratch, version, pl.batches * batch_size);
+            let global = pl
+                .topic
+                .filter(|_| pl.error.is_none())
+                .map(|t| t * catalog.spec.partitions as usize + pl.partition as usize);
+            for b in 0..pl.batches {
+                let base = pl.first_base + b as i64 * rpb;
                 match global.and_then(|g| catalog.appear_time_ms(g, (base / rpb) as u64)) {
                     Some(ts) => {
                         catalog
@@ -337,16 +443,50 @@ pub fn build(
             }
             put_no_tags(&mut frame.scratch, version); // partition
             served.push(Served {
-                topic: topic_index.unwrap_or(usize::MAX),
-                partition: p.partition,
-                error_code: error.map(|e| e.code()).unwrap_or(0),
-                next_offset: next,
+                topic: pl.topic.unwrap_or(usize::MAX),
+                partition: pl.partition,
+                error_code: pl.error.map(|e| e.code()).unwrap_or(0),
+                next_offset: pl.next_offset,
             });
         }
         put_no_tags(&mut frame.scratch, version); // topic
     }
     put_no_tags(&mut frame.scratch, version); // response
     frame.finish()
+}
+
+/// Encodes the sessionless answer to `req` (decoded at `version`) into `frame` and reports,
+/// per requested partition in request order, what it got. Session fields are ignored: the
+/// answer carries session id 0 (the server keeps sessions itself, see `server`).
+pub fn build(
+    catalog: &Catalog,
+    correlation_id: i32,
+    version: i16,
+    req: &FetchRequest,
+    frame: &mut ResponseFrame,
+    served: &mut Vec<Served>,
+) -> Result<(), SynthError> {
+    let wanted = requested(version, req);
+    let mut planned = Vec::with_capacity(wanted.len());
+    plan(
+        catalog,
+        version,
+        &wanted,
+        req.max_bytes,
+        Instant::now(),
+        &mut planned,
+    );
+    encode(
+        catalog,
+        correlation_id,
+        version,
+        0,
+        &wanted,
+        &planned,
+        None,
+        frame,
+        served,
+    )
 }
 
 /// Bytes of record batches a built response carries (for min_bytes).
@@ -357,8 +497,8 @@ pub fn records_bytes(catalog: &Catalog, frame: &ResponseFrame) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::{SynthCodec, SynthSpec};
     use crate::ids::TimestampMs;
-    use crate::ops::bench::{SynthCodec, SynthSpec};
     use crate::wire::batch::Batches;
     use bytes::Bytes;
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -472,26 +612,15 @@ mod tests {
                 r.responses[0].partitions[0].records.as_ref().unwrap().len(),
                 c.template.size()
             );
+            // Consecutive partitions of one topic share its entry, as a broker answers.
+            assert_eq!(r.responses.len(), 2);
             assert_eq!(r.responses[1].partitions[0].error_code, 3);
             assert_eq!(
-                r.responses[2].partitions[0].error_code, 1,
+                r.responses[1].partitions[1].error_code, 1,
                 "offset past the end"
             );
             assert_eq!(served[0].next_offset, Offset(10));
         }
-    }
-
-    #[test]
-    fn incremental_session_fetch_is_refused() {
-        let c = catalog();
-        let req = request(&c, 12, &[(0, 0, 0, 1000)])
-            .with_session_id(5)
-            .with_session_epoch(1);
-        let mut frame = ResponseFrame::default();
-        build(&c, 77, 12, &req, &mut frame, &mut Vec::new()).unwrap();
-        let r = decode(&frame, &c, 12);
-        assert_eq!(r.error_code, ResponseError::FetchSessionIdNotFound.code());
-        assert!(r.responses.is_empty());
     }
 
     #[test]

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Outage catch-up (issue 13, the KIP-1279 reviewers' test scaled to this box): a real Kafka 4.x
+# KRaft broker with PARTITIONS partitions, a backlog of BACKLOG_MB produced while kmirror is
+# stopped, then `kmirror serve` started while producers keep writing at a steady RATE_MB_S.
+#
+# Phases, each producer run Kafka's own ProducerPerformance (acks=1) in chunks of CHUNK_S
+# seconds at RATE_MB_S, so every chunk prints its own latency percentiles:
+#   1. idle:     kmirror not running; IDLE_CHUNKS chunks give the source's P99 produce latency
+#                without kmirror.
+#   2. backlog:  BACKLOG_MB produced as fast as the broker takes it, kmirror still stopped.
+#   3. catch-up: kmirror serve starts on an empty data dir while the steady producer keeps
+#                running; caught up = kmirror's .log bytes reach the broker's .log bytes of a
+#                moment before (within one poll); the chunks that ended before catch-up give the
+#                P99 produce latency during catch-up.
+# Then the raw copy (kmirror-raw-copy against the synthetic source, same partitions, same fetch
+# sizes, comparable batch size) gives this box's copy limit for the same number of partitions.
+#
+# Usage (build first: cargo build --release --bin kmirror --bin kmirror-synth-source --bin kmirror-raw-copy):
+#   PARTITIONS=5000 BACKLOG_MB=1000 RATE_MB_S=5 benches/outage_catchup.sh
+#   PARTITIONS       topic partitions (default 5000)
+#   BACKLOG_MB       backlog produced while kmirror is stopped (default 1000)
+#   RATE_MB_S        steady producer rate during the idle and catch-up phases (default 5)
+#   RECORD_SIZE      bytes per record value (default 1000)
+#   CODEC            producer compression.type (default lz4)
+#   SHARDS           kmirror shards (default 2)
+#   MAX_RATE         [fetch.source_load] max_rate_bytes_per_sec for kmirror (default 0: none)
+#   KAFKA            Kafka release whose jars to use (default 4.4.0, ~/.cache/kmirror/kafka-X/libs)
+set -euo pipefail
+
+PARTITIONS=${PARTITIONS:-5000}
+BACKLOG_MB=${BACKLOG_MB:-1000}
+RATE_MB_S=${RATE_MB_S:-5}
+RECORD_SIZE=${RECORD_SIZE:-1000}
+CODEC=${CODEC:-lz4}
+SHARDS=${SHARDS:-2}
+MAX_RATE=${MAX_RATE:-0}
+CHUNK_S=${CHUNK_S:-10}
+IDLE_CHUNKS=${IDLE_CHUNKS:-2}
+CATCHUP_LIMIT_S=${CATCHUP_LIMIT_S:-900}
+KAFKA=${KAFKA:-4.4.0}
+POLL_S=${POLL_S:-0.5}
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tests/kafka/kraft.sh
+. "$ROOT/tests/kafka/kraft.sh"
+BIN=${BIN:-$ROOT/target/release}
+LIBS=${KAFKA_LIBS:-$HOME/.cache/kmirror/kafka-$KAFKA/libs}
+for b in kmirror kmirror-synth-source kmirror-raw-copy; do
+  [ -x "$BIN/$b" ] || { echo "build first: cargo build --release --bin kmirror --bin kmirror-synth-source --bin kmirror-raw-copy" >&2; exit 1; }
+done
+[ -d "$LIBS" ] || { echo "no Kafka jars in $LIBS: run tests/kafka/fetch-jars.sh" >&2; exit 1; }
+CP="$LIBS/*"
+
+WORK=$(mktemp -d /tmp/kmirror-outage-XXXXXX)
+BROKER_PID="" SERVE_PID="" PRODUCER_PID="" SRC_PID=""
+stop_pid() { [ -n "$1" ] && kill "$1" 2>/dev/null && wait "$1" 2>/dev/null || true; }
+cleanup() {
+  stop_pid "$PRODUCER_PID"; stop_pid "$SERVE_PID"; stop_pid "$SRC_PID"; stop_pid "$BROKER_PID"
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+CPORT=$(free_port)
+QUIET=(-Dlog4j.configuration=file:"$WORK/log4j.properties" -Dlog4j2.configurationFile="$WORK/log4j2.properties")
+printf 'log4j.rootLogger=WARN, stderr\nlog4j.appender.stderr=org.apache.log4j.ConsoleAppender\nlog4j.appender.stderr.Target=System.err\nlog4j.appender.stderr.layout=org.apache.log4j.PatternLayout\nlog4j.appender.stderr.layout.ConversionPattern=[%%d] %%p %%m (%%c)%%n\n' > "$WORK/log4j.properties"
+printf 'status=error\nrootLogger.level=warn\n' > "$WORK/log4j2.properties"
+kraft_properties "$WORK/broker-data" "$PORT" "$CPORT" >"$WORK/server.properties"
+java -Xmx256m -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" kafka.tools.StorageTool \
+  format -t "$(kraft_cluster_id)" -c "$WORK/server.properties" > "$WORK/format.log" 2>&1
+java -Xmx2g -Xms512m "${QUIET[@]}" -cp "$CP" kafka.Kafka "$WORK/server.properties" \
+  > "$WORK/broker.log" 2>&1 &
+BROKER_PID=$!
+for _ in $(seq 1 240); do
+  python3 -c "import socket; socket.create_connection(('127.0.0.1',$PORT),1)" 2>/dev/null && break
+  sleep 0.5
+done
+
+TOPIC=outage
+T0=$(date +%s)
+java -Xmx256m -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" org.apache.kafka.tools.TopicCommand \
+  --bootstrap-server "127.0.0.1:$PORT" --create --topic "$TOPIC" \
+  --partitions "$PARTITIONS" --replication-factor 1 > "$WORK/topic.log" 2>&1
+echo "# $(date -u +%FT%TZ) kafka=$KAFKA partitions=$PARTITIONS created in $(( $(date +%s) - T0 ))s nproc=$(nproc) load1=$(cut -d' ' -f1 /proc/loadavg)" >&2
+
+PROPS=(bootstrap.servers="127.0.0.1:$PORT" acks=1 linger.ms=5 batch.size=65536 compression.type="$CODEC")
+perf() { # records throughput(records/s or -1) -> ProducerPerformance's summary line
+  java -Xmx512m -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" org.apache.kafka.tools.ProducerPerformance \
+    --topic "$TOPIC" --num-records "$1" --record-size "$RECORD_SIZE" --throughput "$2" \
+    --producer-props "${PROPS[@]}" 2>/dev/null | tail -1
+}
+STEADY_RPS=$(( RATE_MB_S * 1000000 / RECORD_SIZE ))
+CHUNK_RECORDS=$(( STEADY_RPS * CHUNK_S ))
+steady_chunks() { # file: chunks of the steady producer until killed, one summary line each
+  while :; do perf "$CHUNK_RECORDS" "$STEADY_RPS" >> "$1"; done
+}
+
+# 1. idle: kmirror not running.
+for _ in $(seq 1 "$IDLE_CHUNKS"); do perf "$CHUNK_RECORDS" "$STEADY_RPS" >> "$WORK/idle.txt"; done
+# 2. backlog, kmirror still stopped.
+BACKLOG_RECORDS=$(( BACKLOG_MB * 1000000 / RECORD_SIZE ))
+T0=$(date +%s.%N)
+perf "$BACKLOG_RECORDS" -1 > "$WORK/backlog.txt"
+echo "# backlog: $(cat "$WORK/backlog.txt") in $(python3 -c "import time; print(round(time.time() - $T0, 1))") s" >&2
+
+broker_bytes() { find "$WORK/broker-data" -path "*/$TOPIC-*" -name '*.log' -printf '%s\n' | awk '{s += $1} END {print s + 0}'; }
+ours_bytes() { find "$WORK/mirror" -name '*.log' -printf '%s\n' 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+
+# 3. catch-up with the steady producer running.
+steady_chunks "$WORK/catchup.txt" &
+PRODUCER_PID=$!
+cat > "$WORK/kmirror.toml" <<EOF
+[source]
+bootstrap_servers = ["127.0.0.1:$PORT"]
+[topics]
+names = ["$TOPIC"]
+[storage]
+data_dir = "$WORK/mirror"
+[runtime]
+shards = $SHARDS
+arena_slot_bytes = 67108864
+arena_slots = 4
+[fetch]
+max_wait_ms = 500
+max_bytes = 52428800
+partition_max_bytes = 1048576
+[fetch.source_load]
+max_rate_bytes_per_sec = $MAX_RATE
+EOF
+START=$(date +%s.%N)
+BACKLOG_BYTES=$(broker_bytes)
+KMIRROR_LOG=warn "$BIN/kmirror" serve --config "$WORK/kmirror.toml" > "$WORK/serve.log" 2>&1 &
+SERVE_PID=$!
+CHUNKS_AT_START=$(wc -l < "$WORK/catchup.txt")
+status=ok
+while :; do
+  target=$(broker_bytes)
+  sleep "$POLL_S"
+  ours=$(ours_bytes)
+  (( ours >= target )) && break
+  kill -0 "$SERVE_PID" 2>/dev/null || { status=serve-exited; break; }
+  if python3 -c "import sys,time; sys.exit(0 if time.time() - $START > $CATCHUP_LIMIT_S else 1)"; then status=timeout; break; fi
+done
+END=$(date +%s.%N)
+CHUNKS_DONE=$(wc -l < "$WORK/catchup.txt")
+END_BYTES=$(broker_bytes)
+# Chunks that ended during catch-up (the one running at its start is dropped, it began idle).
+sed -n "$((CHUNKS_AT_START + 2)),${CHUNKS_DONE}p" "$WORK/catchup.txt" > "$WORK/during.txt"
+stop_pid "$PRODUCER_PID"; PRODUCER_PID=""
+stop_pid "$SERVE_PID"; SERVE_PID=""
+[ "$status" = ok ] || { echo "catch-up $status"; tail -5 "$WORK/serve.log" >&2; }
+
+# The copy limit for the same partitions: raw copy from the synthetic source.
+PBYTES=$(( END_BYTES / PARTITIONS ))
+"$BIN/kmirror-synth-source" --listen 127.0.0.1:0 --codec lz4 --batch-bytes 65536 \
+  --partitions "$PARTITIONS" --partition-bytes "$PBYTES" > "$WORK/source.out" 2>"$WORK/source.err" &
+SRC_PID=$!
+for _ in $(seq 1 600); do grep -q '^listening on' "$WORK/source.out" 2>/dev/null && break; sleep 0.1; done
+read -r _ _ SADDR _ < "$WORK/source.out"
+mkdir -p "$WORK/raw"
+RAW=$("$BIN/kmirror-raw-copy" --bootstrap "$SADDR" --codec lz4 --batch-bytes 65536 \
+  --partitions "$PARTITIONS" --partition-bytes "$PBYTES" --out-dir "$WORK/raw" \
+  --connections "$SHARDS" --seconds 300 --max-bytes 52428800 --partition-max-bytes 1048576)
+stop_pid "$SRC_PID"; SRC_PID=""
+
+python3 - "$START" "$END" "$BACKLOG_BYTES" "$END_BYTES" "$status" "$RAW" "$WORK/idle.txt" "$WORK/during.txt" \
+  "$PARTITIONS" "$RATE_MB_S" "$MAX_RATE" "$CODEC" "$KAFKA" <<'EOF'
+import re, sys
+start, end, backlog, end_bytes, status, raw, idle, during, parts, rate, cap, codec, kafka = sys.argv[1:]
+secs = float(end) - float(start)
+moved = int(end_bytes)
+kv = dict(x.split("=", 1) for x in raw.split() if "=" in x)
+raw_mbps = float(kv["MB/s"])  # response bytes incl. framing: a slightly generous limit
+def p99(path):
+    v = [float(m.group(1)) for m in (re.search(r", ([0-9.]+) ms 99th,", l) for l in open(path)) if m]
+    return (max(v) if v else float("nan")), len(v)
+ip, ni = p99(idle)
+dp, nd = p99(during)
+print(f"kafka={kafka} partitions={parts} codec={codec} steady_MBps={rate} max_rate={cap} status={status} "
+      f"backlog_bytes={int(backlog)} mirrored_bytes={moved} catchup_s={secs:.1f} "
+      f"catchup_MBps={moved / secs / 1e6:.1f} raw_MBps={raw_mbps:.1f} ratio={moved / secs / 1e6 / raw_mbps:.2f} "
+      f"p99_idle_ms={ip} (worst of {ni} chunks) p99_catchup_ms={dp} (worst of {nd} chunks)")
+EOF
