@@ -599,3 +599,15 @@ const _: () = assert!(
 /// The checkpoint file is written this long after the owners were asked to flush, so the shards'
 /// flushes of this round are in it (a later one lands in the next round).
 pub const RECOVERY_CHECKPOINT_WRITE_LAG_MS: u64 = 1_000;
+
+// ---- descriptors held by partition logs (log/lazy_file) ----
+
+/// Most index-file descriptors (`.index`, `.timeindex`, `.txnindex`) the process keeps open
+/// between writes, over all partitions; past it an index write opens and closes its file. A
+/// partition otherwise holds one descriptor (its active `.log`, once written), so kmirror needs
+/// about `partitions + INDEX_FILES_HELD_MAX + FDS_FIXED_RESERVE` descriptors.
+pub const INDEX_FILES_HELD_MAX: usize = 1024;
+
+/// Descriptors besides the partitions' (sockets, rings, eventfds, checkpoints, keyed logs,
+/// stdio), for the fd-budget figures in tuning/ and the systemd unit's check.
+pub const FDS_FIXED_RESERVE: usize = 1024;
