@@ -93,6 +93,18 @@ impl PartitionLog {
         topic_id: Option<Uuid>,
         config: LogConfig,
     ) -> Result<PartitionLog, LogError> {
+        Self::create_with(dir, tp, topic_id, config, true)
+    }
+
+    /// `create`; with `sync_parent` false the caller fsyncs the parent directory itself before
+    /// the partition is used (`LogDir::create_missing` does it once for thousands).
+    pub fn create_with(
+        dir: &Path,
+        tp: TopicPartition,
+        topic_id: Option<Uuid>,
+        config: LogConfig,
+        sync_parent: bool,
+    ) -> Result<PartitionLog, LogError> {
         config.validate()?;
         std::fs::create_dir(dir).map_err(|e| LogError::io(dir, e))?;
         if let Some(id) = topic_id {
@@ -101,7 +113,7 @@ impl PartitionLog {
 
         let now = now_ms();
         let segment = Segment::create(dir, Offset::ZERO, &config, now)?;
-        if let Some(parent) = dir.parent() {
+        if let Some(parent) = dir.parent().filter(|_| sync_parent) {
             sync_dir(parent)?;
         }
         sync_dir(dir)?;
