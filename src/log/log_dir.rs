@@ -182,9 +182,11 @@ impl LogDir {
     /// Announces every partition (present and created later) to `catalog`: each log
     /// publishes its read views there until the partition is deleted.
     pub fn attach_catalog(&mut self, catalog: Arc<ReadCatalog>) {
-        for (tp, log) in &mut self.logs {
-            catalog.insert(tp.clone(), log.attach_read_view());
-        }
+        catalog.insert_many(
+            self.logs
+                .iter_mut()
+                .map(|(tp, log)| (tp.clone(), log.attach_read_view())),
+        );
         self.catalog = Some(catalog);
     }
 
@@ -265,12 +267,16 @@ impl LogDir {
         )?;
         sync_dir(&self.root)?;
         let n = created.len();
+        let mut views = Vec::with_capacity(n);
         for (tp, mut log) in created {
             self.cells.insert(tp.clone(), log.checkpoint_cell());
-            if let Some(catalog) = &self.catalog {
-                catalog.insert(tp.clone(), log.attach_read_view());
+            if self.catalog.is_some() {
+                views.push((tp.clone(), log.attach_read_view()));
             }
             self.logs.insert(tp, log);
+        }
+        if let Some(catalog) = &self.catalog {
+            catalog.insert_many(views);
         }
         Ok(n)
     }
