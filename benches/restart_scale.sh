@@ -13,8 +13,14 @@
 #   cargo build --release -j 2 --bin kmirror --bin kmirror-synth-source
 #   PARTITIONS=16384 benches/restart_scale.sh
 #
-# Each partition keeps its segment, offset index and time index open: PARTITIONS needs about
-# 3 x PARTITIONS file descriptors (the script raises the soft RLIMIT_NOFILE to the hard one).
+# It also prints the first start (exec -> "mirroring" with every partition directory created),
+# kmirror's descriptors and RSS when the data is mirrored and after the restart, and RSS per
+# partition (RSS / PARTITIONS: an upper bound, it includes the fixed arenas and rings; run a
+# small PARTITIONS too and take the difference for the marginal cost).
+#
+# Descriptors (log/lazy_file): a partition holds its active .log once written, index files are
+# held only within limits::INDEX_FILES_HELD_MAX (1,024) for the whole process, so PARTITIONS
+# needs about PARTITIONS + 2,048 (the script raises the soft RLIMIT_NOFILE to the hard one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release}
@@ -29,7 +35,7 @@ for b in kmirror kmirror-synth-source; do
     [[ -x $BIN/$b ]] || { echo "build first: cargo build --release -j 2 --bin kmirror --bin kmirror-synth-source" >&2; exit 1; }
 done
 ulimit -n "$(ulimit -Hn)"
-need=$((3 * PARTITIONS + 1000))
+need=$((PARTITIONS + 2048))
 if (($(ulimit -n) < need)); then
     echo "RLIMIT_NOFILE is $(ulimit -n) (hard $(ulimit -Hn)); $PARTITIONS partitions need about $need descriptors" >&2
     exit 1
@@ -75,6 +81,13 @@ max_bytes = 2097152
 partition_max_bytes = 65536
 TOML
 
+fds() { find "/proc/$serve_pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
+rss_kib() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$serve_pid/status"; }
+usage() { # label
+    local r
+    r=$(rss_kib)
+    echo "$1: fds=$(fds) rss_kib=$r rss_per_partition_kib=$(awk -v r="$r" -v p="$PARTITIONS" 'BEGIN {printf "%.1f", r / p}')"
+}
 log_bytes() { { find "$data" -name '*.log' -printf '%s\n' 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}'; }
 start() { # log file -> sets serve_pid, t_exec
     t_exec=$(date +%s.%N)
@@ -94,12 +107,15 @@ field() { sed 's/\x1b\[[0-9;]*m//g' | sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
 echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc) $(git log -1 --format=%h) partitions=$PARTITIONS batch_bytes=$bb batches_per_partition=$bpp total_bytes=$expected shards=$SHARDS checkpoint_ms=$CHECKPOINT_MS load1=$(cut -d' ' -f1 /proc/loadavg)"
 start "$WORK/serve.log"
 start_s=$SECONDS
+wait_line "$WORK/serve.log" " mirroring partitions=" 1
+awk -v a="$t_exec" -v b="$(date +%s.%N)" 'BEGIN {printf "first start (create): exec_to_mirroring_s=%.2f\n", b - a}'
 until (($(log_bytes) >= expected)); do
     kill -0 "$serve_pid" 2>/dev/null || { tail -20 "$WORK/serve.log" >&2; exit 1; }
     ((SECONDS - start_s < LIMIT_S)) || { echo "mirror did not finish" >&2; exit 1; }
     sleep 0.5
 done
 echo "mirrored: $(log_bytes) bytes in $((SECONDS - start_s)) s"
+usage "mirrored"
 # A checkpoint round flushes every partition and rewrites the file a second later: wait for
 # two rounds after the data is complete, so one started after the last append.
 sleep $((2 * CHECKPOINT_MS / 1000 + 2))
@@ -120,6 +136,7 @@ restart() { # label
         printf ' %s=%s' "$f" "$(field "$f" <<<"$opened")"
     done
     echo
+    usage "restart($1) at mirroring"
     kill -9 "$serve_pid"; wait "$serve_pid" 2>/dev/null || true; serve_pid=""
 }
 restart after-checkpoint

@@ -649,3 +649,15 @@ pub const FETCH_MAX_RATE_MIN_BYTES_PER_SEC: u64 = 64 * 1024;
 /// Records per batch when one command writes many keys of a keyed log at once
 /// (`KeyedLog::put_many`): a few tens of KiB per batch, far below the segment size.
 pub const KEYED_LOG_RECORDS_PER_BATCH_MAX: usize = 500;
+
+// ---- descriptors held by partition logs (log/lazy_file) ----
+
+/// Most index-file descriptors (`.index`, `.timeindex`, `.txnindex`) the process keeps open
+/// between writes, over all partitions; past it an index write opens and closes its file. A
+/// partition otherwise holds one descriptor (its active `.log`, once written), so kmirror needs
+/// about `partitions + INDEX_FILES_HELD_MAX + FDS_FIXED_RESERVE` descriptors.
+pub const INDEX_FILES_HELD_MAX: usize = 1024;
+
+/// Descriptors besides the partitions' (sockets, rings, eventfds, checkpoints, keyed logs,
+/// stdio), for the fd-budget figures in tuning/ and the systemd unit's check.
+pub const FDS_FIXED_RESERVE: usize = 1024;

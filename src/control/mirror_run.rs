@@ -192,6 +192,20 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
     ));
     let catalog = ReadCatalog::new();
     log_dir.attach_catalog(std::sync::Arc::clone(&catalog));
+    // New partitions are created together, on threads (a first start of thousands).
+    let wanted: Vec<(TopicPartition, Option<Uuid>)> = topics
+        .iter()
+        .flat_map(|t| {
+            let id = (!t.topic_id.is_nil()).then_some(t.topic_id);
+            t.partitions
+                .iter()
+                .map(move |p| (TopicPartition::new(t.name.clone(), p.partition), id))
+        })
+        .collect();
+    let created = log_dir.create_missing(&wanted)?;
+    if created > 0 {
+        tracing::info!(created, "partition directories created");
+    }
     let mut versions: HashMap<i32, (String, Versions)> = HashMap::new();
     let mut work = Vec::new();
     for t in &topics {

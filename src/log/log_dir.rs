@@ -182,9 +182,11 @@ impl LogDir {
     /// Announces every partition (present and created later) to `catalog`: each log
     /// publishes its read views there until the partition is deleted.
     pub fn attach_catalog(&mut self, catalog: Arc<ReadCatalog>) {
-        for (tp, log) in &mut self.logs {
-            catalog.insert(tp.clone(), log.attach_read_view());
-        }
+        catalog.insert_many(
+            self.logs
+                .iter_mut()
+                .map(|(tp, log)| (tp.clone(), log.attach_read_view())),
+        );
         self.catalog = Some(catalog);
     }
 
@@ -231,6 +233,52 @@ impl LogDir {
             }
         }
         Ok(log)
+    }
+
+    /// Creates the partitions of `wanted` that have no log yet, on `recovery_threads` threads
+    /// (each partition on its own, as `open` does), and fsyncs the root once after all of them
+    /// instead of once per partition. Returns how many were created. Why: creating is a few
+    /// fsyncs per partition, 16,384 of them one after another took most of a first start.
+    pub fn create_missing(
+        &mut self,
+        wanted: &[(TopicPartition, Option<Uuid>)],
+    ) -> Result<usize, LogError> {
+        let ids: BTreeMap<&TopicPartition, Option<Uuid>> = wanted
+            .iter()
+            .filter(|(tp, _)| !self.logs.contains_key(tp) && !self.lent.contains(tp))
+            .map(|(tp, id)| (tp, *id))
+            .collect();
+        let work: Vec<_> = ids
+            .keys()
+            .map(|tp| {
+                let path = self.root.join(tp.dir_name());
+                ((*tp).clone(), path, LoadOptions::unclean())
+            })
+            .collect();
+        let threads = recovery_threads(work.len());
+        let config = &self.default_config;
+        let created = open_all(
+            work,
+            threads,
+            &mut crate::log::io::StdIo,
+            |tp, path, _, _| {
+                PartitionLog::create_with(path, tp.clone(), ids[tp], config.clone(), false)
+            },
+        )?;
+        sync_dir(&self.root)?;
+        let n = created.len();
+        let mut views = Vec::with_capacity(n);
+        for (tp, mut log) in created {
+            self.cells.insert(tp.clone(), log.checkpoint_cell());
+            if self.catalog.is_some() {
+                views.push((tp.clone(), log.attach_read_view()));
+            }
+            self.logs.insert(tp, log);
+        }
+        if let Some(catalog) = &self.catalog {
+            catalog.insert_many(views);
+        }
+        Ok(n)
     }
 
     /// Lends a partition's log to its owner (a shard) until `restore` gives it back; while out,

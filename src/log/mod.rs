@@ -10,6 +10,7 @@ pub mod epoch_cache;
 pub mod error;
 pub mod io;
 pub mod keyed_log;
+pub mod lazy_file;
 pub mod log_dir;
 pub mod offset_index;
 pub mod partition_log;

@@ -6,12 +6,12 @@
 //! close. The entries are also kept in memory (at most `segment.index.bytes` per segment) so a
 //! lookup never touches the disk.
 
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use crate::ids::{FilePosition, Offset, RelativeOffset};
 use crate::limits::OFFSET_INDEX_ENTRY_BYTES;
 use crate::log::io::LogIo;
+use crate::log::lazy_file::{Hold, LazyFile};
 use crate::log::LogError;
 
 const ENTRY: usize = OFFSET_INDEX_ENTRY_BYTES as usize;
@@ -25,7 +25,10 @@ pub struct OffsetIndexEntry {
 #[derive(Debug)]
 pub struct OffsetIndex {
     path: PathBuf,
-    file: File,
+    /// Opened by the first write or cut (`lazy_file`); lookups use `entries`.
+    file: LazyFile,
+    /// The file may be longer than `entries` (a failed write left part of an entry).
+    maybe_longer: bool,
     base: Offset,
     max_entries: u32,
     entries: Vec<OffsetIndexEntry>,
@@ -34,16 +37,11 @@ pub struct OffsetIndex {
 impl OffsetIndex {
     /// Creates an empty index, replacing whatever file was there.
     pub fn create(path: &Path, base: Offset, max_entries: u32) -> Result<OffsetIndex, LogError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .map_err(|e| LogError::io(path, e))?;
+        let file = LazyFile::create(path, Hold::Budgeted).map_err(|e| LogError::io(path, e))?;
         Ok(OffsetIndex {
             path: path.to_path_buf(),
             file,
+            maybe_longer: false,
             base,
             max_entries,
             entries: Vec::new(),
@@ -55,11 +53,7 @@ impl OffsetIndex {
     /// `Corrupt` (the caller rebuilds the index from the log).
     pub fn open(path: &Path, base: Offset, max_entries: u32) -> Result<OffsetIndex, LogError> {
         let bytes = std::fs::read(path).map_err(|e| LogError::io(path, e))?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| LogError::io(path, e))?;
+        let file = LazyFile::existing(path, Hold::Budgeted);
         let entries = parse(path, &bytes)?;
         if let Some(last) = entries.last() {
             check_absolute(path, base, last.relative_offset)?;
@@ -67,6 +61,7 @@ impl OffsetIndex {
         Ok(OffsetIndex {
             path: path.to_path_buf(),
             file,
+            maybe_longer: false,
             base,
             max_entries,
             entries,
@@ -75,10 +70,6 @@ impl OffsetIndex {
 
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    pub fn file(&self) -> &File {
-        &self.file
     }
 
     pub fn entries(&self) -> &[OffsetIndexEntry] {
@@ -124,8 +115,10 @@ impl OffsetIndex {
         buf[..4].copy_from_slice(&relative.0.to_be_bytes());
         buf[4..].copy_from_slice(&position.0.to_be_bytes());
         let at = (self.entries.len() * ENTRY) as u64;
-        io.write_all_at(&self.file, at, &buf)
-            .map_err(|e| LogError::io(&self.path, e))?;
+        if let Err(e) = self.file.write_all_at(io, at, &buf) {
+            self.maybe_longer = true;
+            return Err(LogError::io(&self.path, e));
+        }
         self.entries.push(OffsetIndexEntry {
             relative_offset: relative,
             position,
@@ -168,15 +161,31 @@ impl OffsetIndex {
     }
 
     fn truncate_entries(&mut self, keep: usize) -> Result<(), LogError> {
-        self.entries.truncate(keep);
+        // The file is exactly `entries` long unless a write failed: cutting nothing needs no
+        // descriptor (recovery cuts every index of a partition at its recovery point).
+        if keep >= self.entries.len() && !self.maybe_longer {
+            return Ok(());
+        }
         self.file
             .set_len((keep * ENTRY) as u64)
-            .map_err(|e| LogError::io(&self.path, e))
+            .map_err(|e| LogError::io(&self.path, e))?;
+        self.entries.truncate(keep);
+        self.maybe_longer = false;
+        Ok(())
     }
 
-    pub fn sync(&self, io: &mut impl LogIo) -> Result<(), LogError> {
-        io.sync_data(&self.file)
-            .map_err(|e| LogError::io(&self.path, e))
+    pub fn sync(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        self.file.sync(io).map_err(|e| LogError::io(&self.path, e))
+    }
+
+    /// Closes the held descriptor (the segment is no longer active).
+    pub fn release(&mut self) {
+        self.file.release();
+    }
+
+    /// Whether a descriptor is held (tests of the fd budget).
+    pub fn is_held(&self) -> bool {
+        self.file.is_held()
     }
 }
 

@@ -5,7 +5,6 @@
 //! caller's `LogIo` so that a shard can issue them on its io_uring straight from the registered
 //! buffer that holds the fetched bytes: the record bytes are never copied here.
 
-use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,6 +18,7 @@ pub(crate) use crate::log::clock::now_ms;
 use crate::log::config::{FlushPolicy, LogConfig};
 use crate::log::epoch_cache::{assign_epoch, LeaderEpochCache};
 use crate::log::io::LogIo;
+use crate::log::lazy_file::FileRef;
 use crate::log::producer_state::{
     delete_snapshots_above, delete_snapshots_below, ProducerStateManager,
 };
@@ -47,10 +47,10 @@ pub struct AppendInfo {
 
 /// A stretch of one segment's `.log` holding whole batches: what a fetch response sends, e.g.
 /// with `sendfile` from `file` at `position`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct LogSlice<'a> {
     pub segment_base: Offset,
-    pub file: &'a File,
+    pub file: FileRef<'a>,
     pub path: &'a Path,
     pub position: FilePosition,
     pub length: u64,
@@ -93,6 +93,18 @@ impl PartitionLog {
         topic_id: Option<Uuid>,
         config: LogConfig,
     ) -> Result<PartitionLog, LogError> {
+        Self::create_with(dir, tp, topic_id, config, true)
+    }
+
+    /// `create`; with `sync_parent` false the caller fsyncs the parent directory itself before
+    /// the partition is used (`LogDir::create_missing` does it once for thousands).
+    pub fn create_with(
+        dir: &Path,
+        tp: TopicPartition,
+        topic_id: Option<Uuid>,
+        config: LogConfig,
+        sync_parent: bool,
+    ) -> Result<PartitionLog, LogError> {
         config.validate()?;
         std::fs::create_dir(dir).map_err(|e| LogError::io(dir, e))?;
         if let Some(id) = topic_id {
@@ -101,7 +113,7 @@ impl PartitionLog {
 
         let now = now_ms();
         let segment = Segment::create(dir, Offset::ZERO, &config, now)?;
-        if let Some(parent) = dir.parent() {
+        if let Some(parent) = dir.parent().filter(|_| sync_parent) {
             sync_dir(parent)?;
         }
         sync_dir(dir)?;
@@ -157,7 +169,11 @@ impl PartitionLog {
         };
         let mut epochs = LeaderEpochCache::load(dir)?;
         let mut producers = ProducerStateManager::new();
-        let loaded = recovery::load(dir, &config, &load, io, &mut epochs, &mut producers)?;
+        let mut loaded = recovery::load(dir, &config, &load, io, &mut epochs, &mut producers)?;
+        // Opening and recovery held the files; an idle partition holds none (`lazy_file`).
+        for seg in &mut loaded.segments {
+            seg.release_files();
+        }
         Ok(PartitionLog {
             dir: dir.to_path_buf(),
             tp,
@@ -543,6 +559,8 @@ impl PartitionLog {
         let active = self.active_mut();
         active.write_final_time_entry(io)?;
         active.flush(io)?;
+        // A sealed segment is only read (through descriptors opened per read) or deleted.
+        active.release_files();
         let segment = Segment::create(&self.dir, base, &self.config, now)?;
         self.segments.push(segment);
         // Kafka snapshots producer state on every roll, named after the new segment.
@@ -632,7 +650,7 @@ impl PartitionLog {
             if let Some((position, length)) = seg.read(from, max_bytes)? {
                 return Ok(Some(LogSlice {
                     segment_base: seg.base_offset(),
-                    file: seg.log_file(),
+                    file: seg.log_file()?,
                     path: seg.log_path(),
                     position,
                     length,
@@ -693,7 +711,7 @@ impl PartitionLog {
                 continue;
             };
             let mut buf = vec![0u8; h.size as usize];
-            seg.log_file()
+            seg.log_file()?
                 .read_exact_at(&mut buf, h.position.0 as u64)
                 .map_err(|e| LogError::io(seg.log_path(), e))?;
             let batch = match Batch::peek(&buf)? {

@@ -154,6 +154,22 @@ impl ReadCatalog {
         });
     }
 
+    /// `insert` of many partitions with one copy of the map: inserting 16,384 one by one
+    /// copied it 16,384 times (52 s of a restart at load 35).
+    pub(crate) fn insert_many(
+        &self,
+        handles: impl IntoIterator<Item = (TopicPartition, Arc<PartitionHandle>)>,
+    ) {
+        let handles: Vec<_> = handles.into_iter().collect();
+        self.partitions.rcu(|old| {
+            let mut map = BTreeMap::clone(old);
+            for (tp, handle) in &handles {
+                map.insert(tp.clone(), Arc::clone(handle));
+            }
+            map
+        });
+    }
+
     pub(crate) fn remove(&self, tp: &TopicPartition) {
         self.partitions.rcu(|old| {
             let mut map = BTreeMap::clone(old);

@@ -220,11 +220,17 @@ fn replay(
     epochs: &mut LeaderEpochCache,
     producers: &mut ProducerStateManager,
 ) -> Result<(), LogError> {
-    for_each_batch(seg.log_file(), seg.log_path(), 0, seg.size(), |_, batch| {
-        assign_epoch(epochs, &batch);
-        producers.on_batch(&batch);
-        Ok(ControlFlow::Continue(()))
-    })?;
+    for_each_batch(
+        &*seg.log_file()?,
+        seg.log_path(),
+        0,
+        seg.size(),
+        |_, batch| {
+            assign_epoch(epochs, &batch);
+            producers.on_batch(&batch);
+            Ok(ControlFlow::Continue(()))
+        },
+    )?;
     Ok(())
 }
 
@@ -260,15 +266,21 @@ pub(crate) fn rebuild_producer_state(
         if seg.next_offset() <= from || seg.base_offset() >= upto {
             continue;
         }
-        for_each_batch(seg.log_file(), seg.log_path(), 0, seg.size(), |_, batch| {
-            if batch.base_offset() >= upto {
-                return Ok(ControlFlow::Break(()));
-            }
-            if batch.last_offset() >= from {
-                producers.on_batch(&batch);
-            }
-            Ok(ControlFlow::Continue(()))
-        })?;
+        for_each_batch(
+            &*seg.log_file()?,
+            seg.log_path(),
+            0,
+            seg.size(),
+            |_, batch| {
+                if batch.base_offset() >= upto {
+                    return Ok(ControlFlow::Break(()));
+                }
+                if batch.last_offset() >= from {
+                    producers.on_batch(&batch);
+                }
+                Ok(ControlFlow::Continue(()))
+            },
+        )?;
     }
     Ok(())
 }

@@ -1,13 +1,13 @@
 //! One log segment: a `.log` file of complete batches and its `.index` and `.timeindex`
 //! (kafka-formats.md §3.1–3.3, §3.9), with Kafka's indexing and roll rules.
 
-use std::fs::{File, OpenOptions};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::ids::{FilePosition, Offset, TimestampMs};
 use crate::log::config::LogConfig;
 use crate::log::io::LogIo;
+use crate::log::lazy_file::{FileRef, Hold, LazyFile};
 use crate::log::offset_index::{relative, OffsetIndex};
 use crate::log::scan::{for_each_batch, read_header, BatchHeader, ScanEnd};
 use crate::log::time_index::TimeIndex;
@@ -58,7 +58,9 @@ pub enum RollReason {
 pub struct Segment {
     base: Offset,
     log_path: PathBuf,
-    log: File,
+    /// Held while the segment is active and written (`lazy_file`); sealed segments are read
+    /// through a descriptor opened per call.
+    log: LazyFile,
     size: u64,
     offset_index: OffsetIndex,
     time_index: TimeIndex,
@@ -93,13 +95,8 @@ impl Segment {
         now_ms: i64,
     ) -> Result<Segment, LogError> {
         let log_path = segment_file(dir, base, LOG_SUFFIX);
-        let log = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&log_path)
-            .map_err(|e| LogError::io(&log_path, e))?;
+        let log =
+            LazyFile::create(&log_path, Hold::Always).map_err(|e| LogError::io(&log_path, e))?;
         let offset_index = OffsetIndex::create(
             &segment_file(dir, base, INDEX_SUFFIX),
             base,
@@ -144,13 +141,12 @@ impl Segment {
         now_ms: i64,
     ) -> Result<(Segment, bool), LogError> {
         let log_path = segment_file(dir, base, LOG_SUFFIX);
-        let log = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&log_path)
-            .map_err(|e| LogError::io(&log_path, e))?;
+        // Held for the checks below and recovery; `PartitionLog::open` releases it after.
+        let mut log = LazyFile::existing(&log_path, Hold::Always);
+        log.hold().map_err(|e| LogError::io(&log_path, e))?;
         let size = log
-            .metadata()
+            .reader()
+            .and_then(|f| f.metadata())
             .map_err(|e| LogError::io(&log_path, e))?
             .len();
         let index_path = segment_file(dir, base, INDEX_SUFFIX);
@@ -210,7 +206,7 @@ impl Segment {
         };
         seg.max_timestamp_so_far = seg.time_index.last_entry();
         seg.first_batch_max_timestamp =
-            read_header(&seg.log, &seg.log_path, 0, size)?.map(|h| h.max_timestamp);
+            read_header(&*seg.log_reader()?, &seg.log_path, 0, size)?.map(|h| h.max_timestamp);
         match seg.read_next_offset() {
             Ok(next) => seg.next_offset = next,
             Err(LogError::Corrupt { .. }) => needs_recovery = true,
@@ -245,7 +241,8 @@ impl Segment {
         let (_, start) = self.offset_index.lookup(Offset(i64::MAX));
         let mut pos = start.0 as u64;
         let mut next = self.base;
-        while let Some(h) = read_header(&self.log, &self.log_path, pos, self.size)? {
+        let log = self.log_reader()?;
+        while let Some(h) = read_header(&log, &self.log_path, pos, self.size)? {
             next = h.last_offset.next();
             pos = h.end();
         }
@@ -273,8 +270,32 @@ impl Segment {
         &self.log_path
     }
 
-    pub fn log_file(&self) -> &File {
-        &self.log
+    /// The `.log`: the held descriptor of an active segment, else one opened for the caller.
+    pub fn log_file(&self) -> Result<FileRef<'_>, LogError> {
+        self.log_reader()
+    }
+
+    fn log_reader(&self) -> Result<FileRef<'_>, LogError> {
+        self.log
+            .reader()
+            .map_err(|e| LogError::io(&self.log_path, e))
+    }
+
+    /// Closes the descriptors this segment holds (it stopped being active, or was only opened
+    /// and recovered); the next write opens them again.
+    pub fn release_files(&mut self) {
+        self.log.release();
+        self.offset_index.release();
+        self.time_index.release();
+        self.txn_index.release();
+    }
+
+    /// Whether any of the segment's files holds a descriptor (tests of the fd budget).
+    pub fn holds_files(&self) -> bool {
+        self.log.is_held()
+            || self.offset_index.is_held()
+            || self.time_index.is_held()
+            || self.txn_index.is_held()
     }
 
     pub fn offset_index(&self) -> &OffsetIndex {
@@ -309,9 +330,7 @@ impl Segment {
         if let Some(ts) = self.max_timestamp() {
             return Ok(ts.0);
         }
-        let modified = self
-            .log
-            .metadata()
+        let modified = std::fs::metadata(&self.log_path)
             .and_then(|m| m.modified())
             .map_err(|e| LogError::io(&self.log_path, e))?;
         Ok(modified
@@ -356,7 +375,7 @@ impl Segment {
             end <= crate::limits::SEGMENT_BYTES_MAX,
             "segment grew past int32 positions"
         );
-        if let Err(e) = io.write_all_at(&self.log, start, bytes) {
+        if let Err(e) = self.log.write_all_at(io, start, bytes) {
             let _ = self.log.set_len(start);
             return Err(LogError::io(&self.log_path, e));
         }
@@ -443,7 +462,8 @@ impl Segment {
     fn size_of_trusted_prefix(&self) -> Result<u64, LogError> {
         let (_, start) = self.offset_index.lookup(Offset(i64::MAX));
         let mut pos = start.0 as u64;
-        while let Some(h) = read_header(&self.log, &self.log_path, pos, self.size)? {
+        let log = self.log_reader()?;
+        while let Some(h) = read_header(&log, &self.log_path, pos, self.size)? {
             pos = h.end();
         }
         Ok(pos)
@@ -463,7 +483,7 @@ impl Segment {
         if at == 0 {
             return self.recover(io, on_batch);
         }
-        let next = match read_header(&self.log, &self.log_path, at, self.size)? {
+        let next = match read_header(&*self.log_reader()?, &self.log_path, at, self.size)? {
             Some(h) => h.base_offset,
             None => self.next_offset_below(at)?,
         };
@@ -485,7 +505,8 @@ impl Segment {
         let (_, start) = self.offset_index.lookup(Offset(i64::MAX));
         let mut pos = start.0 as u64;
         let mut next = self.base;
-        while let Some(h) = read_header(&self.log, &self.log_path, pos, at)? {
+        let log = self.log_reader()?;
+        while let Some(h) = read_header(&log, &self.log_path, pos, at)? {
             next = h.last_offset.next();
             pos = h.end();
         }
@@ -502,7 +523,8 @@ impl Segment {
         };
         let (_, start) = self.offset_index.lookup(best.1);
         let mut pos = start.0 as u64;
-        while let Some(h) = read_header(&self.log, &self.log_path, pos, at)? {
+        let log = self.log_reader()?;
+        while let Some(h) = read_header(&log, &self.log_path, pos, at)? {
             if h.max_timestamp > best.0 {
                 best = (h.max_timestamp, h.last_offset);
             }
@@ -524,10 +546,12 @@ impl Segment {
     {
         let mut valid_end = from;
         let mut revalidated = Recovered::default();
-        let file = self
-            .log
-            .try_clone()
-            .map_err(|e| LogError::io(&self.log_path, e))?;
+        let file = match self.log.reader() {
+            Ok(FileRef::Held(f)) => f.try_clone(),
+            Ok(FileRef::Opened(f)) => Ok(f),
+            Err(e) => Err(e),
+        }
+        .map_err(|e| LogError::io(&self.log_path, e))?;
         let path = self.log_path.clone();
         let mut failure: Option<String> = None;
         let outcome = for_each_batch(&file, &path, from, self.size, |pos, batch| {
@@ -587,7 +611,8 @@ impl Segment {
     pub fn translate_offset(&self, offset: Offset) -> Result<Option<BatchHeader>, LogError> {
         let (_, start) = self.offset_index.lookup(offset);
         let mut pos = start.0 as u64;
-        while let Some(h) = read_header(&self.log, &self.log_path, pos, self.size)? {
+        let log = self.log_reader()?;
+        while let Some(h) = read_header(&log, &self.log_path, pos, self.size)? {
             if h.last_offset >= offset {
                 return Ok(Some(h));
             }
@@ -608,7 +633,8 @@ impl Segment {
         };
         let mut len = first.size as u64;
         let mut pos = first.end();
-        while let Some(h) = read_header(&self.log, &self.log_path, pos, self.size)? {
+        let log = self.log_reader()?;
+        while let Some(h) = read_header(&log, &self.log_path, pos, self.size)? {
             if len + h.size as u64 > max_bytes {
                 break;
             }
@@ -628,7 +654,8 @@ impl Segment {
         let (_, indexed_offset) = self.time_index.lookup(target);
         let (_, start) = self.offset_index.lookup(indexed_offset.max(min_offset));
         let mut pos = start.0 as u64;
-        while let Some(h) = read_header(&self.log, &self.log_path, pos, self.size)? {
+        let log = self.log_reader()?;
+        while let Some(h) = read_header(&log, &self.log_path, pos, self.size)? {
             if h.max_timestamp >= target && h.last_offset >= min_offset {
                 return Ok(Some(h));
             }
@@ -667,7 +694,8 @@ impl Segment {
         let mut best = self.time_index.last_entry();
         let (_, start) = self.offset_index.lookup(best.1);
         let mut pos = start.0 as u64;
-        while let Some(h) = read_header(&self.log, &self.log_path, pos, self.size)? {
+        let log = self.log_reader()?;
+        while let Some(h) = read_header(&log, &self.log_path, pos, self.size)? {
             if h.max_timestamp > best.0 {
                 best = (h.max_timestamp, h.last_offset);
             }
@@ -685,7 +713,8 @@ impl Segment {
 
     /// fdatasync of the `.log` and all indexes.
     pub fn flush(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
-        io.sync_data(&self.log)
+        self.log
+            .sync(io)
             .map_err(|e| LogError::io(&self.log_path, e))?;
         self.offset_index.sync(io)?;
         self.time_index.sync(io)?;

@@ -5,12 +5,12 @@
 //! entry before its capacity so that the final entry written when the segment becomes inactive
 //! always has room — Kafka's rule, kept so that roll points match the broker's.
 
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use crate::ids::{Offset, RelativeOffset, TimestampMs};
 use crate::limits::TIME_INDEX_ENTRY_BYTES;
 use crate::log::io::LogIo;
+use crate::log::lazy_file::{Hold, LazyFile};
 use crate::log::offset_index::{absolute, check_absolute, relative};
 use crate::log::LogError;
 
@@ -25,7 +25,10 @@ pub struct TimeIndexEntry {
 #[derive(Debug)]
 pub struct TimeIndex {
     path: PathBuf,
-    file: File,
+    /// Opened by the first write or cut (`lazy_file`); lookups use `entries`.
+    file: LazyFile,
+    /// The file may be longer than `entries` (a failed write left part of an entry).
+    maybe_longer: bool,
     base: Offset,
     max_entries: u32,
     entries: Vec<TimeIndexEntry>,
@@ -33,16 +36,11 @@ pub struct TimeIndex {
 
 impl TimeIndex {
     pub fn create(path: &Path, base: Offset, max_entries: u32) -> Result<TimeIndex, LogError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .map_err(|e| LogError::io(path, e))?;
+        let file = LazyFile::create(path, Hold::Budgeted).map_err(|e| LogError::io(path, e))?;
         Ok(TimeIndex {
             path: path.to_path_buf(),
             file,
+            maybe_longer: false,
             base,
             max_entries,
             entries: Vec::new(),
@@ -52,11 +50,7 @@ impl TimeIndex {
     /// Opens an existing time index; a bad length or entries that go backwards are `Corrupt`.
     pub fn open(path: &Path, base: Offset, max_entries: u32) -> Result<TimeIndex, LogError> {
         let bytes = std::fs::read(path).map_err(|e| LogError::io(path, e))?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| LogError::io(path, e))?;
+        let file = LazyFile::existing(path, Hold::Budgeted);
         let entries = parse(path, &bytes)?;
         if let Some(last) = entries.last() {
             check_absolute(path, base, last.relative_offset)?;
@@ -64,6 +58,7 @@ impl TimeIndex {
         Ok(TimeIndex {
             path: path.to_path_buf(),
             file,
+            maybe_longer: false,
             base,
             max_entries,
             entries,
@@ -136,8 +131,10 @@ impl TimeIndex {
         buf[..8].copy_from_slice(&timestamp.0.to_be_bytes());
         buf[8..].copy_from_slice(&rel.0.to_be_bytes());
         let at = (self.entries.len() * ENTRY) as u64;
-        io.write_all_at(&self.file, at, &buf)
-            .map_err(|e| LogError::io(&self.path, e))?;
+        if let Err(e) = self.file.write_all_at(io, at, &buf) {
+            self.maybe_longer = true;
+            return Err(LogError::io(&self.path, e));
+        }
         self.entries.push(TimeIndexEntry {
             timestamp,
             relative_offset: rel,
@@ -175,15 +172,31 @@ impl TimeIndex {
     }
 
     fn truncate_entries(&mut self, keep: usize) -> Result<(), LogError> {
-        self.entries.truncate(keep);
+        // The file is exactly `entries` long unless a write failed: cutting nothing needs no
+        // descriptor (recovery cuts every index of a partition at its recovery point).
+        if keep >= self.entries.len() && !self.maybe_longer {
+            return Ok(());
+        }
         self.file
             .set_len((keep * ENTRY) as u64)
-            .map_err(|e| LogError::io(&self.path, e))
+            .map_err(|e| LogError::io(&self.path, e))?;
+        self.entries.truncate(keep);
+        self.maybe_longer = false;
+        Ok(())
     }
 
-    pub fn sync(&self, io: &mut impl LogIo) -> Result<(), LogError> {
-        io.sync_data(&self.file)
-            .map_err(|e| LogError::io(&self.path, e))
+    pub fn sync(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        self.file.sync(io).map_err(|e| LogError::io(&self.path, e))
+    }
+
+    /// Closes the held descriptor (the segment is no longer active).
+    pub fn release(&mut self) {
+        self.file.release();
+    }
+
+    /// Whether a descriptor is held (tests of the fd budget).
+    pub fn is_held(&self) -> bool {
+        self.file.is_held()
     }
 }
 

@@ -6,13 +6,14 @@
 //! no `.txnindex` at all, as with Kafka. Entries are few (one per abort), so they are also kept in
 //! memory; the file is only ever appended to or cut.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use crate::ids::{Offset, ProducerId};
 use crate::limits::{SEGMENT_BYTES_MAX, TXN_INDEX_ENTRY_BYTES};
 use crate::log::io::LogIo;
+use crate::log::lazy_file::{Hold, LazyFile};
 use crate::log::LogError;
 
 const VERSION: i16 = 0;
@@ -60,8 +61,9 @@ impl AbortedTxn {
 pub struct TxnIndex {
     path: PathBuf,
     base: Offset,
-    /// Open once the file exists (after the first append, or when found on disk).
-    file: Option<File>,
+    /// Present once the file exists (after the first append, or when found on disk); its
+    /// descriptor is opened by writes (`lazy_file`).
+    file: Option<LazyFile>,
     entries: Vec<AbortedTxn>,
 }
 
@@ -76,12 +78,11 @@ impl TxnIndex {
             file: None,
             entries: Vec::new(),
         };
-        let file = match OpenOptions::new().read(true).write(true).open(path) {
-            Ok(f) => f,
+        let len = match fs::metadata(path) {
+            Ok(m) => m.len(),
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(idx),
             Err(e) => return Err(LogError::io(path, e)),
         };
-        let len = file.metadata().map_err(|e| LogError::io(path, e))?.len();
         if len > SEGMENT_BYTES_MAX {
             return Err(LogError::corrupt(
                 path,
@@ -100,7 +101,7 @@ impl TxnIndex {
                 .map_err(|why| LogError::corrupt(path, format!("entry {i}: {why}")))?;
             idx.entries.push(txn);
         }
-        idx.file = Some(file);
+        idx.file = Some(LazyFile::existing(path, Hold::Budgeted));
         Ok(idx)
     }
 
@@ -140,18 +141,13 @@ impl TxnIndex {
             }
         }
         if self.file.is_none() {
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&self.path)
+            let f = LazyFile::create(&self.path, Hold::Budgeted)
                 .map_err(|e| LogError::io(&self.path, e))?;
             self.file = Some(f);
         }
-        let file = self.file.as_ref().expect("opened above");
+        let file = self.file.as_mut().expect("created above");
         let pos = (self.entries.len() * ENTRY) as u64;
-        io.write_all_at(file, pos, &txn.encode())
+        file.write_all_at(io, pos, &txn.encode())
             .map_err(|e| LogError::io(&self.path, e))?;
         self.entries.push(*txn);
         Ok(())
@@ -159,8 +155,8 @@ impl TxnIndex {
 
     /// Make the appended entries durable.
     pub fn flush(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
-        match &self.file {
-            Some(f) => io.sync_data(f).map_err(|e| LogError::io(&self.path, e)),
+        match &mut self.file {
+            Some(f) => f.sync(io).map_err(|e| LogError::io(&self.path, e)),
             None => Ok(()),
         }
     }
@@ -195,7 +191,7 @@ impl TxnIndex {
         if keep == self.entries.len() {
             return Ok(());
         }
-        if let Some(f) = &self.file {
+        if let Some(f) = &mut self.file {
             f.set_len((keep * ENTRY) as u64)
                 .map_err(|e| LogError::io(&self.path, e))?;
         }
@@ -206,11 +202,23 @@ impl TxnIndex {
     /// Empty the index, keeping the file if it exists (Kafka's `reset`, used before a segment is
     /// recovered and its aborts re-indexed).
     pub fn reset(&mut self) -> Result<(), LogError> {
-        if let Some(f) = &self.file {
+        if let Some(f) = &mut self.file {
             f.set_len(0).map_err(|e| LogError::io(&self.path, e))?;
         }
         self.entries.clear();
         Ok(())
+    }
+
+    /// Closes the held descriptor, if any (the segment is no longer active).
+    pub fn release(&mut self) {
+        if let Some(f) = &mut self.file {
+            f.release();
+        }
+    }
+
+    /// Whether a descriptor is held (tests of the fd budget).
+    pub fn is_held(&self) -> bool {
+        self.file.as_ref().is_some_and(LazyFile::is_held)
     }
 
     /// Kafka's load-time check: every marker offset must be ≥ the segment's base offset.
@@ -243,6 +251,7 @@ impl TxnIndex {
     pub fn rename(&mut self, to: &Path) -> Result<(), LogError> {
         if self.file.is_some() {
             fs::rename(&self.path, to).map_err(|e| LogError::io(&self.path, e))?;
+            self.file = Some(LazyFile::existing(to, Hold::Budgeted));
         }
         self.path = to.to_owned();
         Ok(())

@@ -1,0 +1,236 @@
+//! A segment file that is opened only when it is written, cut or synced, so an idle partition
+//! holds no descriptor for it.
+//!
+//! Why: a partition's active segment has three files (`.log`, `.index`, `.timeindex`), and
+//! holding all three open made 16,384 partitions need ≈ 50,000 descriptors. Reads never need
+//! a held handle here (the indexes are mirrored in memory, the endpoint opens files by path),
+//! so a handle is opened for the first write and then kept:
+//! - `Hold::Always` (the active `.log`): kept until `release` (the segment stops being active)
+//!   or drop. One per partition written since its log was opened.
+//! - `Hold::Budgeted` (`.index`, `.timeindex`, `.txnindex`): kept only while the process holds
+//!   fewer than `limits::INDEX_FILES_HELD_MAX` such handles; past that, each write opens,
+//!   writes and closes. So the descriptors held for indexes are bounded whatever the
+//!   partition count, and below the budget nothing is opened twice.
+//!
+//! Sync: fdatasync on a new descriptor flushes the same inode's dirty pages, and Linux reports
+//! a writeback error nobody has seen yet to descriptors opened after it (errseq), so a sync
+//! through a fresh descriptor is as strong as one through the writer's. A file counts as
+//! unsynced from open (a previous process may have left dirty pages) until a sync succeeds;
+//! later syncs of a file nothing was written to or cut since are skipped.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::limits::INDEX_FILES_HELD_MAX;
+use crate::log::io::LogIo;
+
+/// Budgeted handles held by this process (all logs, all threads).
+static BUDGETED_HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// Which files may keep their descriptor after a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Kept after the first write (the hot `.log` of an active segment).
+    Always,
+    /// Kept only within `INDEX_FILES_HELD_MAX` for the process.
+    Budgeted,
+}
+
+/// One held descriptor; a budgeted one gives its slot back when dropped.
+#[derive(Debug)]
+struct Held {
+    file: File,
+    budgeted: bool,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.budgeted {
+            BUDGETED_HELD.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct LazyFile {
+    path: PathBuf,
+    hold: Hold,
+    held: Option<Held>,
+    unsynced: bool,
+}
+
+impl LazyFile {
+    /// An existing file, not opened yet.
+    pub fn existing(path: &Path, hold: Hold) -> LazyFile {
+        LazyFile {
+            path: path.to_path_buf(),
+            hold,
+            held: None,
+            unsynced: true,
+        }
+    }
+
+    /// Creates the file empty (replacing what was there) and closes it again: it exists on
+    /// disk at once (Kafka's tools expect every segment's index files), and is opened again by
+    /// its first write.
+    pub fn create(path: &Path, hold: Hold) -> io::Result<LazyFile> {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        Ok(LazyFile::existing(path, hold))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether a descriptor is held now.
+    pub fn is_held(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// The held descriptor, else one opened read-only for the caller (closed when dropped).
+    pub fn reader(&self) -> io::Result<FileRef<'_>> {
+        match &self.held {
+            Some(h) => Ok(FileRef::Held(&h.file)),
+            None => Ok(FileRef::Opened(File::open(&self.path)?)),
+        }
+    }
+
+    /// Opens the file read-write now and holds it, outside the budget, until `release`: for a
+    /// run of reads and cuts on one file (opening a segment and recovering it).
+    pub fn hold(&mut self) -> io::Result<()> {
+        if self.held.is_none() {
+            let file = OpenOptions::new().read(true).write(true).open(&self.path)?;
+            self.held = Some(Held {
+                file,
+                budgeted: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on a writable descriptor: the held one, or a new one that is kept if the hold
+    /// rule allows and closed after `f` otherwise. Marks the file unsynced.
+    pub fn with_write<R>(&mut self, f: impl FnOnce(&File) -> io::Result<R>) -> io::Result<R> {
+        self.unsynced = true;
+        if let Some(h) = &self.held {
+            return f(&h.file);
+        }
+        let file = OpenOptions::new().read(true).write(true).open(&self.path)?;
+        let keep = match self.hold {
+            Hold::Always => Some(false),
+            Hold::Budgeted => take_budget_slot().then_some(true),
+        };
+        match keep {
+            Some(budgeted) => {
+                let held = self.held.insert(Held { file, budgeted });
+                f(&held.file)
+            }
+            None => f(&file),
+        }
+    }
+
+    pub fn write_all_at(&mut self, io: &mut impl LogIo, pos: u64, data: &[u8]) -> io::Result<()> {
+        self.with_write(|f| io.write_all_at(f, pos, data))
+    }
+
+    pub fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.with_write(|f| f.set_len(len))
+    }
+
+    /// fdatasync, unless nothing was written to or cut from the file since its last sync.
+    pub fn sync(&mut self, io: &mut impl LogIo) -> io::Result<()> {
+        if !self.unsynced {
+            return Ok(());
+        }
+        match &self.held {
+            Some(h) => io.sync_data(&h.file)?,
+            None => io.sync_data(&OpenOptions::new().write(true).open(&self.path)?)?,
+        }
+        self.unsynced = false;
+        Ok(())
+    }
+
+    /// Closes the held descriptor, if any (the segment stopped being active).
+    pub fn release(&mut self) {
+        self.held = None;
+    }
+}
+
+/// A descriptor to read through: the held one, or one opened for this use.
+#[derive(Debug)]
+pub enum FileRef<'a> {
+    Held(&'a File),
+    Opened(File),
+}
+
+impl std::ops::Deref for FileRef<'_> {
+    type Target = File;
+
+    fn deref(&self) -> &File {
+        match self {
+            FileRef::Held(f) => f,
+            FileRef::Opened(f) => f,
+        }
+    }
+}
+
+fn take_budget_slot() -> bool {
+    BUDGETED_HELD
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < INDEX_FILES_HELD_MAX).then_some(n + 1)
+        })
+        .is_ok()
+}
+
+/// Budgeted handles held now, process-wide (tests and the fd-budget check).
+pub fn budgeted_held() -> usize {
+    BUDGETED_HELD.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::io::StdIo;
+
+    #[test]
+    fn opened_on_first_write_and_sync_skipped_when_clean() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("x.index");
+        let mut f = LazyFile::create(&path, Hold::Budgeted).expect("create");
+        assert!(!f.is_held());
+        assert_eq!(std::fs::metadata(&path).expect("meta").len(), 0);
+        f.write_all_at(&mut StdIo, 0, b"abcd").expect("write");
+        f.sync(&mut StdIo).expect("sync");
+        assert!(!f.unsynced);
+        f.sync(&mut StdIo).expect("clean sync");
+        f.set_len(2).expect("cut");
+        assert!(f.unsynced);
+        f.release();
+        assert!(!f.is_held());
+        f.sync(&mut StdIo).expect("sync through a fresh descriptor");
+        assert_eq!(std::fs::read(&path).expect("read"), b"ab");
+        let mut read = [0u8; 2];
+        let file = f.reader().expect("reader");
+        assert!(matches!(file, FileRef::Opened(_)));
+        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut read, 0).expect("read");
+        assert_eq!(&read, b"ab");
+    }
+
+    #[test]
+    fn always_files_are_kept_after_the_first_write() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("x.log");
+        let mut f = LazyFile::create(&path, Hold::Always).expect("create");
+        assert!(!f.is_held());
+        f.set_len(0).expect("cut");
+        assert!(f.is_held());
+        f.release();
+        assert!(!f.is_held());
+    }
+}
