@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 
 use crate::ids::{FilePosition, Offset, RelativeOffset};
 use crate::limits::OFFSET_INDEX_ENTRY_BYTES;
-use crate::log::io::LogIo;
+use crate::log::index_pending::PendingEntries;
+use crate::log::io::{LogIo, WriteOp};
 use crate::log::LogError;
 
 const ENTRY: usize = OFFSET_INDEX_ENTRY_BYTES as usize;
@@ -29,6 +30,8 @@ pub struct OffsetIndex {
     base: Offset,
     max_entries: u32,
     entries: Vec<OffsetIndexEntry>,
+    /// Entries pushed but not yet on the file (written once per append, with its `.log` bytes).
+    pending: PendingEntries<ENTRY>,
 }
 
 impl OffsetIndex {
@@ -47,6 +50,7 @@ impl OffsetIndex {
             base,
             max_entries,
             entries: Vec::new(),
+            pending: PendingEntries::new(0),
         })
     }
 
@@ -69,6 +73,7 @@ impl OffsetIndex {
             file,
             base,
             max_entries,
+            pending: PendingEntries::new(entries.len()),
             entries,
         })
     }
@@ -97,14 +102,21 @@ impl OffsetIndex {
         self.entries.len() >= self.max_entries as usize
     }
 
-    /// Appends (absolute `offset`, `position`). Offsets must strictly increase, as in Kafka
-    /// (`InvalidOffsetException`); the caller guarantees it by construction.
+    /// Appends (absolute `offset`, `position`) and writes it. Offsets must strictly increase, as
+    /// in Kafka (`InvalidOffsetException`); the caller guarantees it by construction.
     pub fn append(
         &mut self,
         io: &mut impl LogIo,
         offset: Offset,
         position: FilePosition,
     ) -> Result<(), LogError> {
+        self.push(offset, position)?;
+        self.write_pending(io)
+    }
+
+    /// Adds (absolute `offset`, `position`) in memory only; it reaches the file with the next
+    /// `pending_write` the caller performs (then `pending_written`) or `write_pending`.
+    pub fn push(&mut self, offset: Offset, position: FilePosition) -> Result<(), LogError> {
         assert!(!self.is_full(), "offset index appended past its capacity");
         let relative = relative(self.base, offset).ok_or_else(|| {
             LogError::corrupt(&self.path, format!("offset {offset} out of range"))
@@ -123,14 +135,46 @@ impl OffsetIndex {
         let mut buf = [0u8; ENTRY];
         buf[..4].copy_from_slice(&relative.0.to_be_bytes());
         buf[4..].copy_from_slice(&position.0.to_be_bytes());
-        let at = (self.entries.len() * ENTRY) as u64;
-        io.write_all_at(&self.file, at, &buf)
-            .map_err(|e| LogError::io(&self.path, e))?;
+        self.pending.push(&buf);
         self.entries.push(OffsetIndexEntry {
             relative_offset: relative,
             position,
         });
         Ok(())
+    }
+
+    /// The write that puts the pushed entries on the file, if there are any.
+    pub fn pending_write(&self) -> Option<WriteOp<'_>> {
+        self.pending.write(&self.file)
+    }
+
+    /// The `pending_write` was performed.
+    pub fn pending_written(&mut self) {
+        self.pending.written(self.entries.len());
+    }
+
+    /// The `pending_write` failed: the pushed entries are dropped and the file cut back to the
+    /// entries written before them.
+    pub fn drop_pending(&mut self) -> Result<(), LogError> {
+        let keep = self.pending.on_file();
+        self.truncate_entries(keep)
+    }
+
+    /// Writes the pushed entries now.
+    pub fn write_pending(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        let Some(op) = self.pending_write() else {
+            return Ok(());
+        };
+        match io.write_all_at(op.file, op.pos, op.data) {
+            Ok(()) => {
+                self.pending_written();
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.drop_pending();
+                Err(LogError::io(&self.path, e))
+            }
+        }
     }
 
     /// The largest entry whose offset is ≤ `target`, as (absolute offset, position); the
@@ -169,8 +213,9 @@ impl OffsetIndex {
 
     fn truncate_entries(&mut self, keep: usize) -> Result<(), LogError> {
         self.entries.truncate(keep);
+        let on_file = self.pending.truncate(keep);
         self.file
-            .set_len((keep * ENTRY) as u64)
+            .set_len((on_file * ENTRY) as u64)
             .map_err(|e| LogError::io(&self.path, e))
     }
 

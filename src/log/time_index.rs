@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use crate::ids::{Offset, RelativeOffset, TimestampMs};
 use crate::limits::TIME_INDEX_ENTRY_BYTES;
-use crate::log::io::LogIo;
+use crate::log::index_pending::PendingEntries;
+use crate::log::io::{LogIo, WriteOp};
 use crate::log::offset_index::{absolute, check_absolute, relative};
 use crate::log::LogError;
 
@@ -29,6 +30,8 @@ pub struct TimeIndex {
     base: Offset,
     max_entries: u32,
     entries: Vec<TimeIndexEntry>,
+    /// Entries pushed but not yet on the file (see `OffsetIndex`).
+    pending: PendingEntries<ENTRY>,
 }
 
 impl TimeIndex {
@@ -46,6 +49,7 @@ impl TimeIndex {
             base,
             max_entries,
             entries: Vec::new(),
+            pending: PendingEntries::new(0),
         })
     }
 
@@ -66,6 +70,7 @@ impl TimeIndex {
             file,
             base,
             max_entries,
+            pending: PendingEntries::new(entries.len()),
             entries,
         })
     }
@@ -103,11 +108,23 @@ impl TimeIndex {
         absolute(self.base, rel)
     }
 
-    /// Appends (timestamp, offset) if the timestamp is strictly greater than the last entry's.
-    /// `force` skips the full check (the final entry of a segment).
+    /// Appends (timestamp, offset) if the timestamp is strictly greater than the last entry's,
+    /// and writes it. `force` skips the full check (the final entry of a segment).
     pub fn maybe_append(
         &mut self,
         io: &mut impl LogIo,
+        timestamp: TimestampMs,
+        offset: Offset,
+        force: bool,
+    ) -> Result<(), LogError> {
+        self.maybe_push(timestamp, offset, force)?;
+        self.write_pending(io)
+    }
+
+    /// `maybe_append` in memory only; the entry reaches the file with the next `pending_write`
+    /// the caller performs (then `pending_written`) or `write_pending`.
+    pub fn maybe_push(
+        &mut self,
         timestamp: TimestampMs,
         offset: Offset,
         force: bool,
@@ -135,14 +152,44 @@ impl TimeIndex {
         let mut buf = [0u8; ENTRY];
         buf[..8].copy_from_slice(&timestamp.0.to_be_bytes());
         buf[8..].copy_from_slice(&rel.0.to_be_bytes());
-        let at = (self.entries.len() * ENTRY) as u64;
-        io.write_all_at(&self.file, at, &buf)
-            .map_err(|e| LogError::io(&self.path, e))?;
+        self.pending.push(&buf);
         self.entries.push(TimeIndexEntry {
             timestamp,
             relative_offset: rel,
         });
         Ok(())
+    }
+
+    /// The write that puts the pushed entries on the file, if there are any.
+    pub fn pending_write(&self) -> Option<WriteOp<'_>> {
+        self.pending.write(&self.file)
+    }
+
+    /// The `pending_write` was performed.
+    pub fn pending_written(&mut self) {
+        self.pending.written(self.entries.len());
+    }
+
+    /// The `pending_write` failed: the pushed entries are dropped, the file cut back.
+    pub fn drop_pending(&mut self) -> Result<(), LogError> {
+        self.truncate_entries(self.pending.on_file())
+    }
+
+    /// Writes the pushed entries now.
+    pub fn write_pending(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        let Some(op) = self.pending_write() else {
+            return Ok(());
+        };
+        match io.write_all_at(op.file, op.pos, op.data) {
+            Ok(()) => {
+                self.pending_written();
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.drop_pending();
+                Err(LogError::io(&self.path, e))
+            }
+        }
     }
 
     /// The entry with the largest timestamp ≤ `target`, as (timestamp, offset); (NONE, base)
@@ -176,8 +223,9 @@ impl TimeIndex {
 
     fn truncate_entries(&mut self, keep: usize) -> Result<(), LogError> {
         self.entries.truncate(keep);
+        let on_file = self.pending.truncate(keep);
         self.file
-            .set_len((keep * ENTRY) as u64)
+            .set_len((on_file * ENTRY) as u64)
             .map_err(|e| LogError::io(&self.path, e))
     }
 
