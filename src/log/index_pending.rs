@@ -9,8 +9,42 @@
 //! `.log` write and the index write before batching).
 
 use std::fs::File;
+use std::path::Path;
 
-use crate::log::io::WriteOp;
+use crate::log::io::{LogIo, WriteOp};
+use crate::log::LogError;
+
+/// An index whose entries are pushed in memory and written in one go (`.index`, `.timeindex`).
+pub trait PendingIndex {
+    fn path(&self) -> &Path;
+
+    /// The write that puts the pushed entries on the file, if there are any.
+    fn pending_write(&self) -> Option<WriteOp<'_>>;
+
+    /// The `pending_write` was performed.
+    fn pending_written(&mut self);
+
+    /// The `pending_write` failed: the pushed entries are dropped and the file cut back to the
+    /// entries written before them.
+    fn drop_pending(&mut self) -> Result<(), LogError>;
+
+    /// Writes the pushed entries now.
+    fn write_pending(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        let Some(op) = self.pending_write() else {
+            return Ok(());
+        };
+        match io.write_all_at(op.file, op.pos, op.data) {
+            Ok(()) => {
+                self.pending_written();
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.drop_pending();
+                Err(LogError::io(self.path(), e))
+            }
+        }
+    }
+}
 
 /// Encoded entries of `N` bytes each that follow the `on_file` entries already written.
 #[derive(Debug)]

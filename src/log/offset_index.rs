@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::ids::{FilePosition, Offset, RelativeOffset};
 use crate::limits::OFFSET_INDEX_ENTRY_BYTES;
-use crate::log::index_pending::PendingEntries;
+use crate::log::index_pending::{PendingEntries, PendingIndex};
 use crate::log::io::{LogIo, WriteOp};
 use crate::log::LogError;
 
@@ -143,40 +143,6 @@ impl OffsetIndex {
         Ok(())
     }
 
-    /// The write that puts the pushed entries on the file, if there are any.
-    pub fn pending_write(&self) -> Option<WriteOp<'_>> {
-        self.pending.write(&self.file)
-    }
-
-    /// The `pending_write` was performed.
-    pub fn pending_written(&mut self) {
-        self.pending.written(self.entries.len());
-    }
-
-    /// The `pending_write` failed: the pushed entries are dropped and the file cut back to the
-    /// entries written before them.
-    pub fn drop_pending(&mut self) -> Result<(), LogError> {
-        let keep = self.pending.on_file();
-        self.truncate_entries(keep)
-    }
-
-    /// Writes the pushed entries now.
-    pub fn write_pending(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
-        let Some(op) = self.pending_write() else {
-            return Ok(());
-        };
-        match io.write_all_at(op.file, op.pos, op.data) {
-            Ok(()) => {
-                self.pending_written();
-                Ok(())
-            }
-            Err(e) => {
-                let _ = self.drop_pending();
-                Err(LogError::io(&self.path, e))
-            }
-        }
-    }
-
     /// The largest entry whose offset is ≤ `target`, as (absolute offset, position); the
     /// segment start when there is none.
     pub fn lookup(&self, target: Offset) -> (Offset, FilePosition) {
@@ -222,6 +188,25 @@ impl OffsetIndex {
     pub fn sync(&self, io: &mut impl LogIo) -> Result<(), LogError> {
         io.sync_data(&self.file)
             .map_err(|e| LogError::io(&self.path, e))
+    }
+}
+
+impl PendingIndex for OffsetIndex {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn pending_write(&self) -> Option<WriteOp<'_>> {
+        self.pending.write(&self.file)
+    }
+
+    fn pending_written(&mut self) {
+        self.pending.written(self.entries.len());
+    }
+
+    fn drop_pending(&mut self) -> Result<(), LogError> {
+        let keep = self.pending.on_file();
+        self.truncate_entries(keep)
     }
 }
 

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::ids::{FilePosition, Offset, TimestampMs};
 use crate::log::config::LogConfig;
+use crate::log::index_pending::PendingIndex;
 use crate::log::io::{first_error, LogIo, WriteOp};
 use crate::log::offset_index::{relative, OffsetIndex};
 use crate::log::scan::{for_each_batch, read_header, BatchHeader, ScanEnd};

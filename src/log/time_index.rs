@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use crate::ids::{Offset, RelativeOffset, TimestampMs};
 use crate::limits::TIME_INDEX_ENTRY_BYTES;
-use crate::log::index_pending::PendingEntries;
+use crate::log::index_pending::{PendingEntries, PendingIndex};
 use crate::log::io::{LogIo, WriteOp};
 use crate::log::offset_index::{absolute, check_absolute, relative};
 use crate::log::LogError;
@@ -160,38 +160,6 @@ impl TimeIndex {
         Ok(())
     }
 
-    /// The write that puts the pushed entries on the file, if there are any.
-    pub fn pending_write(&self) -> Option<WriteOp<'_>> {
-        self.pending.write(&self.file)
-    }
-
-    /// The `pending_write` was performed.
-    pub fn pending_written(&mut self) {
-        self.pending.written(self.entries.len());
-    }
-
-    /// The `pending_write` failed: the pushed entries are dropped, the file cut back.
-    pub fn drop_pending(&mut self) -> Result<(), LogError> {
-        self.truncate_entries(self.pending.on_file())
-    }
-
-    /// Writes the pushed entries now.
-    pub fn write_pending(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
-        let Some(op) = self.pending_write() else {
-            return Ok(());
-        };
-        match io.write_all_at(op.file, op.pos, op.data) {
-            Ok(()) => {
-                self.pending_written();
-                Ok(())
-            }
-            Err(e) => {
-                let _ = self.drop_pending();
-                Err(LogError::io(&self.path, e))
-            }
-        }
-    }
-
     /// The entry with the largest timestamp ≤ `target`, as (timestamp, offset); (NONE, base)
     /// when there is none.
     pub fn lookup(&self, target: TimestampMs) -> (TimestampMs, Offset) {
@@ -232,6 +200,24 @@ impl TimeIndex {
     pub fn sync(&self, io: &mut impl LogIo) -> Result<(), LogError> {
         io.sync_data(&self.file)
             .map_err(|e| LogError::io(&self.path, e))
+    }
+}
+
+impl PendingIndex for TimeIndex {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn pending_write(&self) -> Option<WriteOp<'_>> {
+        self.pending.write(&self.file)
+    }
+
+    fn pending_written(&mut self) {
+        self.pending.written(self.entries.len());
+    }
+
+    fn drop_pending(&mut self) -> Result<(), LogError> {
+        self.truncate_entries(self.pending.on_file())
     }
 }
 

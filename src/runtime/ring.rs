@@ -492,22 +492,7 @@ impl Ring {
     /// One positional write (may be short): WRITE_FIXED when `data` lies in the registered
     /// arena, plain WRITE otherwise.
     pub fn write_at(&mut self, file: &File, pos: u64, data: &[u8]) -> io::Result<usize> {
-        let fd = types::Fd(file.as_raw_fd());
-        let len = data.len().min(u32::MAX as usize) as u32;
-        let sqe = match self.fixed_index(data) {
-            Some(index) => {
-                self.stats.writes_fixed += 1;
-                opcode::WriteFixed::new(fd, data.as_ptr(), len, index)
-                    .offset(pos)
-                    .build()
-            }
-            None => {
-                self.stats.writes_plain += 1;
-                opcode::Write::new(fd, data.as_ptr(), len)
-                    .offset(pos)
-                    .build()
-            }
-        };
+        let sqe = self.write_sqe(file, pos, data);
         // `data` stays borrowed until run_sync returns, which is after the CQE.
         let r = self.run_sync(sqe);
         if r < 0 {
@@ -599,25 +584,9 @@ impl Ring {
 
     fn batch_write_sqe(&mut self, op: &WriteOp<'_>, k: usize, link: bool) -> squeue::Entry {
         let written = self.batch[k].written;
-        let data = &op.data[written..];
-        let fd = types::Fd(op.file.as_raw_fd());
-        let pos = op.pos + written as u64;
-        let len = data.len().min(u32::MAX as usize) as u32;
-        let sqe = match self.fixed_index(data) {
-            Some(index) => {
-                self.stats.writes_fixed += 1;
-                opcode::WriteFixed::new(fd, data.as_ptr(), len, index)
-                    .offset(pos)
-                    .build()
-            }
-            None => {
-                self.stats.writes_plain += 1;
-                opcode::Write::new(fd, data.as_ptr(), len)
-                    .offset(pos)
-                    .build()
-            }
-        };
-        let sqe = sqe.user_data(BATCH_BIT | k as u64);
+        let sqe = self
+            .write_sqe(op.file, op.pos + written as u64, &op.data[written..])
+            .user_data(BATCH_BIT | k as u64);
         if link {
             sqe.flags(squeue::Flags::IO_LINK)
         } else {
@@ -649,6 +618,27 @@ impl Ring {
                 n if n == -libc::ECANCELED && previous_pending => BatchState::Pending,
                 n => BatchState::Failed(-n),
             };
+        }
+    }
+
+    /// A positional write of `data` (at most 4 GiB of it): WRITE_FIXED when it lies in the
+    /// registered arena, plain WRITE otherwise. The caller keeps `data` alive until the CQE.
+    fn write_sqe(&mut self, file: &File, pos: u64, data: &[u8]) -> squeue::Entry {
+        let fd = types::Fd(file.as_raw_fd());
+        let len = data.len().min(u32::MAX as usize) as u32;
+        match self.fixed_index(data) {
+            Some(index) => {
+                self.stats.writes_fixed += 1;
+                opcode::WriteFixed::new(fd, data.as_ptr(), len, index)
+                    .offset(pos)
+                    .build()
+            }
+            None => {
+                self.stats.writes_plain += 1;
+                opcode::Write::new(fd, data.as_ptr(), len)
+                    .offset(pos)
+                    .build()
+            }
         }
     }
 
