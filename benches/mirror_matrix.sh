@@ -20,6 +20,7 @@
 #   hwm_MiB                          kmirror's peak RSS (VmHWM), registered arena included
 #   arena_MiB, KiB_per_partition     shards x slots x slot size; (VmHWM - arena) / partitions
 #   ratio                            kmirror MB/s / raw-copy MB/s
+#   cpu_ratio                        kmirror CPU s/GB / raw-copy CPU s/GB
 #   startup_s                        serve start to the first mirrored byte (topic resolution,
 #                                    creating the partition directories), not in MBps
 set -euo pipefail
@@ -29,7 +30,7 @@ if [[ ${QUICK:-0} == 1 ]]; then
     PARTS=${PARTS:-"1 16"} BATCHES=${BATCHES:-16384} CODECS=${CODECS:-lz4}
     SHARDS=${SHARDS:-"1 2"} TOTAL_MB=${TOTAL_MB:-40}
 fi
-PARTS=${PARTS:-"1 16 256 4096"}
+PARTS=${PARTS:-"1 16 256 4096 16384"}
 BATCHES=${BATCHES:-"16384 1048576"}
 CODECS=${CODECS:-"lz4 zstd"}
 SHARDS=${SHARDS:-"1 2"}
@@ -110,6 +111,13 @@ for codec in $CODECS; do
                     stop "$src_pid"; src_pid=""
                     continue
                 fi
+                # Each partition keeps its .log, .index and .timeindex open.
+                fds=$((3 * parts + 256))
+                if (($(ulimit -Hn) != 0)) && [[ $(ulimit -Hn) != unlimited ]] && ((fds > $(ulimit -Hn))); then
+                    echo "$cell skipped: needs about $fds descriptors, hard RLIMIT_NOFILE is $(ulimit -Hn)"
+                    stop "$src_pid"; src_pid=""
+                    continue
+                fi
 
                 raw_mbps="" raw_line=""
                 if [[ $RAW == 1 ]]; then
@@ -186,7 +194,7 @@ EOF
                         line = sprintf("%s load1=%s MBps=%.1f batches_per_s=%.0f cpu_s_per_GB=%.3f seconds=%.2f startup_s=%.2f hwm_MiB=%.1f arena_MiB=%.0f KiB_per_partition=%.1f",
                             cell, load, mbps, (b1 - b0) / bb / s, (mb > 0 ? cpu / (mb / 1000) : 0), s, t0 - tl,
                             hwm / 1024, arena, (hwm - arena * 1024) / parts)
-                        if (raw != "") line = line sprintf(" raw_MBps=%s raw_cpu_s_per_GB=%s ratio=%.2f", raw, rawcpu, mbps / raw)
+                        if (raw != "") line = line sprintf(" raw_MBps=%s raw_cpu_s_per_GB=%s ratio=%.2f cpu_ratio=%.2f", raw, rawcpu, mbps / raw, (mb > 0 && rawcpu > 0 ? cpu / (mb / 1000) / rawcpu : 0))
                         print line
                     }'
             done; done

@@ -183,6 +183,10 @@ pub const RING_CQ_ENTRIES: u32 = 4 * RING_SQ_ENTRIES;
 /// entries. One recv + one send + one timeout per source connection, the wakeup read, plus room.
 pub const RING_OPS_IN_FLIGHT_MAX: usize = 192;
 
+/// File writes of one `Ring::write_batch` (a fetch response's appends) in flight at once: their
+/// completions fit the CQ next to every async op's.
+pub const RING_WRITE_BATCH_MAX: usize = 512;
+
 /// Smallest arena slot: must hold a useful fetch response (1 MiB, Kafka's default
 /// `max.partition.fetch.bytes`) plus the frame and response headers.
 pub const ARENA_SLOT_BYTES_MIN: usize = 64 * 1024;
@@ -220,6 +224,8 @@ const _: () = assert!(ARENA_SLOTS_MAX <= u32::MAX as usize);
 const _: () = assert!(ARENA_CHUNKS_MAX <= u16::MAX as usize);
 const _: () = assert!(RING_OPS_IN_FLIGHT_MAX <= RING_SQ_ENTRIES as usize);
 const _: () = assert!(RING_CQ_ENTRIES >= 2 * RING_SQ_ENTRIES);
+const _: () =
+    assert!(RING_WRITE_BATCH_MAX + RING_OPS_IN_FLIGHT_MAX + 2 <= RING_CQ_ENTRIES as usize);
 
 /// Bytes a fetch response may carry beyond its record data: response, topic and partition
 /// headers (about 60 bytes per partition) and aborted-transaction lists, for up to

@@ -532,3 +532,89 @@ fn every_append_policy_moves_the_recovery_point() {
         .flush_if_due(&mut StdIo, i64::MAX / 2)
         .expect("nothing left to flush"));
 }
+
+/// Stages `records` on `log`, performs its writes with `io`, completes it with the outcome.
+fn staged_append(
+    log: &mut PartitionLog,
+    io: &mut impl kmirror::log::io::LogIo,
+    records: &[u8],
+    fail_with: Option<i32>,
+) -> Result<kmirror::log::partition_log::AppendInfo, LogError> {
+    let view = log.attach_read_view();
+    let end_before = log.log_end_offset();
+    assert_eq!(view.view().high_watermark, end_before);
+    let staged = log
+        .stage_append(records)
+        .unwrap()
+        .expect("fits the active segment");
+    // Readers see nothing of a staged append.
+    assert!(log.log_end_offset() > end_before);
+    let ops: Vec<_> = log.staged_writes(&staged, records).collect();
+    let mut results = Vec::new();
+    io.write_batch(&ops, &mut results);
+    drop(ops);
+    assert_eq!(view.view().high_watermark, end_before);
+    let written = match fail_with {
+        Some(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+        None => kmirror::log::io::first_error(&mut results),
+    };
+    let result = log.finish_append(io, staged, records, written);
+    let exposed = view.view().high_watermark;
+    match &result {
+        Ok(_) => assert_eq!(exposed, log.log_end_offset(), "exposed once written"),
+        Err(_) => assert_eq!(exposed, end_before, "a failed append is never exposed"),
+    }
+    result
+}
+
+// Goal: the staged append a shard batches over a response (stage, perform the planned writes,
+// finish) leaves exactly the files and state of an ordinary append, and a failed write is
+// rolled back as `append` does: ENOSPC leaves the log usable and unchanged, EIO takes it
+// offline. Method: the same batches into two logs, one by `append` and one staged; compare
+// every file; then stage one more batch and fail its writes.
+#[test]
+fn staged_appends_write_what_append_writes_and_roll_back_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        ..small_config()
+    };
+    let mut plain = PartitionLog::create(&a, tp(), None, config.clone()).unwrap();
+    let mut staged = PartitionLog::create(&b, tp(), None, config).unwrap();
+    let all = batches(0, 40, 3, 50);
+    for chunk in all.chunks(4) {
+        let records = chunk.concat();
+        plain.append(&mut StdIo, &records).unwrap();
+        staged_append(&mut staged, &mut StdIo, &records, None).unwrap();
+    }
+    assert_eq!(staged.log_end_offset(), plain.log_end_offset());
+    for suffix in [".log", INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        let name = |d: &std::path::Path| segment_file(d, Offset(0), suffix);
+        let (x, y) = (
+            std::fs::read(name(&a)).unwrap(),
+            std::fs::read(name(&b)).unwrap(),
+        );
+        assert!(!x.is_empty(), "{suffix} has entries");
+        assert_eq!(x, y, "{suffix}");
+    }
+    let end = staged.log_end_offset();
+    let size = |d: &std::path::Path, s: &str| {
+        std::fs::metadata(segment_file(d, Offset(0), s))
+            .unwrap()
+            .len()
+    };
+    let sizes = (size(&b, ".log"), size(&b, INDEX_SUFFIX));
+    let more = batches(end.0, 4, 3, 50).concat();
+    let err = staged_append(&mut staged, &mut StdIo, &more, Some(libc::ENOSPC)).unwrap_err();
+    assert!(err.is_disk_full(), "{err}");
+    assert!(staged.offline_reason().is_none());
+    assert_eq!(staged.log_end_offset(), end);
+    assert_eq!((size(&b, ".log"), size(&b, INDEX_SUFFIX)), sizes);
+    // Space is back: the same records go in.
+    staged_append(&mut staged, &mut StdIo, &more, None).unwrap();
+    let last = batches(staged.log_end_offset().0, 2, 3, 50).concat();
+    staged_append(&mut staged, &mut StdIo, &last, Some(libc::EIO)).unwrap_err();
+    assert!(staged.offline_reason().is_some());
+    assert!(staged.append(&mut StdIo, &last).is_err());
+}

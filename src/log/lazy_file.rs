@@ -59,6 +59,9 @@ pub struct LazyFile {
     hold: Hold,
     held: Option<Held>,
     unsynced: bool,
+    /// The held descriptor was opened for one batch of writes only (past the budget) and is
+    /// closed by `end_batch`.
+    batch_only: bool,
 }
 
 impl LazyFile {
@@ -69,6 +72,7 @@ impl LazyFile {
             hold,
             held: None,
             unsynced: true,
+            batch_only: false,
         }
     }
 
@@ -159,6 +163,43 @@ impl LazyFile {
     /// Closes the held descriptor, if any (the segment stopped being active).
     pub fn release(&mut self) {
         self.held = None;
+        self.batch_only = false;
+    }
+
+    /// Holds a writable descriptor until `end_batch`, for writes submitted together whose
+    /// descriptor must outlive this call (a ring batch borrows it): the held one, or a new one
+    /// kept by the hold rule, or one held for this batch only. Marks the file unsynced.
+    pub fn begin_batch(&mut self) -> io::Result<()> {
+        self.unsynced = true;
+        if self.held.is_some() {
+            return Ok(());
+        }
+        let file = OpenOptions::new().read(true).write(true).open(&self.path)?;
+        let (budgeted, batch_only) = match self.hold {
+            Hold::Always => (false, false),
+            Hold::Budgeted if take_budget_slot() => (true, false),
+            Hold::Budgeted => (false, true),
+        };
+        self.held = Some(Held { file, budgeted });
+        self.batch_only = batch_only;
+        Ok(())
+    }
+
+    /// The descriptor `begin_batch` holds.
+    pub fn batch_file(&self) -> &File {
+        &self
+            .held
+            .as_ref()
+            .expect("batch_file is called between begin_batch and end_batch")
+            .file
+    }
+
+    /// Ends what `begin_batch` began: a descriptor held for that batch only is closed.
+    pub fn end_batch(&mut self) {
+        if self.batch_only {
+            self.held = None;
+            self.batch_only = false;
+        }
     }
 }
 

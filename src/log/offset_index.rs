@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use crate::ids::{FilePosition, Offset, RelativeOffset};
 use crate::limits::OFFSET_INDEX_ENTRY_BYTES;
-use crate::log::io::LogIo;
+use crate::log::index_pending::{PendingEntries, PendingIndex};
+use crate::log::io::{LogIo, WriteOp};
 use crate::log::lazy_file::{Hold, LazyFile};
 use crate::log::LogError;
 
@@ -32,6 +33,8 @@ pub struct OffsetIndex {
     base: Offset,
     max_entries: u32,
     entries: Vec<OffsetIndexEntry>,
+    /// Entries pushed but not yet on the file (written once per append, with its `.log` bytes).
+    pending: PendingEntries<ENTRY>,
 }
 
 impl OffsetIndex {
@@ -45,6 +48,7 @@ impl OffsetIndex {
             base,
             max_entries,
             entries: Vec::new(),
+            pending: PendingEntries::new(0),
         })
     }
 
@@ -64,6 +68,7 @@ impl OffsetIndex {
             maybe_longer: false,
             base,
             max_entries,
+            pending: PendingEntries::new(entries.len()),
             entries,
         })
     }
@@ -88,14 +93,21 @@ impl OffsetIndex {
         self.entries.len() >= self.max_entries as usize
     }
 
-    /// Appends (absolute `offset`, `position`). Offsets must strictly increase, as in Kafka
-    /// (`InvalidOffsetException`); the caller guarantees it by construction.
+    /// Appends (absolute `offset`, `position`) and writes it. Offsets must strictly increase, as
+    /// in Kafka (`InvalidOffsetException`); the caller guarantees it by construction.
     pub fn append(
         &mut self,
         io: &mut impl LogIo,
         offset: Offset,
         position: FilePosition,
     ) -> Result<(), LogError> {
+        self.push(offset, position)?;
+        self.write_pending(io)
+    }
+
+    /// Adds (absolute `offset`, `position`) in memory only; it reaches the file with the next
+    /// `pending_write` the caller performs (then `pending_written`) or `write_pending`.
+    pub fn push(&mut self, offset: Offset, position: FilePosition) -> Result<(), LogError> {
         assert!(!self.is_full(), "offset index appended past its capacity");
         let relative = relative(self.base, offset).ok_or_else(|| {
             LogError::corrupt(&self.path, format!("offset {offset} out of range"))
@@ -114,11 +126,7 @@ impl OffsetIndex {
         let mut buf = [0u8; ENTRY];
         buf[..4].copy_from_slice(&relative.0.to_be_bytes());
         buf[4..].copy_from_slice(&position.0.to_be_bytes());
-        let at = (self.entries.len() * ENTRY) as u64;
-        if let Err(e) = self.file.write_all_at(io, at, &buf) {
-            self.maybe_longer = true;
-            return Err(LogError::io(&self.path, e));
-        }
+        self.pending.push(&buf);
         self.entries.push(OffsetIndexEntry {
             relative_offset: relative,
             position,
@@ -161,15 +169,17 @@ impl OffsetIndex {
     }
 
     fn truncate_entries(&mut self, keep: usize) -> Result<(), LogError> {
-        // The file is exactly `entries` long unless a write failed: cutting nothing needs no
-        // descriptor (recovery cuts every index of a partition at its recovery point).
-        if keep >= self.entries.len() && !self.maybe_longer {
+        // The file holds exactly its written entries unless a write failed: cutting nothing
+        // needs no descriptor (recovery cuts every index of a partition at its recovery point).
+        let on_file_before = self.pending.on_file();
+        self.entries.truncate(keep);
+        let on_file = self.pending.truncate(keep);
+        if on_file >= on_file_before && !self.maybe_longer {
             return Ok(());
         }
         self.file
-            .set_len((keep * ENTRY) as u64)
+            .set_len((on_file * ENTRY) as u64)
             .map_err(|e| LogError::io(&self.path, e))?;
-        self.entries.truncate(keep);
         self.maybe_longer = false;
         Ok(())
     }
@@ -186,6 +196,43 @@ impl OffsetIndex {
     /// Whether a descriptor is held (tests of the fd budget).
     pub fn is_held(&self) -> bool {
         self.file.is_held()
+    }
+}
+
+impl PendingIndex for OffsetIndex {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn begin_batch(&mut self) -> Result<(), LogError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.file
+            .begin_batch()
+            .map_err(|e| LogError::io(&self.path, e))
+    }
+
+    fn end_batch(&mut self) {
+        self.file.end_batch();
+    }
+
+    fn pending_write(&self) -> Option<WriteOp<'_>> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        self.pending.write(self.file.batch_file())
+    }
+
+    fn pending_written(&mut self) {
+        self.pending.written(self.entries.len());
+    }
+
+    fn drop_pending(&mut self) -> Result<(), LogError> {
+        // A failed write may have put part of the entries on the file.
+        self.maybe_longer = true;
+        let keep = self.pending.on_file();
+        self.truncate_entries(keep)
     }
 }
 

@@ -17,7 +17,7 @@ use crate::log::checkpoint_cell::{CheckpointCell, CheckpointEntry};
 pub(crate) use crate::log::clock::now_ms;
 use crate::log::config::{FlushPolicy, LogConfig};
 use crate::log::epoch_cache::{assign_epoch, LeaderEpochCache};
-use crate::log::io::LogIo;
+use crate::log::io::{LogIo, WriteOp};
 use crate::log::lazy_file::FileRef;
 use crate::log::producer_state::{
     delete_snapshots_above, delete_snapshots_below, ProducerStateManager,
@@ -25,7 +25,7 @@ use crate::log::producer_state::{
 use crate::log::read_view::{LogState, PartitionHandle, Publisher};
 use crate::log::recovery::{self, rebuild_producer_state, LoadOptions};
 use crate::log::retention::{deletable_prefix, SegmentFacts};
-use crate::log::segment::{ChunkStats, Recovered, Segment};
+use crate::log::segment::{AppendMark, ChunkStats, Recovered, Segment};
 use crate::log::{partition_meta, LogError};
 use crate::wire::batch::{Batch, Batches, Codec, Peek};
 
@@ -56,6 +56,48 @@ pub struct LogSlice<'a> {
     pub length: u64,
 }
 
+/// An append applied to the log's in-memory state whose writes are still to be performed
+/// (`PartitionLog::stage_append`). Must be completed with `finish_append` before anything else
+/// is done with the log.
+#[derive(Debug)]
+#[must_use = "a staged append must be completed with finish_append"]
+pub struct StagedAppend {
+    info: AppendInfo,
+    before: BeforeAppend,
+    mark: AppendMark,
+}
+
+impl StagedAppend {
+    pub fn info(&self) -> &AppendInfo {
+        &self.info
+    }
+}
+
+/// What an append restores when it fails.
+#[derive(Debug, Clone, Copy)]
+struct BeforeAppend {
+    log_end: Offset,
+    unflushed: u64,
+}
+
+/// For a rollback that needs no I/O of its own: the staged append's files were cut back by
+/// the segment, and truncating to an unchanged log end writes nothing.
+struct NoIo;
+
+impl LogIo for NoIo {
+    fn write_all_at(&mut self, _: &File, _: u64, _: &[u8]) -> std::io::Result<()> {
+        Err(std::io::Error::other(
+            "a staged append's rollback writes nothing",
+        ))
+    }
+
+    fn sync_data(&mut self, _: &File) -> std::io::Result<()> {
+        Err(std::io::Error::other(
+            "a staged append's rollback syncs nothing",
+        ))
+    }
+}
+
 #[derive(Debug)]
 pub struct PartitionLog {
     dir: PathBuf,
@@ -83,6 +125,8 @@ pub struct PartitionLog {
     revalidated_at_open: Recovered,
     /// This log's checkpoint lines, shared with the log dir (see `checkpoint_cell`).
     checkpoint: Arc<CheckpointCell>,
+    /// A staged append waits for `finish_append`; nothing else may change the log meanwhile.
+    staged: bool,
 }
 
 impl PartitionLog {
@@ -133,6 +177,7 @@ impl PartitionLog {
             publisher: None,
             recovered_at_open: false,
             revalidated_at_open: Recovered::default(),
+            staged: false,
             checkpoint: Arc::new(CheckpointCell::new(CheckpointEntry {
                 recovery_point: Offset::ZERO,
                 log_start_above_first_segment: None,
@@ -190,6 +235,7 @@ impl PartitionLog {
             publisher: None,
             recovered_at_open: loaded.recovered,
             revalidated_at_open: loaded.revalidated,
+            staged: false,
             checkpoint: Arc::new(CheckpointCell::new(CheckpointEntry {
                 recovery_point: Offset::ZERO,
                 log_start_above_first_segment: None,
@@ -369,6 +415,7 @@ impl PartitionLog {
     /// (`offline_reason`), as Kafka takes a log dir offline: appends are refused until the log
     /// is reopened, which recovers it from the recovery point.
     pub fn append(&mut self, io: &mut impl LogIo, records: &[u8]) -> Result<AppendInfo, LogError> {
+        self.assert_not_staged();
         if self.offline.is_some() {
             return Err(self.offline_error());
         }
@@ -376,19 +423,132 @@ impl PartitionLog {
         if info.batches == 0 {
             return Ok(info);
         }
-        let old_end = self.log_end_offset();
-        let old_unflushed = self.unflushed_messages;
+        let before = self.before_append();
         let result = self
             .write_chunks(io, records)
             .map_err(|e| (e, true))
+            .and_then(|()| self.after_write(io, &info));
+        self.settle(io, info, before, result)
+    }
+
+    /// The first half of an append whose writes the caller performs, e.g. together with other
+    /// partitions' appends in one ring submission: validates `records` like `append`, applies
+    /// them to the active segment's in-memory state and returns the staged append, whose
+    /// writes are `staged_writes`; `finish_append` completes it with their outcome. Readers see
+    /// nothing of it before `finish_append` succeeded.
+    ///
+    /// `Ok(None)`: this append is not staged (it needs a segment roll, spans segments, or
+    /// holds no batch); call `append` instead. An error is final, as from `append` (a staged
+    /// append that fails its index checks is rolled back and takes the log offline).
+    pub fn stage_append(&mut self, records: &[u8]) -> Result<Option<StagedAppend>, LogError> {
+        self.assert_not_staged();
+        if self.offline.is_some() {
+            return Err(self.offline_error());
+        }
+        let info = self.validate_append(records)?;
+        if info.batches == 0 {
+            return Ok(None);
+        }
+        let (end, stats) = self.next_chunk(records, 0);
+        if end != records.len()
+            || self
+                .active()
+                .roll_reason(&stats, &self.config, now_ms())
+                .is_some()
+        {
+            return Ok(None);
+        }
+        let before = self.before_append();
+        match self.active_mut().stage_append(records) {
+            Ok(mark) => {
+                self.staged = true;
+                Ok(Some(StagedAppend { info, before, mark }))
+            }
+            Err(e) => self
+                .settle(&mut NoIo, info, before, Err((e, true)))
+                .map(|_| None),
+        }
+    }
+
+    /// The writes of a staged append (its `.log` bytes, then its index entries), to be
+    /// performed in this order or with each `after_previous` op ordered after its predecessor.
+    pub fn staged_writes<'a>(
+        &'a self,
+        staged: &StagedAppend,
+        records: &'a [u8],
+    ) -> impl Iterator<Item = WriteOp<'a>> {
+        self.active().staged_writes(&staged.mark, records)
+    }
+
+    /// Completes a staged append once its writes were performed, with their outcome (the first
+    /// error among them): the same result, rollback and offline rules as `append`.
+    pub fn finish_append(
+        &mut self,
+        io: &mut impl LogIo,
+        staged: StagedAppend,
+        records: &[u8],
+        written: std::io::Result<()>,
+    ) -> Result<AppendInfo, LogError> {
+        let StagedAppend { info, before, mark } = staged;
+        assert!(self.staged, "finish_append without a staged append");
+        self.staged = false;
+        let result = self
+            .active_mut()
+            .finish_append(mark, written)
             .and_then(|()| {
-                self.unflushed_messages += (info.last_offset.0 - info.first_offset.0 + 1) as u64;
-                self.maybe_flush(io).map_err(|e| (e, false))
-            });
+                for item in Batches::new(records) {
+                    let (_, batch) = item.expect("validated when staged");
+                    self.on_appended_batch(io, &batch)?;
+                }
+                Ok(())
+            })
+            .map_err(|e| (e, true))
+            .and_then(|()| self.after_write(io, &info));
+        self.settle(io, info, before, result)
+    }
+
+    /// Whether a staged append waits for `finish_append`.
+    pub fn has_staged_append(&self) -> bool {
+        self.staged
+    }
+
+    /// The log's own state must not change under a staged append (its in-memory state is
+    /// ahead of its files until `finish_append`).
+    fn assert_not_staged(&self) {
+        assert!(!self.staged, "log changed while an append was staged");
+    }
+
+    fn before_append(&self) -> BeforeAppend {
+        BeforeAppend {
+            log_end: self.log_end_offset(),
+            unflushed: self.unflushed_messages,
+        }
+    }
+
+    /// After an append's writes: count its messages and flush if the policy says so.
+    fn after_write(
+        &mut self,
+        io: &mut impl LogIo,
+        info: &AppendInfo,
+    ) -> Result<(), (LogError, bool)> {
+        self.unflushed_messages += (info.last_offset.0 - info.first_offset.0 + 1) as u64;
+        self.maybe_flush(io).map_err(|e| (e, false))
+    }
+
+    /// The end of every append: on success the new view is published; on failure (`true`:
+    /// a write failed, `false`: the flush) the log is truncated back to where it was, and is
+    /// taken offline unless a write found the disk full.
+    fn settle(
+        &mut self,
+        io: &mut impl LogIo,
+        info: AppendInfo,
+        before: BeforeAppend,
+        result: Result<(), (LogError, bool)>,
+    ) -> Result<AppendInfo, LogError> {
         if let Err((error, on_write)) = result {
             let retryable = on_write && error.is_disk_full();
-            self.unflushed_messages = old_unflushed;
-            match self.truncate_to(io, old_end) {
+            self.unflushed_messages = before.unflushed;
+            match self.truncate_to(io, before.log_end) {
                 Err(rollback) => {
                     self.take_offline(format!("{error}; rolling it back failed too: {rollback}"))
                 }
@@ -599,6 +759,7 @@ impl PartitionLog {
     /// succeeds proves nothing about them, and only recovery at the next open may vouch for
     /// that data again.
     pub fn flush(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        self.assert_not_staged();
         if self.offline.is_some() {
             return Err(self.offline_error());
         }
@@ -736,6 +897,7 @@ impl PartitionLog {
     /// it are deleted; the one containing it is cut at a batch boundary, so the new log end is
     /// the end of the last batch that lies entirely below `offset`.
     pub fn truncate_to(&mut self, io: &mut impl LogIo, offset: Offset) -> Result<(), LogError> {
+        self.assert_not_staged();
         if offset >= self.log_end_offset() {
             return Ok(());
         }
@@ -852,6 +1014,7 @@ impl PartitionLog {
     /// Final time-index entry, fsync of everything, epoch checkpoint: the state a clean
     /// shutdown marker may vouch for.
     pub fn close(mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        self.assert_not_staged();
         if self.offline.is_some() {
             return Err(self.offline_error());
         }

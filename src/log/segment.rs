@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use crate::ids::{FilePosition, Offset, TimestampMs};
 use crate::log::config::LogConfig;
-use crate::log::io::LogIo;
+use crate::log::index_pending::PendingIndex;
+use crate::log::io::{first_error, LogIo, WriteOp};
 use crate::log::lazy_file::{FileRef, Hold, LazyFile};
 use crate::log::offset_index::{relative, OffsetIndex};
 use crate::log::scan::{for_each_batch, read_header, BatchHeader, ScanEnd};
@@ -73,6 +74,16 @@ pub struct Segment {
     /// maxTimestamp of the first batch: the clock for segment.ms.
     first_batch_max_timestamp: Option<TimestampMs>,
     created_ms: i64,
+    next_offset: Offset,
+}
+
+/// A segment's in-memory state before a staged append, restored if the append's writes fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendMark {
+    size: u64,
+    bytes_since_last_index_entry: u64,
+    max_timestamp_so_far: (TimestampMs, Offset),
+    first_batch_max_timestamp: Option<TimestampMs>,
     next_offset: Offset,
 }
 
@@ -365,40 +376,132 @@ impl Segment {
         }
     }
 
-    /// Appends `bytes`, complete and already validated batches, at the end of the `.log`, then
-    /// adds index entries per batch with Kafka's rule. On an I/O error the segment's in-memory
-    /// state is unchanged and the `.log` is cut back to its old size (best effort).
+    /// Appends `bytes`, complete and already validated batches, at the end of the `.log`, with
+    /// index entries per batch by Kafka's rule: the `.log` bytes and the new entries of each
+    /// index go to `io` as one batch of (at most) three writes. On an I/O error the segment's
+    /// in-memory state is unchanged and its files are cut back to their old sizes.
     pub fn append(&mut self, io: &mut impl LogIo, bytes: &[u8]) -> Result<(), LogError> {
+        let mark = self.stage_append(bytes)?;
+        let mut results = Vec::with_capacity(3);
+        let ops: Vec<WriteOp<'_>> = self.staged_writes(&mark, bytes).collect();
+        io.write_batch(&ops, &mut results);
+        self.finish_append(mark, first_error(&mut results))
+    }
+
+    /// The sans-IO half of `append`: applies `bytes` to the in-memory state (size, next offset,
+    /// index entries queued for writing) and returns what to restore if the writes fail. Nothing
+    /// is written: the caller performs `staged_writes` and then calls `finish_append`, and no
+    /// other change to this segment may come in between.
+    pub fn stage_append(&mut self, bytes: &[u8]) -> Result<AppendMark, LogError> {
         let start = self.size;
         let end = start + bytes.len() as u64;
         assert!(
             end <= crate::limits::SEGMENT_BYTES_MAX,
             "segment grew past int32 positions"
         );
-        if let Err(e) = self.log.write_all_at(io, start, bytes) {
-            let _ = self.log.set_len(start);
-            return Err(LogError::io(&self.log_path, e));
-        }
+        let mark = AppendMark {
+            size: start,
+            bytes_since_last_index_entry: self.bytes_since_last_index_entry,
+            max_timestamp_so_far: self.max_timestamp_so_far,
+            first_batch_max_timestamp: self.first_batch_max_timestamp,
+            next_offset: self.next_offset,
+        };
         self.size = end;
         let mut pos = start;
         for item in Batches::new(bytes) {
             let (_, batch) = item.expect("append is given validated batches");
-            self.index_batch(io, FilePosition(pos as u32), &batch)?;
+            if let Err(e) = self.index_batch(FilePosition(pos as u32), &batch) {
+                self.restore(&mark)?;
+                return Err(e);
+            }
             pos += batch.size() as u64;
         }
         assert_eq!(pos, end, "append is given whole batches");
-        Ok(())
+        // The writes borrow the files' descriptors until `finish_append` (lazily held files).
+        if let Err(e) = self.begin_batch() {
+            self.restore(&mark)?;
+            self.end_batch();
+            return Err(e);
+        }
+        Ok(mark)
+    }
+
+    fn begin_batch(&mut self) -> Result<(), LogError> {
+        self.log
+            .begin_batch()
+            .map_err(|e| LogError::io(&self.log_path, e))?;
+        self.offset_index.begin_batch()?;
+        self.time_index.begin_batch()
+    }
+
+    fn end_batch(&mut self) {
+        self.log.end_batch();
+        self.offset_index.end_batch();
+        self.time_index.end_batch();
+    }
+
+    /// The writes of a staged append, in order: its `.log` bytes, then the `.index` and
+    /// `.timeindex` entries it queued (each ordered after the previous write).
+    pub fn staged_writes<'a>(
+        &'a self,
+        mark: &AppendMark,
+        bytes: &'a [u8],
+    ) -> impl Iterator<Item = WriteOp<'a>> {
+        let log = WriteOp {
+            file: self.log.batch_file(),
+            pos: mark.size,
+            data: bytes,
+            after_previous: false,
+        };
+        std::iter::once(log)
+            .chain(self.offset_index.pending_write())
+            .chain(self.time_index.pending_write())
+    }
+
+    /// Completes a staged append with the outcome of its writes: on success the queued index
+    /// entries count as written; on failure everything `stage_append` changed is undone and
+    /// the files are cut back (a failed rollback is reported instead of the write error, so the
+    /// caller takes the log offline).
+    pub fn finish_append(
+        &mut self,
+        mark: AppendMark,
+        written: std::io::Result<()>,
+    ) -> Result<(), LogError> {
+        let done = match written {
+            Ok(()) => {
+                self.offset_index.pending_written();
+                self.time_index.pending_written();
+                Ok(())
+            }
+            Err(e) => self
+                .restore(&mark)
+                .and(Err(LogError::io(&self.log_path, e))),
+        };
+        self.end_batch();
+        done
+    }
+
+    /// Undoes a staged append: in-memory state back to `mark`, files back to their sizes.
+    fn restore(&mut self, mark: &AppendMark) -> Result<(), LogError> {
+        self.size = mark.size;
+        self.bytes_since_last_index_entry = mark.bytes_since_last_index_entry;
+        self.max_timestamp_so_far = mark.max_timestamp_so_far;
+        self.first_batch_max_timestamp = mark.first_batch_max_timestamp;
+        self.next_offset = mark.next_offset;
+        let log = self
+            .log
+            .set_len(mark.size)
+            .map_err(|e| LogError::io(&self.log_path, e));
+        let index = self.offset_index.drop_pending();
+        let time = self.time_index.drop_pending();
+        log.and(index).and(time)
     }
 
     /// Kafka's per-batch index step (shared by append and recovery so both produce the same
     /// entries): the max timestamp is updated first, then an entry is added when more than
-    /// `index.interval.bytes` have been written since the last one.
-    fn index_batch(
-        &mut self,
-        io: &mut impl LogIo,
-        pos: FilePosition,
-        batch: &Batch<'_>,
-    ) -> Result<(), LogError> {
+    /// `index.interval.bytes` have been written since the last one. Entries are queued in
+    /// memory; the caller writes them (`staged_writes`, `write_pending_indexes`).
+    fn index_batch(&mut self, pos: FilePosition, batch: &Batch<'_>) -> Result<(), LogError> {
         let max_ts = batch.max_timestamp();
         if pos.0 == 0 {
             self.first_batch_max_timestamp = Some(max_ts);
@@ -407,14 +510,20 @@ impl Segment {
             self.max_timestamp_so_far = (max_ts, batch.last_offset());
         }
         if self.bytes_since_last_index_entry > self.index_interval_bytes as u64 {
-            self.offset_index.append(io, batch.last_offset(), pos)?;
+            self.offset_index.push(batch.last_offset(), pos)?;
             let (ts, off) = self.max_timestamp_so_far;
-            self.time_index.maybe_append(io, ts, off, false)?;
+            self.time_index.maybe_push(ts, off, false)?;
             self.bytes_since_last_index_entry = 0;
         }
         self.bytes_since_last_index_entry += batch.size() as u64;
         self.next_offset = batch.next_offset();
         Ok(())
+    }
+
+    /// Writes the index entries queued by recovery.
+    fn write_pending_indexes(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        self.offset_index.write_pending(io)?;
+        self.time_index.write_pending(io)
     }
 
     /// Rebuilds the indexes from the `.log`, validating every batch; cuts the `.log` at the
@@ -571,7 +680,7 @@ impl Segment {
                 ));
                 return Ok(ControlFlow::Break(()));
             }
-            self.index_batch(io, pos, &batch)?;
+            self.index_batch(pos, &batch)?;
             if let Some(txn) = on_batch(&batch)? {
                 self.txn_index.append(io, &txn)?;
             }
@@ -600,6 +709,7 @@ impl Segment {
                 .map_err(|e| LogError::io(&self.log_path, e))?;
             self.size = valid_end;
         }
+        self.write_pending_indexes(io)?;
         let (ts, off) = self.max_timestamp_so_far;
         self.time_index.maybe_append(io, ts, off, true)?;
         revalidated.cut = cut;

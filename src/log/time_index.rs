@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use crate::ids::{Offset, RelativeOffset, TimestampMs};
 use crate::limits::TIME_INDEX_ENTRY_BYTES;
-use crate::log::io::LogIo;
+use crate::log::index_pending::{PendingEntries, PendingIndex};
+use crate::log::io::{LogIo, WriteOp};
 use crate::log::lazy_file::{Hold, LazyFile};
 use crate::log::offset_index::{absolute, check_absolute, relative};
 use crate::log::LogError;
@@ -32,6 +33,8 @@ pub struct TimeIndex {
     base: Offset,
     max_entries: u32,
     entries: Vec<TimeIndexEntry>,
+    /// Entries pushed but not yet on the file (see `OffsetIndex`).
+    pending: PendingEntries<ENTRY>,
 }
 
 impl TimeIndex {
@@ -44,6 +47,7 @@ impl TimeIndex {
             base,
             max_entries,
             entries: Vec::new(),
+            pending: PendingEntries::new(0),
         })
     }
 
@@ -61,6 +65,7 @@ impl TimeIndex {
             maybe_longer: false,
             base,
             max_entries,
+            pending: PendingEntries::new(entries.len()),
             entries,
         })
     }
@@ -98,11 +103,23 @@ impl TimeIndex {
         absolute(self.base, rel)
     }
 
-    /// Appends (timestamp, offset) if the timestamp is strictly greater than the last entry's.
-    /// `force` skips the full check (the final entry of a segment).
+    /// Appends (timestamp, offset) if the timestamp is strictly greater than the last entry's,
+    /// and writes it. `force` skips the full check (the final entry of a segment).
     pub fn maybe_append(
         &mut self,
         io: &mut impl LogIo,
+        timestamp: TimestampMs,
+        offset: Offset,
+        force: bool,
+    ) -> Result<(), LogError> {
+        self.maybe_push(timestamp, offset, force)?;
+        self.write_pending(io)
+    }
+
+    /// `maybe_append` in memory only; the entry reaches the file with the next `pending_write`
+    /// the caller performs (then `pending_written`) or `write_pending`.
+    pub fn maybe_push(
+        &mut self,
         timestamp: TimestampMs,
         offset: Offset,
         force: bool,
@@ -130,11 +147,7 @@ impl TimeIndex {
         let mut buf = [0u8; ENTRY];
         buf[..8].copy_from_slice(&timestamp.0.to_be_bytes());
         buf[8..].copy_from_slice(&rel.0.to_be_bytes());
-        let at = (self.entries.len() * ENTRY) as u64;
-        if let Err(e) = self.file.write_all_at(io, at, &buf) {
-            self.maybe_longer = true;
-            return Err(LogError::io(&self.path, e));
-        }
+        self.pending.push(&buf);
         self.entries.push(TimeIndexEntry {
             timestamp,
             relative_offset: rel,
@@ -172,15 +185,17 @@ impl TimeIndex {
     }
 
     fn truncate_entries(&mut self, keep: usize) -> Result<(), LogError> {
-        // The file is exactly `entries` long unless a write failed: cutting nothing needs no
-        // descriptor (recovery cuts every index of a partition at its recovery point).
-        if keep >= self.entries.len() && !self.maybe_longer {
+        // The file holds exactly its written entries unless a write failed: cutting nothing
+        // needs no descriptor (recovery cuts every index of a partition at its recovery point).
+        let on_file_before = self.pending.on_file();
+        self.entries.truncate(keep);
+        let on_file = self.pending.truncate(keep);
+        if on_file >= on_file_before && !self.maybe_longer {
             return Ok(());
         }
         self.file
-            .set_len((keep * ENTRY) as u64)
+            .set_len((on_file * ENTRY) as u64)
             .map_err(|e| LogError::io(&self.path, e))?;
-        self.entries.truncate(keep);
         self.maybe_longer = false;
         Ok(())
     }
@@ -197,6 +212,42 @@ impl TimeIndex {
     /// Whether a descriptor is held (tests of the fd budget).
     pub fn is_held(&self) -> bool {
         self.file.is_held()
+    }
+}
+
+impl PendingIndex for TimeIndex {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn begin_batch(&mut self) -> Result<(), LogError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.file
+            .begin_batch()
+            .map_err(|e| LogError::io(&self.path, e))
+    }
+
+    fn end_batch(&mut self) {
+        self.file.end_batch();
+    }
+
+    fn pending_write(&self) -> Option<WriteOp<'_>> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        self.pending.write(self.file.batch_file())
+    }
+
+    fn pending_written(&mut self) {
+        self.pending.written(self.entries.len());
+    }
+
+    fn drop_pending(&mut self) -> Result<(), LogError> {
+        // A failed write may have put part of the entries on the file.
+        self.maybe_longer = true;
+        self.truncate_entries(self.pending.on_file())
     }
 }
 

@@ -57,6 +57,9 @@ use crate::wire::frame::{self, LENGTH_PREFIX_BYTES};
 // TLS and SASL on the ring: kept apart so the plaintext path above stays as it was.
 #[path = "mirror_shard_secure.rs"]
 mod secure;
+// A response's appends, written with one ring submission.
+#[path = "mirror_shard_append.rs"]
+mod append;
 // Progress reports for describe.
 #[path = "mirror_shard_progress.rs"]
 mod progress_report;
@@ -259,6 +262,8 @@ pub type ReturnedLogs = Arc<Mutex<Vec<PartitionLog>>>;
 pub struct MirrorShard {
     sources: Vec<Source>,
     events: Vec<FetchEvent>,
+    /// The appends of the response being handled, staged until its writes are submitted.
+    staged: append::StagedAppends,
     returned: ReturnedLogs,
     progress: super::progress::ProgressBoard,
     /// Progress cells by location, looked up once when a partition arrives.
@@ -270,6 +275,7 @@ impl MirrorShard {
         MirrorShard {
             sources: Vec::new(),
             events: Vec::new(),
+            staged: Default::default(),
             returned,
             progress: Default::default(),
             cells: Default::default(),
@@ -1025,51 +1031,13 @@ impl MirrorShard {
             slot,
         };
         for ev in events.drain(..) {
+            // Anything but records and watermarks may stop a partition or read its log end:
+            // the appends staged so far are written (and completed) first.
+            if !matches!(ev, FetchEvent::Records(_) | FetchEvent::Watermarks { .. }) {
+                self.write_staged(cx);
+            }
             match ev {
-                FetchEvent::Records(r) => {
-                    let began = Instant::now();
-                    let result = match self.log_mut(at(r.slot)) {
-                        Some(log) => log
-                            .append(&mut RingIo::new(cx.ring), &r.records)
-                            .map(|_| log.log_end_offset())
-                            .map_err(|e| (e, resume_point(log), log.offline_reason().is_some())),
-                        None => continue,
-                    };
-                    match result {
-                        Ok(end) => {
-                            self.group_mut(at(r.slot)).fetcher.appended(r.slot);
-                            self.meter_append(cx, at(r.slot), &r, began, end);
-                            self.report_append(at(r.slot), &r);
-                        }
-                        Err((e, _, true)) => {
-                            // Kafka's rule for log dirs: a disk error takes the log offline
-                            // for good; retrying could only write around lost pages.
-                            let why = format!(
-                                "log offline after a disk error, not retried: {e}; fix the \
-                                 disk and restart kmirror (the log is recovered when opened)"
-                            );
-                            self.stop_partition(cx, at(r.slot), why, false);
-                        }
-                        Err((e, (end, epoch), false)) if e.is_disk_full() => {
-                            // Rolled back: fetch the same records again once there is space.
-                            let why = format!(
-                                "disk full, appends paused and retried with backoff until \
-                                 space returns: {e}"
-                            );
-                            let group = self.group_mut(at(r.slot));
-                            let _ = group.fetcher.rewind(r.slot, end, epoch, Instant::now());
-                            let tp = group.fetcher.topic_partition(r.slot).cloned();
-                            self.report_stalled(at(r.slot), why.clone());
-                            if let Some(tp) = tp {
-                                notice(cx, format!("{tp}: {why}"));
-                            }
-                        }
-                        Err((e, _, false)) => {
-                            let why = format!("append failed: {e}");
-                            self.stop_partition(cx, at(r.slot), why, true);
-                        }
-                    }
-                }
+                FetchEvent::Records(r) => self.stage_records(cx, at(r.slot), r),
                 FetchEvent::LogStartMoved { slot, to, .. } => {
                     // Mirrored history is never deleted because the source lost it: the log
                     // keeps its batches and the next append lands at `to`, past a gap. Only
@@ -1133,6 +1101,7 @@ impl MirrorShard {
                 }
             }
         }
+        self.write_staged(cx);
     }
 
     fn meter(&self, at: Loc) -> Option<&Arc<PartitionStats>> {
@@ -1142,16 +1111,16 @@ impl MirrorShard {
             .as_ref()
     }
 
-    /// Counters and latencies of one successful append.
+    /// Counters and latencies of one successful append; `took` and `now_ms` are read once per
+    /// response (the appends of a response complete together).
     fn meter_append(
         &self,
         cx: &mut Cx<'_>,
         at: Loc,
         r: &crate::fetch::fetcher::FetchedRecords,
-        began: Instant,
+        (took, now_ms): (Duration, i64),
         log_end: Offset,
     ) {
-        let took = began.elapsed();
         let bytes = r.records.len() as u64;
         cx.stats.appended(bytes, took);
         cx.latency.record(Latency::Append, took);
@@ -1159,15 +1128,19 @@ impl MirrorShard {
             m.appended(bytes, u64::from(r.batches), log_end, r.max_timestamp);
             m.high_watermark(r.high_watermark);
         }
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
         // Clocks of two hosts: a batch stamped in our future counts as no latency.
         if r.max_timestamp.0 > 0 {
             let ms = (now_ms - r.max_timestamp.0).max(0) as u64;
             cx.latency
                 .record(Latency::EndToEnd, Duration::from_millis(ms));
         }
+    }
+
+    fn log(&self, at: Loc) -> Option<&PartitionLog> {
+        self.sources[at.src].groups[at.group]
+            .logs
+            .get(at.slot.0 as usize)?
+            .as_ref()
     }
 
     fn log_mut(&mut self, at: Loc) -> Option<&mut PartitionLog> {

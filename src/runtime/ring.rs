@@ -24,12 +24,18 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use socket2::SockAddr;
 
 use super::arena::{Arena, RegisteredChunk, SlotBuf};
-use crate::limits::{RING_CQ_ENTRIES, RING_OPS_IN_FLIGHT_MAX, RING_SQ_ENTRIES};
+use crate::limits::{
+    RING_CQ_ENTRIES, RING_OPS_IN_FLIGHT_MAX, RING_SQ_ENTRIES, RING_WRITE_BATCH_MAX,
+};
+use crate::log::io::WriteOp;
 
 /// `user_data` of the single blocking op that may be in flight (it never enters the slab).
 const SYNC_KEY: u64 = u64::MAX;
 /// `user_data` of cancel requests, whose own completions carry nothing we need.
 const CANCEL_KEY: u64 = u64::MAX - 1;
+/// `user_data` bit of the writes of a `write_batch`; the other bits are the op's index. (The two
+/// keys above have it set too, so they are matched first.)
+const BATCH_BIT: u64 = 1 << 62;
 
 /// Applies one candidate set of setup flags to a ring builder.
 type SetFlags = fn(&mut io_uring::Builder);
@@ -110,12 +116,35 @@ struct OpEntry {
     counter: [u8; 8],
 }
 
+/// Where one write of a `write_batch` stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BatchState {
+    Pending,
+    Done,
+    /// Failed with this errno (ECANCELED: an op it was linked after failed).
+    Failed(i32),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct BatchOp {
+    /// Bytes written so far (a short write is resubmitted for the rest).
+    written: usize,
+    state: BatchState,
+    /// The CQE of the current submission.
+    cqe: Option<i32>,
+}
+
 /// Per-ring counters, read by metrics and tests (plain integers: only the owning shard writes).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RingStats {
     pub writes_fixed: u64,
     pub writes_plain: u64,
     pub syncs: u64,
+    /// `write_batch` calls: one submission and one wait each for all their writes (more only
+    /// for a batch larger than `RING_WRITE_BATCH_MAX` or a short write).
+    pub write_batches: u64,
+    /// Waits for completions of a `write_batch` (windows and retry rounds).
+    pub write_batch_waits: u64,
     /// SQEs queued for the kernel (every op, including blocking file ops and cancels).
     pub submitted: u64,
     /// CQEs reaped.
@@ -130,6 +159,10 @@ pub struct Ring {
     free: Vec<u32>,
     ready: VecDeque<Completion>,
     sync_result: Option<i32>,
+    /// Per-op state of the `write_batch` under way (kept to reuse its allocation).
+    batch: Vec<BatchOp>,
+    /// Writes of the current `write_batch` window not completed yet.
+    batch_outstanding: usize,
     stats: RingStats,
     fixed: Vec<RegisteredChunk>,
     /// Keeps registered memory mapped for as long as the ring may reference it.
@@ -198,6 +231,8 @@ impl Ring {
             free: (0..RING_OPS_IN_FLIGHT_MAX as u32).rev().collect(),
             ready: VecDeque::with_capacity(RING_OPS_IN_FLIGHT_MAX),
             sync_result: None,
+            batch: Vec::new(),
+            batch_outstanding: 0,
             stats: RingStats::default(),
             fixed: Vec::new(),
             arena: None,
@@ -397,6 +432,12 @@ impl Ring {
         match key {
             SYNC_KEY => self.sync_result = Some(result),
             CANCEL_KEY => {}
+            k if k & BATCH_BIT != 0 => {
+                let op = &mut self.batch[(k & !BATCH_BIT) as usize];
+                assert!(op.cqe.is_none(), "two CQEs for one batch write");
+                op.cqe = Some(result);
+                self.batch_outstanding -= 1;
+            }
             _ => {
                 let entry = self.slab[key as usize]
                     .take()
@@ -451,9 +492,141 @@ impl Ring {
     /// One positional write (may be short): WRITE_FIXED when `data` lies in the registered
     /// arena, plain WRITE otherwise.
     pub fn write_at(&mut self, file: &File, pos: u64, data: &[u8]) -> io::Result<usize> {
+        let sqe = self.write_sqe(file, pos, data);
+        // `data` stays borrowed until run_sync returns, which is after the CQE.
+        let r = self.run_sync(sqe);
+        if r < 0 {
+            Err(io::Error::from_raw_os_error(-r))
+        } else {
+            Ok(r as usize)
+        }
+    }
+
+    /// Performs every write of `ops` with one submission and one wait (per window of
+    /// `RING_WRITE_BATCH_MAX` writes), each a WRITE_FIXED when its bytes lie in the registered
+    /// arena; an op with `after_previous` is linked (IOSQE_IO_LINK) to the one before it, so the
+    /// kernel starts it only once that one completed whole, and cancels it if that one failed.
+    /// Short writes are resubmitted for their rest (with the ops linked after them) in another
+    /// round. One result per op lands in `results`. Async completions that arrive meanwhile are
+    /// queued for `pop_completion`.
+    pub fn write_batch(&mut self, ops: &[WriteOp<'_>], results: &mut Vec<io::Result<()>>) {
+        assert!(self.batch.is_empty(), "one write batch at a time");
+        self.stats.write_batches += 1;
+        self.batch.extend(ops.iter().map(|op| BatchOp {
+            written: 0,
+            state: if op.data.is_empty() {
+                BatchState::Done
+            } else {
+                BatchState::Pending
+            },
+            cqe: None,
+        }));
+        while self.batch.iter().any(|b| b.state == BatchState::Pending) {
+            let mut i = 0;
+            while i < ops.len() {
+                let start = i;
+                i = self.submit_window(ops, start);
+                // `ops` stays borrowed until every CQE of the window is in: only then may the
+                // kernel no longer read the memory the SQEs point at.
+                while self.batch_outstanding > 0 {
+                    self.stats.write_batch_waits += 1;
+                    self.submit_retrying(1);
+                    self.reap();
+                }
+                self.settle_window(ops, start..i);
+            }
+        }
+        results.clear();
+        results.extend(self.batch.drain(..).map(|b| match b.state {
+            BatchState::Done => Ok(()),
+            BatchState::Failed(errno) => Err(io::Error::from_raw_os_error(errno)),
+            BatchState::Pending => unreachable!("the loop above ends with no op pending"),
+        }));
+    }
+
+    /// Queues the pending ops from `start` on, whole link chains only, until the window is
+    /// full; returns where the window ends.
+    fn submit_window(&mut self, ops: &[WriteOp<'_>], start: usize) -> usize {
+        let pending = |batch: &[BatchOp], k: usize| batch[k].state == BatchState::Pending;
+        let mut queued = 0;
+        let mut i = start;
+        while i < ops.len() {
+            if !pending(&self.batch, i) {
+                i += 1;
+                continue;
+            }
+            let mut end = i + 1;
+            while end < ops.len() && ops[end].after_previous && pending(&self.batch, end) {
+                end += 1;
+            }
+            let chain = end - i;
+            if queued > 0 && queued + chain > RING_WRITE_BATCH_MAX {
+                break;
+            }
+            // A chain must reach the kernel in one submission, or its link would be cut.
+            let room = {
+                let sq = self.uring.submission();
+                sq.capacity() - sq.len()
+            };
+            if room < chain {
+                self.submit_retrying(0);
+            }
+            for (k, op) in ops.iter().enumerate().take(end).skip(i) {
+                let sqe = self.batch_write_sqe(op, k, k + 1 < end);
+                self.push(sqe);
+            }
+            self.batch_outstanding += chain;
+            queued += chain;
+            i = end;
+        }
+        i
+    }
+
+    fn batch_write_sqe(&mut self, op: &WriteOp<'_>, k: usize, link: bool) -> squeue::Entry {
+        let written = self.batch[k].written;
+        let sqe = self
+            .write_sqe(op.file, op.pos + written as u64, &op.data[written..])
+            .user_data(BATCH_BIT | k as u64);
+        if link {
+            sqe.flags(squeue::Flags::IO_LINK)
+        } else {
+            sqe
+        }
+    }
+
+    /// Applies the completions of the window `range`, in order (an op canceled because the op
+    /// it is linked after wrote short is pending again, behind it).
+    fn settle_window(&mut self, ops: &[WriteOp<'_>], range: std::ops::Range<usize>) {
+        for k in range {
+            let Some(r) = self.batch[k].cqe.take() else {
+                continue;
+            };
+            let previous_pending =
+                k > 0 && ops[k].after_previous && self.batch[k - 1].state == BatchState::Pending;
+            let op = &mut self.batch[k];
+            op.state = match r {
+                0 => BatchState::Failed(libc::EIO),
+                n if n > 0 => {
+                    op.written += n as usize;
+                    if op.written == ops[k].data.len() {
+                        BatchState::Done
+                    } else {
+                        BatchState::Pending
+                    }
+                }
+                n if n == -libc::EINTR || n == -libc::EAGAIN => BatchState::Pending,
+                n if n == -libc::ECANCELED && previous_pending => BatchState::Pending,
+                n => BatchState::Failed(-n),
+            };
+        }
+    }
+
+    /// A positional write of `data` (at most 4 GiB of it): WRITE_FIXED when it lies in the
+    /// registered arena, plain WRITE otherwise. The caller keeps `data` alive until the CQE.
+    fn write_sqe(&mut self, file: &File, pos: u64, data: &[u8]) -> squeue::Entry {
         let fd = types::Fd(file.as_raw_fd());
         let len = data.len().min(u32::MAX as usize) as u32;
-        let sqe = match self.fixed_index(data) {
+        match self.fixed_index(data) {
             Some(index) => {
                 self.stats.writes_fixed += 1;
                 opcode::WriteFixed::new(fd, data.as_ptr(), len, index)
@@ -466,13 +639,6 @@ impl Ring {
                     .offset(pos)
                     .build()
             }
-        };
-        // `data` stays borrowed until run_sync returns, which is after the CQE.
-        let r = self.run_sync(sqe);
-        if r < 0 {
-            Err(io::Error::from_raw_os_error(-r))
-        } else {
-            Ok(r as usize)
         }
     }
 

@@ -1,18 +1,20 @@
 //! `LogIo` on the shard's own ring: the partition log's writes and syncs go through io_uring.
 //!
-//! Owned transiently by the shard thread (it borrows the shard's `Ring` for one append). Appends
-//! are submitted *and reaped* on the shard's ring before `write_all_at` returns: buffered
-//! page-cache writes complete in microseconds (on XFS/ext4 they complete inline; elsewhere an
-//! io-wq worker runs them), so waiting keeps the log's simple synchronous contract while async
-//! network completions that arrive meanwhile are queued, not lost. When `data` lies inside the
-//! registered arena (the usual case: record slices of a fetch response received into a slot) the
-//! write is a WRITE_FIXED from that memory, with no copy and no per-I/O page pinning.
+//! Owned transiently by the shard thread (it borrows the shard's `Ring` for one append or one
+//! response). Writes are submitted *and reaped* on the shard's ring before the call returns:
+//! buffered page-cache writes complete in microseconds (on XFS/ext4 they complete inline;
+//! elsewhere an io-wq worker runs them), so waiting keeps the log's simple synchronous contract
+//! while async network completions that arrive meanwhile are queued, not lost. `write_batch`
+//! (a whole fetch response's appends, see `mirror_shard_append.rs`) submits all its writes at
+//! once and waits once. When the bytes lie inside the registered arena (the usual case: record
+//! slices of a fetch response received into a slot) the write is a WRITE_FIXED from that
+//! memory, with no copy and no per-I/O page pinning.
 
 use std::fs::File;
 use std::io;
 
 use super::ring::Ring;
-use crate::log::io::LogIo;
+use crate::log::io::{LogIo, WriteOp};
 
 /// The shard ring seen as a `LogIo`.
 #[derive(Debug)]
@@ -46,5 +48,9 @@ impl LogIo for RingIo<'_> {
 
     fn sync_data(&mut self, file: &File) -> io::Result<()> {
         self.ring.fdatasync(file)
+    }
+
+    fn write_batch(&mut self, ops: &[WriteOp<'_>], results: &mut Vec<io::Result<()>>) {
+        self.ring.write_batch(ops, results)
     }
 }
