@@ -226,6 +226,9 @@ pub struct KafkaSection {
     /// way is forgotten this long after its last one.
     #[serde(default = "default_transactional_id_expiration_ms")]
     pub transactional_id_expiration_ms: i64,
+    /// `[kafka.sasl]`: SASL mechanisms, credentials, re-authentication (serve::sasl).
+    #[serde(default)]
+    pub sasl: Option<crate::serve::sasl::SaslSection>,
 }
 
 fn default_transactional_id_expiration_ms() -> i64 {
@@ -448,6 +451,9 @@ impl ServeConfig {
                 "kafka.transactional_id_expiration_ms",
                 format!("must be {XMIN}..={XMAX}"),
             ));
+        }
+        if let Some(sasl) = &k.sasl {
+            sasl.validate()?;
         }
         if k.queued_max_request_bytes < QMIN {
             return Err(invalid(

@@ -18,7 +18,7 @@ use bytes::{Bytes, BytesMut};
 use crate::limits::{SERVE_REQUEST_BYTES_MAX, SERVE_WRITE_TIMEOUT_MS};
 use crate::serve::admission::{bump, read_poll, Admission, BytesPermit, CONN_STATS};
 use crate::serve::dispatch::{frame_head, Dispatcher, Outcome, Part};
-use crate::serve::session::Session;
+use crate::serve::sasl::ConnAuth;
 use crate::serve::ServeError;
 
 /// Serves `stream` until the client leaves, sends something we cannot parse, misses a
@@ -48,7 +48,10 @@ fn serve_inner(
     stream.set_read_timeout(Some(read_poll(&admission.limits)))?;
     stream.set_write_timeout(Some(Duration::from_millis(SERVE_WRITE_TIMEOUT_MS)))?;
     let mut buf = BytesMut::new();
-    let session = Arc::new(Session::plaintext(Some(peer)));
+    // SASL listeners: the gate serves only the SASL exchange until the client authenticated,
+    // then replaces `session` (serve::sasl::gate).
+    let mut auth = ConnAuth::new(dispatcher.sasl());
+    let mut session = auth.first_session(Some(peer));
     loop {
         let Some((frame, _permit)) = read_frame(stream, &mut buf, admission, stop)? else {
             return Ok(());
@@ -56,7 +59,7 @@ fn serve_inner(
         // A panicking handler is a bug of ours: it closes this connection only (the slot and
         // the request bytes are released by their guards either way).
         let dispatched = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            dispatcher.dispatch_from(frame, &session)
+            auth.dispatch(dispatcher, frame, &mut session)
         }))
         .unwrap_or_else(|_| {
             bump(&CONN_STATS.handler_panics);

@@ -21,10 +21,13 @@
 //! | `session` | a connection's listener, peer and principal, carried by every request |
 //! | `segment_reader` | offset/time/txn index lookups on a published segment, by `pread` |
 //! | `groups` | the consumer-group coordinator (sans-IO), registered on the dispatcher |
+//! | `sasl` | SASL PLAIN/SCRAM on SASL listeners: the per-connection gate (KIP-368 re-authentication) |
+//! | `credentials` | kmirror's SCRAM store and PLAIN users, and the APIs that manage them |
 
 pub mod admission;
 pub mod catalog_apis;
 pub mod conn;
+pub mod credentials;
 pub mod describe_configs;
 pub mod dispatch;
 pub mod fetch;
@@ -36,6 +39,7 @@ pub mod metadata;
 pub mod offset_for_epoch;
 pub mod produce;
 pub mod request_stats;
+pub mod sasl;
 pub mod segment_reader;
 pub mod session;
 pub mod txn;
@@ -60,6 +64,13 @@ pub fn start_configured(
     let Some(k) = &config.kafka else {
         return Ok(None);
     };
+    let sasl = match &k.sasl {
+        Some(section) => Some(std::sync::Arc::new(
+            sasl::SaslServer::open(section, &config.storage.data_dir)
+                .map_err(std::io::Error::other)?,
+        )),
+        None => None,
+    };
     let listener_config = ListenerConfig {
         listen: k.listen,
         advertised: k.advertised.clone(),
@@ -72,6 +83,9 @@ pub fn start_configured(
         std::sync::Arc::clone(sessions),
         std::sync::Arc::clone(stats),
         |d, host, port| {
+            if let Some(s) = &sasl {
+                s.register(d);
+            }
             if let Some(g) = groups {
                 g.register(d, host, port);
             }
