@@ -36,6 +36,7 @@ pub use tool::{
     TxnEnd,
 };
 pub use tool::{consume_to_end_with, produce_with, run_tool_with, tool_command_with};
+pub use tool::{tool_command, with_client_config};
 
 use std::sync::OnceLock;
 
