@@ -193,6 +193,18 @@ fn stock_clients_log_in_with_scram_and_plain_and_bad_logins_are_refused() {
     assert!(!std::fs::read_to_string(&store)
         .unwrap()
         .contains(ALICE_PASSWORD));
+    // The mirror definition (it may hold source passwords) lives in __mirror_state: its
+    // directory is 0700 and its segments 0600 under umask 000 too.
+    let state = work.path().join("data/__mirror_state-0");
+    let dir_mode = std::fs::metadata(&state).unwrap().permissions().mode() & 0o777;
+    assert_eq!(dir_mode, 0o700, "{}", state.display());
+    for f in std::fs::read_dir(&state).unwrap() {
+        let f = f.unwrap().path();
+        if f.extension().is_some_and(|e| e == "log") {
+            let mode = std::fs::metadata(&f).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", f.display());
+        }
+    }
 
     // Java consumers, SCRAM-SHA-512 and PLAIN.
     let bob = client_props(work.path(), "PLAIN", "bob", "bob-secret");
