@@ -244,7 +244,7 @@ fn sasl_fixture() -> &'static (
     std::sync::Arc<crate::serve::sasl::SaslServer>,
 ) {
     use crate::fetch::sasl::Mechanism;
-    use crate::serve::credentials::{PlainUsers, ScramCredential, ScramStore};
+    use crate::serve::credentials::{PlainUsers, ScramStore};
     use std::sync::{Arc, OnceLock};
     static FIXTURE: OnceLock<(
         crate::serve::dispatch::Dispatcher,
@@ -255,16 +255,8 @@ fn sasl_fixture() -> &'static (
             std::env::temp_dir().join(format!("kmirror-fuzz-sasl-{}.json", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let scram = Arc::new(ScramStore::open(&path).expect("empty store"));
-        let m = Mechanism::ScramSha512;
         scram
-            .apply(
-                &[],
-                vec![(
-                    "alice".into(),
-                    m,
-                    ScramCredential::from_password(m, "pencil", b"salt".to_vec(), 4096),
-                )],
-            )
+            .set_password("alice", Mechanism::ScramSha512, "pencil", 4096)
             .expect("store in the temp dir");
         let _ = std::fs::remove_file(&path);
         let server = Arc::new(crate::serve::sasl::SaslServer {

@@ -182,6 +182,21 @@ impl ScramStore {
         Ok(())
     }
 
+    /// Sets `user`'s `mechanism` credential from a password, with a fresh random salt (what
+    /// Kafka's tools compute client-side; for tests and local tooling).
+    pub fn set_password(
+        &self,
+        user: &str,
+        mechanism: Mechanism,
+        password: &str,
+        iterations: u32,
+    ) -> Result<(), StoreError> {
+        let mut salt = vec![0u8; 32];
+        rand::Rng::fill(&mut rand::thread_rng(), &mut salt[..]);
+        let c = ScramCredential::from_password(mechanism, password, salt, iterations);
+        self.apply(&[], vec![(user.to_owned(), mechanism, c)])
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<Key, ScramCredential>> {
         self.creds.read().unwrap_or_else(|e| e.into_inner())
     }

@@ -368,7 +368,7 @@ fn reply<M: Encodable>(api: ApiKey, version: i16, correlation_id: i32, body: &M)
 mod tests {
     use super::*;
     use crate::fetch::sasl::ScramClient;
-    use crate::serve::credentials::{PlainUsers, ScramCredential, ScramStore};
+    use crate::serve::credentials::{PlainUsers, ScramStore};
     use bytes::BytesMut;
     use kafka_protocol::messages::{MetadataRequest, RequestHeader};
     use kafka_protocol::protocol::Decodable;
@@ -382,16 +382,8 @@ mod tests {
     fn fixture(reauth_ms: u64) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let scram = Arc::new(ScramStore::open(&dir.path().join("s.json")).unwrap());
-        let m = Mechanism::ScramSha512;
         scram
-            .apply(
-                &[],
-                vec![(
-                    "alice".into(),
-                    m,
-                    ScramCredential::from_password(m, "alice-pw", b"salt".to_vec(), 4096),
-                )],
-            )
+            .set_password("alice", Mechanism::ScramSha512, "alice-pw", 4096)
             .unwrap();
         let server = Arc::new(SaslServer {
             mechanisms: vec![Mechanism::ScramSha512, Mechanism::Plain],
