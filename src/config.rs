@@ -268,6 +268,9 @@ pub struct KafkaSection {
     /// way is forgotten this long after its last one.
     #[serde(default = "default_transactional_id_expiration_ms")]
     pub transactional_id_expiration_ms: i64,
+    /// `[kafka.sasl]`: SASL mechanisms, credentials, re-authentication (serve::sasl).
+    #[serde(default)]
+    pub sasl: Option<crate::serve::sasl::SaslSection>,
 }
 
 fn default_transactional_id_expiration_ms() -> i64 {
@@ -291,10 +294,16 @@ impl KafkaSection {
     /// The listeners to bind: `listeners`, or the one PLAINTEXT listener of `listen`.
     pub fn listener_configs(&self) -> Result<Vec<crate::serve::ListenerConfig>, String> {
         match (self.listen, self.listeners.is_empty()) {
-            (Some(listen), true) => Ok(vec![crate::serve::ListenerConfig::plaintext(
-                listen,
-                self.advertised.clone(),
-            )]),
+            (Some(listen), true) => {
+                let mut l = crate::serve::ListenerConfig::plaintext(listen, self.advertised.clone());
+                // `[kafka.sasl]` with the single-listener form: that listener is SASL_PLAINTEXT
+                // (named listeners say their protocol themselves).
+                if self.sasl.is_some() {
+                    l.name = std::sync::Arc::from("SASL_PLAINTEXT");
+                    l.protocol = crate::serve::session::SecurityProtocol::SaslPlaintext;
+                }
+                Ok(vec![l])
+            }
             (None, false) if self.advertised.is_none() => {
                 crate::serve::listener_config::listener_configs(&self.listeners, is_host_port)
             }
@@ -517,6 +526,9 @@ impl ServeConfig {
                 "kafka.transactional_id_expiration_ms",
                 format!("must be {XMIN}..={XMAX}"),
             ));
+        }
+        if let Some(sasl) = &k.sasl {
+            sasl.validate()?;
         }
         if k.queued_max_request_bytes < QMIN {
             return Err(invalid(

@@ -31,6 +31,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("batch_validation", batch_validation),
     ("fetch_response", fetch_response),
     ("request_frame", request_frame::request_frame),
+
+    ("sasl_messages", sasl_messages),
 ];
 
 pub mod request_frame;
@@ -237,4 +239,126 @@ pub fn fetch_response(data: &[u8]) {
     let log_end = Offset((i64_at(rest, 0) & i64::MAX).min(OFFSET_MAX));
     let body = rest.get(8..).unwrap_or(&[]);
     let _ = fetch_response_events(version, log_end, body);
+}
+
+/// The SASL server of `sasl_messages`: PLAIN user alice/pw, SCRAM-SHA-512 user alice/pencil
+/// (derived once: PBKDF2 per input would make the fuzzer crawl).
+fn sasl_fixture() -> &'static (
+    crate::serve::dispatch::Dispatcher,
+    std::sync::Arc<crate::serve::sasl::SaslServer>,
+) {
+    use crate::fetch::sasl::Mechanism;
+    use crate::serve::credentials::{PlainUsers, ScramStore};
+    use std::sync::{Arc, OnceLock};
+    static FIXTURE: OnceLock<(
+        crate::serve::dispatch::Dispatcher,
+        Arc<crate::serve::sasl::SaslServer>,
+    )> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let path =
+            std::env::temp_dir().join(format!("kmirror-fuzz-sasl-{}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let scram = Arc::new(ScramStore::open(&path).expect("empty store"));
+        scram
+            .set_password("alice", Mechanism::ScramSha512, "pencil", 4096)
+            .expect("store in the temp dir");
+        let _ = std::fs::remove_file(&path);
+        let server = Arc::new(crate::serve::sasl::SaslServer {
+            mechanisms: vec![Mechanism::ScramSha512, Mechanism::Plain],
+            scram,
+            plain: PlainUsers::from_pairs(&[("alice", "pw")]),
+            reauth_ms: 1_000,
+        });
+        let mut d = crate::serve::dispatch::Dispatcher::new();
+        server.register(&mut d);
+        (d, server)
+    })
+}
+
+/// Input: a mode byte, then the mode's bytes. Modes: 0 a SCRAM client-first message, 1 a
+/// client-final message, 2 a PLAIN message, 3 a user name to escape and unescape, 4 frames
+/// (each a 2-byte big-endian length and a request) into one connection's SASL gate. Checks what
+/// each parser vouches for, and that the gate serves nothing but the SASL exchange before the
+/// connection authenticated.
+pub fn sasl_messages(data: &[u8]) {
+    use crate::serve::sasl::{gate::ConnAuth, plain, scram};
+    let Some((&mode, msg)) = data.split_first() else {
+        return;
+    };
+    match mode % 5 {
+        0 => {
+            if let Ok(first) = scram::parse_client_first(msg) {
+                assert!(!first.username.is_empty() && !first.nonce.is_empty());
+                let text = std::str::from_utf8(msg).expect("parsed input is UTF-8");
+                assert_eq!(format!("{}{}", first.gs2_header, first.bare), text);
+                assert!(!first.nonce.contains(','));
+            }
+            let mut s = scram::ScramServer::new(crate::fetch::sasl::Mechanism::ScramSha512);
+            let (_, server) = sasl_fixture();
+            let step = s.evaluate(
+                msg,
+                |u| {
+                    server
+                        .scram
+                        .get(u, crate::fetch::sasl::Mechanism::ScramSha512)
+                },
+                "servernonce",
+            );
+            if let Ok(scram::ScramStep::Challenge(c)) = &step {
+                assert!(c.starts_with(b"r="));
+                // A final message that is not the client's proof fails.
+                assert!(s.evaluate(msg, |_| None, "x").is_err());
+            }
+            assert!(!matches!(step, Ok(scram::ScramStep::Done { .. })));
+        }
+        1 => {
+            if let Ok(fin) = scram::parse_client_final(msg) {
+                let text = std::str::from_utf8(msg).expect("parsed input is UTF-8");
+                assert!(text.starts_with(&fin.without_proof));
+                assert!(fin.without_proof.starts_with("c="));
+            }
+        }
+        2 => {
+            let (_, server) = sasl_fixture();
+            if let Ok(user) = plain::authenticate(msg, &server.plain) {
+                assert_eq!(user, "alice");
+                assert!(msg.ends_with(b"\0pw"));
+            }
+        }
+        3 => {
+            if let Ok(name) = std::str::from_utf8(msg) {
+                let escaped = crate::fetch::sasl::sasl_name(name);
+                assert_eq!(scram::unescape_sasl_name(&escaped).as_deref(), Ok(name));
+            }
+        }
+        _ => {
+            let (dispatcher, server) = sasl_fixture();
+            let mut gate = ConnAuth::new(Some(std::sync::Arc::clone(server)));
+            let mut session = gate.first_session(None);
+            let mut rest = msg;
+            while rest.len() >= 2 {
+                let len = u16::from_be_bytes([rest[0], rest[1]]) as usize;
+                let frame = &rest[2..(2 + len).min(rest.len())];
+                rest = &rest[(2 + len).min(rest.len())..];
+                let was_authenticated = session.authenticated;
+                let out = gate.dispatch(dispatcher, Bytes::copy_from_slice(frame), &mut session);
+                match out {
+                    Ok((api, _, _)) => {
+                        use kafka_protocol::messages::ApiKey;
+                        assert!(
+                            was_authenticated
+                                || matches!(
+                                    api,
+                                    ApiKey::ApiVersions
+                                        | ApiKey::SaslHandshake
+                                        | ApiKey::SaslAuthenticate
+                                ),
+                            "{api:?} served before authentication"
+                        );
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+    }
 }

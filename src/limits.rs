@@ -667,3 +667,27 @@ pub const INDEX_FILES_HELD_MAX: usize = 1024;
 /// Descriptors besides the partitions' (sockets, rings, eventfds, checkpoints, keyed logs,
 /// stdio), for the fd-budget figures in tuning/ and the systemd unit's check.
 pub const FDS_FIXED_RESERVE: usize = 1024;
+
+// ---- SASL on the Kafka endpoint and its credential store (serve/sasl, serve/credentials) ----
+
+/// Longest user name a SASL client may send (Kafka has no bound; one keeps a hostile
+/// client-first message from costing more than a frame's worth of work).
+pub const SASL_USERNAME_BYTES_MAX: usize = 1024;
+
+/// SCRAM credentials (user × mechanism) kmirror stores; an AlterUserScramCredentials past this
+/// is refused. The file is rewritten whole on every change, so it stays small.
+pub const SCRAM_CREDENTIALS_MAX: usize = 10_000;
+
+/// Largest credential or PLAIN users file kmirror reads.
+pub const CREDENTIAL_FILE_BYTES_MAX: u64 = 16 * 1024 * 1024;
+
+/// Salt bytes a client may send in an AlterUserScramCredentials upsertion (Kafka's tool sends
+/// a salt of a few dozen bytes).
+pub const SCRAM_SALT_BYTES_MAX: usize = 1024;
+
+/// Kafka's `connections.max.reauth.ms` default: 0, sessions never expire.
+pub const SASL_REAUTH_MS_DEFAULT: u64 = 0;
+
+/// Shortest non-zero `connections.max.reauth.ms` accepted (clients re-authenticate at 85–95 %
+/// of the lifetime, so a shorter one would have them do little else).
+pub const SASL_REAUTH_MS_MIN: u64 = 1_000;

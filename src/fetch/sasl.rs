@@ -249,11 +249,11 @@ fn random_nonce() -> String {
 }
 
 /// RFC 5802 `saslname`: `=` and `,` are escaped.
-fn sasl_name(name: &str) -> String {
+pub(crate) fn sasl_name(name: &str) -> String {
     name.replace('=', "=3D").replace(',', "=2C")
 }
 
-fn hmac(mech: Mechanism, key: &[u8], data: &[u8]) -> Vec<u8> {
+pub(crate) fn hmac(mech: Mechanism, key: &[u8], data: &[u8]) -> Vec<u8> {
     // HMAC accepts keys of any length, so new_from_slice cannot fail.
     match mech {
         Mechanism::ScramSha512 => {
@@ -269,7 +269,7 @@ fn hmac(mech: Mechanism, key: &[u8], data: &[u8]) -> Vec<u8> {
     }
 }
 
-fn hash(mech: Mechanism, data: &[u8]) -> Vec<u8> {
+pub(crate) fn hash(mech: Mechanism, data: &[u8]) -> Vec<u8> {
     match mech {
         Mechanism::ScramSha512 => Sha512::digest(data).to_vec(),
         _ => Sha256::digest(data).to_vec(),
@@ -277,7 +277,12 @@ fn hash(mech: Mechanism, data: &[u8]) -> Vec<u8> {
 }
 
 /// RFC 5802 `Hi()`: PBKDF2 with HMAC of the mechanism's hash.
-fn salted_password(mech: Mechanism, password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
+pub(crate) fn salted_password(
+    mech: Mechanism,
+    password: &str,
+    salt: &[u8],
+    iterations: u32,
+) -> Vec<u8> {
     match mech {
         Mechanism::ScramSha512 => {
             let mut out = vec![0u8; 64];
@@ -294,19 +299,19 @@ fn salted_password(mech: Mechanism, password: &str, salt: &[u8], iterations: u32
 
 /// The client side of one SCRAM exchange.
 #[derive(Debug)]
-struct ScramClient {
+pub(crate) struct ScramClient {
     mechanism: Mechanism,
     nonce: String,
     first_bare: String,
 }
 
-struct ClientFinal {
-    message: String,
-    server_signature: Vec<u8>,
+pub(crate) struct ClientFinal {
+    pub(crate) message: String,
+    pub(crate) server_signature: Vec<u8>,
 }
 
 impl ScramClient {
-    fn new(mechanism: Mechanism, username: &str, nonce: String) -> ScramClient {
+    pub(crate) fn new(mechanism: Mechanism, username: &str, nonce: String) -> ScramClient {
         let first_bare = format!("n={},r={nonce}", sasl_name(username));
         ScramClient {
             mechanism,
@@ -315,11 +320,15 @@ impl ScramClient {
         }
     }
 
-    fn client_first(&self) -> String {
+    pub(crate) fn client_first(&self) -> String {
         format!("n,,{}", self.first_bare)
     }
 
-    fn client_final(&self, server_first: &str, password: &str) -> Result<ClientFinal, SaslError> {
+    pub(crate) fn client_final(
+        &self,
+        server_first: &str,
+        password: &str,
+    ) -> Result<ClientFinal, SaslError> {
         let bad = |m: &str| SaslError::Protocol(format!("server-first-message {m}"));
         if let Some(err) = server_first.strip_prefix("e=") {
             return Err(SaslError::Rejected(err.to_owned()));

@@ -147,6 +147,15 @@ impl<I: LogIo> KeyedLog<I> {
         // fsynced by its close, whatever the flush policy.
         let mut fresh =
             PartitionLog::create(&compacting, tp.clone(), None, config.clone()).map_err(e_log)?;
+        // Control state holds secrets (mirror definitions with source passwords): the log's
+        // directory is 0700 and its files 0600 before a record is written, whatever the umask.
+        crate::serve::credentials::secret_file::restrict_dir(&compacting).map_err(|e| {
+            KeyedLogError::Io {
+                topic: topic.to_owned(),
+                path: compacting.clone(),
+                source: std::io::Error::other(e.to_string()),
+            }
+        })?;
         let mut next = Offset::ZERO;
         for (key, value) in &live {
             let batch = BatchBuilder::new(next)

@@ -27,6 +27,7 @@ use tokio::sync::watch;
 use crate::limits::{SERVE_REQUEST_BYTES_MAX, SERVE_TLS_FILE_CHUNK_BYTES, SERVE_WRITE_TIMEOUT_MS};
 use crate::serve::admission::{bump, Admission, BytesPermit, Slot, CONN_STATS};
 use crate::serve::dispatch::{frame_head, Dispatcher, Outcome, Part, Response};
+use crate::serve::sasl::ConnAuth;
 use crate::serve::session::Session;
 use crate::serve::ServeError;
 
@@ -95,6 +96,11 @@ async fn serve_frames<S: FrameIo>(
     stream.tcp().set_nodelay(true)?;
     let mut buf = BytesMut::new();
     let mut stop = endpoint.stop.clone();
+    // SASL listeners: the gate serves only the SASL exchange until the client authenticated,
+    // then replaces the session (serve::sasl::gate). Requests of one connection are answered
+    // one at a time, so the gate and the session travel to the handler thread and back.
+    let mut auth = Some(ConnAuth::new(endpoint.dispatcher.sasl()));
+    let mut session = Arc::clone(session);
     loop {
         let read = tokio::select! {
             r = read_frame(stream, &mut buf, &endpoint.admission) => r,
@@ -105,14 +111,19 @@ async fn serve_frames<S: FrameIo>(
         };
         let (head, parts) = {
             let d = Arc::clone(&endpoint.dispatcher);
-            let s = Arc::clone(session);
+            let mut gate = auth.take().expect("the gate is back after every request");
+            let mut s = Arc::clone(&session);
             // The permit travels with the frame: its bytes count until the handler is done.
-            let answered = tokio::task::spawn_blocking(move || {
+            let (answered, gate, s) = tokio::task::spawn_blocking(move || {
                 let _permit = permit;
-                answer(&d, frame, &s, sink)
+                let answered = answer(&d, &mut gate, frame, &mut s, sink);
+                (answered, gate, s)
             })
             .await
-            .map_err(|e| ServeError::Io(std::io::Error::other(e)))??;
+            .map_err(|e| ServeError::Io(std::io::Error::other(e)))?;
+            auth = Some(gate);
+            session = s;
+            let answered = answered?;
             match answered {
                 Some(reply) => reply,
                 None => continue,
@@ -130,14 +141,15 @@ async fn serve_frames<S: FrameIo>(
 /// write otherwise. Through TLS, file parts are read into memory here, off the I/O threads.
 fn answer(
     dispatcher: &Dispatcher,
+    auth: &mut ConnAuth,
     frame: Bytes,
-    session: &Arc<Session>,
+    session: &mut Arc<Session>,
     sink: Sink,
 ) -> Result<Option<(Bytes, Vec<Part>)>, ServeError> {
     // A panicking handler is a bug of ours: it closes this connection only (the slot and the
     // request bytes are released by their guards either way).
     let dispatched = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        dispatcher.dispatch_from(frame, session)
+        auth.dispatch(dispatcher, frame, session)
     }))
     .unwrap_or_else(|_| {
         bump(&CONN_STATS.handler_panics);

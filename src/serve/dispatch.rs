@@ -173,6 +173,8 @@ pub struct Dispatcher {
     handlers: BTreeMap<i16, (ApiVersion, Arc<dyn ApiHandler>)>,
     /// Every request dispatched, by API and version, answered or refused.
     stats: Arc<RequestStats>,
+    /// The SASL configuration connections of SASL listeners authenticate against.
+    sasl: Option<Arc<crate::serve::sasl::SaslServer>>,
 }
 
 impl Default for Dispatcher {
@@ -180,6 +182,7 @@ impl Default for Dispatcher {
         Dispatcher {
             handlers: BTreeMap::new(),
             stats: RequestStats::new(),
+            sasl: None,
         }
     }
 }
@@ -205,6 +208,15 @@ impl Dispatcher {
 
     pub fn stats(&self) -> &Arc<RequestStats> {
         &self.stats
+    }
+
+    /// Connections on SASL listeners authenticate against `sasl` (see `serve::sasl::gate`).
+    pub fn set_sasl(&mut self, sasl: Arc<crate::serve::sasl::SaslServer>) {
+        self.sasl = Some(sasl);
+    }
+
+    pub fn sasl(&self) -> Option<Arc<crate::serve::sasl::SaslServer>> {
+        self.sasl.clone()
     }
 
     /// Serves `key` in versions `min..=max` with `handler`, replacing any earlier handler.
@@ -370,7 +382,7 @@ pub fn decode_budget(len: usize) -> usize {
         .saturating_add(SERVE_DECODE_BUDGET_FLOOR_BYTES)
 }
 
-fn split_header(
+pub(crate) fn split_header(
     api: ApiKey,
     version: i16,
     frame: Bytes,

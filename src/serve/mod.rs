@@ -25,11 +25,14 @@
 //! | `session` | a connection's listener, peer and principal, carried by every request |
 //! | `segment_reader` | offset/time/txn index lookups on a published segment, by `pread` |
 //! | `groups` | the consumer-group coordinator (sans-IO), registered on the dispatcher |
+//! | `sasl` | SASL PLAIN/SCRAM on SASL listeners: the per-connection gate (KIP-368 re-authentication) |
+//! | `credentials` | kmirror's SCRAM store and PLAIN users, and the APIs that manage them |
 
 pub mod admission;
 pub mod advertised;
 pub mod catalog_apis;
 pub mod conn;
+pub mod credentials;
 pub mod describe_configs;
 pub mod dispatch;
 pub mod fetch;
@@ -42,6 +45,7 @@ pub mod metadata;
 pub mod offset_for_epoch;
 pub mod produce;
 pub mod request_stats;
+pub mod sasl;
 pub mod segment_reader;
 pub mod session;
 pub mod tls;
@@ -67,6 +71,13 @@ pub fn start_configured(
     let Some(k) = &config.kafka else {
         return Ok(None);
     };
+    let sasl = match &k.sasl {
+        Some(section) => Some(std::sync::Arc::new(
+            sasl::SaslServer::open(section, &config.storage.data_dir)
+                .map_err(std::io::Error::other)?,
+        )),
+        None => None,
+    };
     let listeners = k
         .listener_configs()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
@@ -78,6 +89,9 @@ pub fn start_configured(
         std::sync::Arc::clone(sessions),
         std::sync::Arc::clone(stats),
         |d, advertised| {
+            if let Some(s) = &sasl {
+                s.register(d);
+            }
             if let Some(g) = groups {
                 let (host, port) = advertised.of("");
                 g.register(d, host, port);

@@ -39,6 +39,7 @@ pub use tool::{
 pub use tool::{
     consume_to_end_configured, consume_to_end_with, produce_with, run_tool_with, tool_command_with,
 };
+pub use tool::{tool_command, with_client_config};
 
 use std::sync::OnceLock;
 

@@ -10,12 +10,17 @@ use super::tool::ConsumedRecord;
 /// Runs `tests/python/<script>` with `args` and parses its lines; the test fails (never
 /// skips) when the script fails, e.g. because its client is not installed.
 pub fn run_python(script: &str, args: &[&str]) -> Vec<serde_json::Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python")
-        .join(script);
-    let out = Command::new(super::python())
-        .arg(&path)
-        .args(args)
+    run_python_with(script, args, None)
+}
+
+/// `run_python` with `client_config` (a JSON object of client settings, e.g. SASL) given to
+/// every client the script makes (`$KMIRROR_CLIENT_CONFIG`).
+pub fn run_python_with(
+    script: &str,
+    args: &[&str],
+    client_config: Option<&serde_json::Value>,
+) -> Vec<serde_json::Value> {
+    let out = python_command(script, args, client_config)
         .output()
         .expect("run the virtualenv Python");
     assert!(
@@ -28,6 +33,24 @@ pub fn run_python(script: &str, args: &[&str]) -> Vec<serde_json::Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
         .collect()
+}
+
+/// The command that runs `tests/python/<script>` with `args` and `client_config`, for tests
+/// that expect it to fail.
+pub fn python_command(
+    script: &str,
+    args: &[&str],
+    client_config: Option<&serde_json::Value>,
+) -> Command {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let mut cmd = Command::new(super::python());
+    cmd.arg(&path).args(args);
+    if let Some(c) = client_config {
+        cmd.env("KMIRROR_CLIENT_CONFIG", c.to_string());
+    }
+    cmd
 }
 
 /// kafka-python (`kafka_python_client.py`).

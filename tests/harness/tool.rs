@@ -191,7 +191,33 @@ pub fn tool_command_with(clients: KafkaVersion, args: &[String]) -> Command {
         .arg(format!("{}:{libs}", compiled_tool(clients).display()))
         .arg("KafkaTool")
         .args(args);
+    CLIENT_CONFIG.with(|c| {
+        if let Some(path) = &*c.borrow() {
+            cmd.arg("--command-config").arg(path);
+        }
+    });
     cmd
+}
+
+thread_local! {
+    /// The client properties file every KafkaTool run of this thread is given.
+    static CLIENT_CONFIG: std::cell::RefCell<Option<PathBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with every KafkaTool client it starts (on this thread) configured from the
+/// properties file `config` (`--command-config`: security.protocol, SASL settings), so the
+/// ordinary helpers (`produce`, `consume`, ...) work against an authenticating listener.
+pub fn with_client_config<T>(config: &Path, f: impl FnOnce() -> T) -> T {
+    let before = CLIENT_CONFIG.with(|c| c.replace(Some(config.to_path_buf())));
+    struct Restore(Option<PathBuf>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let before = self.0.take();
+            CLIENT_CONFIG.with(|c| *c.borrow_mut() = before);
+        }
+    }
+    let _restore = Restore(before);
+    f()
 }
 
 /// Compiles KafkaTool.java once per source version and client release into the cache (a JVM

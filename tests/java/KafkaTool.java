@@ -37,6 +37,9 @@
 //                 transaction. Outcome `hold` prints {"held":true} once its offsets are sent,
 //                 waits for the file F to exist, then commits.
 //
+// Every command takes [--command-config FILE]: client properties (security settings) loaded
+// before the command's own.
+//
 // `produce --txns` splits the records evenly over one transaction per listed outcome. The outcome
 // `open` leaves the last transaction open: the tool flushes, prints its result and halts the JVM
 // without aborting, as a crashed producer would.
@@ -97,8 +100,23 @@ public class KafkaTool {
         }
     }
 
-    static Admin admin(Args a) {
+    // Every client starts from `--command-config FILE` when given (security.protocol,
+    // sasl.mechanism, sasl.jaas.config, ... as Kafka's own tools take them).
+    static Properties props(Args a) {
         Properties p = new Properties();
+        String file = a.get("command-config", null);
+        if (file != null) {
+            try (java.io.FileInputStream in = new java.io.FileInputStream(file)) {
+                p.load(in);
+            } catch (java.io.IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        }
+        return p;
+    }
+
+    static Admin admin(Args a) {
+        Properties p = props(a);
         p.put("bootstrap.servers", a.get("bootstrap"));
         p.put("request.timeout.ms", "20000");
         p.put("default.api.timeout.ms", "60000");
@@ -160,7 +178,7 @@ public class KafkaTool {
         int headers = Integer.parseInt(a.get("headers", "0"));
         String[] txns = a.has("txns") ? a.get("txns").split(",") : new String[0];
 
-        Properties p = new Properties();
+        Properties p = props(a);
         p.put("bootstrap.servers", a.get("bootstrap"));
         p.put("key.serializer", ByteArraySerializer.class.getName());
         p.put("value.serializer", ByteArraySerializer.class.getName());
@@ -248,7 +266,7 @@ public class KafkaTool {
         TopicPartition tp = new TopicPartition(a.get("topic"), Integer.parseInt(a.get("partition", "0")));
         int max = Integer.parseInt(a.get("max"));
         long timeoutMs = Long.parseLong(a.get("timeout-ms", "30000"));
-        Properties p = new Properties();
+        Properties p = props(a);
         p.put("bootstrap.servers", a.get("bootstrap"));
         p.put("key.deserializer", ByteArrayDeserializer.class.getName());
         p.put("value.deserializer", ByteArrayDeserializer.class.getName());
@@ -291,7 +309,7 @@ public class KafkaTool {
     }
 
     static Properties groupProps(Args a) {
-        Properties p = new Properties();
+        Properties p = props(a);
         p.put("bootstrap.servers", a.get("bootstrap"));
         p.put("group.id", a.get("group"));
         p.put("key.deserializer", ByteArrayDeserializer.class.getName());
@@ -376,7 +394,7 @@ public class KafkaTool {
         String[] txns = a.get("txns").split(",");
         Properties cp = groupProps(a);
         cp.put("isolation.level", "read_committed");
-        Properties pp = new Properties();
+        Properties pp = props(a);
         pp.put("bootstrap.servers", a.get("bootstrap"));
         pp.put("key.serializer", ByteArraySerializer.class.getName());
         pp.put("value.serializer", ByteArraySerializer.class.getName());

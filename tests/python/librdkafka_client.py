@@ -23,11 +23,15 @@ wheel bundles librdkafka). One JSON line per result on stdout; any failure exits
   produce-refused BOOTSTRAP TOPIC PARTITION
             one plain produce; prints {"error": name, "retriable": bool, "message"}
 
+Every client also gets the settings of the JSON object in $KMIRROR_CLIENT_CONFIG, if set
+(security.protocol, sasl.mechanism, sasl.username, ...).
+
 Records are printed with key/value/header values in base64 so the Rust test compares them with
 what the same client read from the source broker.
 """
 import base64
 import json
+import os
 import sys
 import time
 
@@ -40,6 +44,11 @@ DEADLINE_S = 90
 REQUEST_TIMEOUT_S = 30
 
 
+def with_env(conf):
+    """`conf` plus the client settings a test passed in $KMIRROR_CLIENT_CONFIG."""
+    return {**conf, **json.loads(os.environ.get("KMIRROR_CLIENT_CONFIG", "{}"))}
+
+
 def b64(b):
     return None if b is None else base64.b64encode(b).decode()
 
@@ -49,7 +58,7 @@ def emit(obj):
 
 
 def consume(bootstrap, topic, partition, isolation, config_json="{}"):
-    c = Consumer({
+    c = Consumer(with_env({
         "bootstrap.servers": bootstrap,
         "group.id": "librdkafka-assign",  # required by the client; nothing is committed
         "enable.auto.commit": False,
@@ -57,7 +66,7 @@ def consume(bootstrap, topic, partition, isolation, config_json="{}"):
         "enable.partition.eof": True,
         "isolation.level": isolation,
         **json.loads(config_json),
-    })
+    }))
     c.assign([TopicPartition(topic, int(partition), OFFSET_BEGINNING)])
     try:
         for m in messages(c, lambda: f"no end of {topic}-{partition}"):
@@ -90,7 +99,7 @@ def messages(consumer, what):
 
 
 def admin(bootstrap):
-    return AdminClient({"bootstrap.servers": bootstrap})
+    return AdminClient(with_env({"bootstrap.servers": bootstrap}))
 
 
 def metadata(bootstrap):
@@ -127,7 +136,7 @@ def offsets(bootstrap, topic, partition, stamps):
 
 def group(bootstrap, pattern, group_id, max_records):
     want = int(max_records)
-    c = Consumer({
+    c = Consumer(with_env({
         "bootstrap.servers": bootstrap,
         "group.id": group_id,
         "enable.auto.commit": False,
@@ -136,7 +145,7 @@ def group(bootstrap, pattern, group_id, max_records):
         "heartbeat.interval.ms": 1000,
         # A new topic matching the pattern would be found within this (none is expected).
         "topic.metadata.refresh.interval.ms": 2000,
-    })
+    }))
     c.subscribe([pattern])
     got, commit = 0, {}
     for m in messages(c, lambda: f"consumed {got} of {want}") if want > 0 else ():
@@ -180,7 +189,7 @@ def produce(bootstrap, topic, partition, count, mode, seed):
     if mode != "idempotent":
         outcomes = mode.split(",")
         conf["transactional.id"] = f"librdkafka-{topic}-{seed}"
-    p = Producer(conf)
+    p = Producer(with_env(conf))
     delivered = {}
 
     def on_delivery(err, msg):
@@ -217,8 +226,8 @@ def produce(bootstrap, topic, partition, count, mode, seed):
 
 
 def produce_refused(bootstrap, topic, partition):
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False,
-                  "message.timeout.ms": 20000, "retries": 0})
+    p = Producer(with_env({"bootstrap.servers": bootstrap, "enable.idempotence": False,
+                  "message.timeout.ms": 20000, "retries": 0}))
     result = {}
 
     def on_delivery(err, msg):
