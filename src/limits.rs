@@ -599,3 +599,14 @@ const _: () = assert!(
 /// The checkpoint file is written this long after the owners were asked to flush, so the shards'
 /// flushes of this round are in it (a later one lands in the next round).
 pub const RECOVERY_CHECKPOINT_WRITE_LAG_MS: u64 = 1_000;
+
+// --- ACLs (serve::authz) ---
+
+/// Longest resource name, principal or host an ACL may hold (bytes): Kafka bounds none, but a
+/// stored ACL is one keyed-log record and every request walks the set, so a bound keeps both
+/// small (a topic name is at most 249 bytes).
+pub const ACL_FIELD_BYTES_MAX: usize = 1024;
+/// Most ACLs kmirror holds (local and synced together); CreateAcls beyond it is refused and a
+/// source's list beyond it is cut (and said so in describe), so that a request's authorization
+/// stays a bounded walk.
+pub const ACLS_MAX: usize = 100_000;

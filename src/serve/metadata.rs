@@ -211,6 +211,7 @@ mod tests {
             header: Default::default(),
             body: bytes::Bytes::copy_from_slice(body),
             session: std::sync::Arc::new(crate::serve::session::Session::plaintext(None)),
+            authz: crate::serve::authz::Authz::allow_all(),
         }
     }
 
