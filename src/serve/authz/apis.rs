@@ -24,7 +24,7 @@ use crate::serve::dispatch::{ApiHandler, Dispatcher, Outcome, Request};
 use crate::serve::ServeError;
 
 /// Kafka's error codes these APIs answer with.
-pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+pub use crate::serve::authz::CLUSTER_AUTHORIZATION_FAILED;
 pub const INVALID_REQUEST: i16 = 42;
 pub const SECURITY_DISABLED: i16 = 54;
 const UNKNOWN_SERVER_ERROR: i16 = -1;

@@ -6,6 +6,7 @@
 //! | `authorizer` | the decision (super users, patterns, deny wins, implied operations, default), sans-IO |
 //! | `store` | `__kmirror_acls-0`, the durable set of ACLs created on kmirror |
 //! | `apis` | CreateAcls, DescribeAcls, DeleteAcls |
+//! | `group_checks` | what the consumer-group APIs need and how they refuse, sans-IO |
 //!
 //! `Authz` (here) is the one instance a process has: the ACLs created on kmirror (`local`,
 //! persisted in the store) and those synced from each mirror's source (`synced`, persisted by
@@ -15,6 +16,7 @@
 pub mod acl;
 pub mod apis;
 pub mod authorizer;
+pub mod group_checks;
 pub mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +30,12 @@ use crate::serve::authz::acl::{AclBinding, AclFilter, Operation, ResourceType, C
 use crate::serve::authz::authorizer::{decide, decide_any, AclIndex, AuthzSettings, Requester};
 use crate::serve::authz::store::{AclLog, AclStore, AclStoreError, MemoryStore};
 use crate::serve::session::Session;
+
+/// Kafka's authorization error codes.
+pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 
 /// `[kafka.authorizer]`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
