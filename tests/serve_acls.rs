@@ -76,7 +76,7 @@ fn kafka_acls_manages_kmirror_and_stock_clients_get_kafkas_errors() {
         k.produce(topic, 0, RECORDS, &ProduceOpts::default());
     }
     let work = tempfile::tempdir().unwrap();
-    let (mut serve, admin, kmirror) = serve_mirroring(work.path(), k, &[(&t, 1), (&u, 1)]);
+    let (serve, admin, kmirror) = serve_mirroring(work.path(), k, &[(&t, 1), (&u, 1)]);
     harness::mirrors_cli::cli_ok(&admin, &["stop", "--mirror", "m", "--topics", ".*"]);
 
     let group = format!("{prefix}-g");
