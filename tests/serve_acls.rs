@@ -162,3 +162,85 @@ fn kafka_acls_manages_kmirror_and_stock_clients_get_kafkas_errors() {
     );
     serve.sigterm_and_wait();
 }
+
+/// Writes the seeds of fuzz target `acl_requests` (`fuzz/corpus/acl_requests/`): stored ACL
+/// records and CreateAcls/DescribeAcls/DeleteAcls bodies of every served version, in the
+/// layout `kmirror::fuzz_entry::acl_requests` reads. Run: `cargo test --test serve_acls
+/// write_acl_seed_corpus -- --ignored` (rerunning rewrites the same files).
+#[test]
+#[ignore = "writes the checked-in seed corpus; run by hand"]
+fn write_acl_seed_corpus() {
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
+    use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest};
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    use kmirror::serve::authz::acl::AclBinding;
+
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/acl_requests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: String, bytes: Vec<u8>| std::fs::write(dir.join(name), bytes).unwrap();
+    let bindings = [
+        AclBinding::from_wire(2, "orders", 3, "User:alice", "*", 3, 3).unwrap(),
+        AclBinding::from_wire(3, "app-", 4, "User:*", "10.0.0.1", 8, 2).unwrap(),
+        AclBinding::from_wire(4, "kafka-cluster", 3, "User:admin", "*", 7, 3).unwrap(),
+        AclBinding::from_wire(5, "tx", 3, "User:bob", "*", 4, 3).unwrap(),
+    ];
+    for (i, b) in bindings.iter().enumerate() {
+        let mut rec = vec![0u8];
+        rec.extend(b.encode());
+        write(format!("record-{i}"), rec);
+    }
+    let text = |s: &str| StrBytes::from_string(s.to_string());
+    for version in 1..=3i16 {
+        let frame = |api: u8, body: &dyn Fn(&mut bytes::BytesMut)| {
+            let mut out = bytes::BytesMut::from(&[1u8, api, (version - 1) as u8][..]);
+            body(&mut out);
+            out.to_vec()
+        };
+        let mut create = CreateAclsRequest::default();
+        create.creations = bindings
+            .iter()
+            .map(|b| {
+                let mut c = AclCreation::default();
+                c.resource_type = b.pattern.resource_type.code();
+                c.resource_name = text(&b.pattern.name);
+                c.resource_pattern_type = b.pattern.pattern_type.code();
+                c.principal = text(&b.entry.principal);
+                c.host = text(&b.entry.host);
+                c.operation = b.entry.operation.code();
+                c.permission_type = b.entry.permission.code();
+                c
+            })
+            .collect();
+        let mut describe = DescribeAclsRequest::default();
+        describe.resource_type_filter = 1;
+        describe.resource_name_filter = None;
+        describe.pattern_type_filter = 2;
+        describe.principal_filter = None;
+        describe.host_filter = None;
+        describe.operation = 1;
+        describe.permission_type = 1;
+        let mut delete = DeleteAclsRequest::default();
+        let mut f = DeleteAclsFilter::default();
+        f.resource_type_filter = 2;
+        f.resource_name_filter = Some(text("orders"));
+        f.pattern_type_filter = 1;
+        f.principal_filter = None;
+        f.host_filter = None;
+        f.operation = 1;
+        f.permission_type = 1;
+        delete.filters = vec![f];
+        write(
+            format!("create-v{version}"),
+            frame(0, &|o| create.encode(o, version).unwrap()),
+        );
+        write(
+            format!("describe-v{version}"),
+            frame(1, &|o| describe.encode(o, version).unwrap()),
+        );
+        write(
+            format!("delete-v{version}"),
+            frame(2, &|o| delete.encode(o, version).unwrap()),
+        );
+    }
+}
