@@ -6,6 +6,7 @@
 //! | `authorizer` | the decision (super users, patterns, deny wins, implied operations, default), sans-IO |
 //! | `store` | `__kmirror_acls-0`, the durable set of ACLs created on kmirror |
 //! | `apis` | CreateAcls, DescribeAcls, DeleteAcls |
+//! | `sync` | what a source's DescribeAcls answer means and which ACLs a mirror takes (not wired to the control plane yet) |
 //! | `group_checks` | what the consumer-group APIs need and how they refuse, sans-IO |
 //!
 //! `Authz` (here) is the one instance a process has: the ACLs created on kmirror (`local`,
@@ -18,6 +19,7 @@ pub mod apis;
 pub mod authorizer;
 pub mod group_checks;
 pub mod store;
+pub mod sync;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
