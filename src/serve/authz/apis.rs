@@ -47,6 +47,21 @@ fn change_error(e: &AclChangeError) -> (i16, String) {
     }
 }
 
+/// Why CreateAcls/DeleteAcls may not change anything for this client, if so: no authorizer,
+/// or no ALTER on the cluster.
+fn change_refusal(req: &Request) -> Option<(i16, String)> {
+    if !req.authz.enabled() {
+        Some((SECURITY_DISABLED, NO_AUTHORIZER.to_string()))
+    } else if !req.cluster_authorized(Operation::Alter) {
+        Some((
+            CLUSTER_AUTHORIZATION_FAILED,
+            "Cluster authorization failed.".to_string(),
+        ))
+    } else {
+        None
+    }
+}
+
 /// Registers the three ACL APIs on `d`.
 pub fn register(d: &mut Dispatcher) {
     d.register(ApiKey::DescribeAcls, 1, 3, Arc::new(DescribeAclsApi));
@@ -60,16 +75,7 @@ impl ApiHandler for CreateAclsApi {
     fn handle(&self, req: &Request) -> Result<Outcome, ServeError> {
         let request: CreateAclsRequest = req.decode()?;
         let mut resp = CreateAclsResponse::default();
-        let refusal = if !req.authz.enabled() {
-            Some((SECURITY_DISABLED, NO_AUTHORIZER.to_string()))
-        } else if !req.cluster_authorized(Operation::Alter) {
-            Some((
-                CLUSTER_AUTHORIZATION_FAILED,
-                "Cluster authorization failed.".to_string(),
-            ))
-        } else {
-            None
-        };
+        let refusal = change_refusal(req);
         for c in &request.creations {
             let mut r = AclCreationResult::default();
             let outcome = match &refusal {
@@ -180,16 +186,7 @@ impl ApiHandler for DeleteAclsApi {
     fn handle(&self, req: &Request) -> Result<Outcome, ServeError> {
         let request: DeleteAclsRequest = req.decode()?;
         let mut resp = DeleteAclsResponse::default();
-        let refusal = if !req.authz.enabled() {
-            Some((SECURITY_DISABLED, NO_AUTHORIZER.to_string()))
-        } else if !req.cluster_authorized(Operation::Alter) {
-            Some((
-                CLUSTER_AUTHORIZATION_FAILED,
-                "Cluster authorization failed.".to_string(),
-            ))
-        } else {
-            None
-        };
+        let refusal = change_refusal(req);
         for f in &request.filters {
             let mut r = DeleteAclsFilterResult::default();
             let outcome = match &refusal {

@@ -207,20 +207,27 @@ impl Authz {
         rtype: ResourceType,
         name: &str,
     ) -> bool {
+        self.with_requester(session, |who| {
+            let d = decide(&self.settings, &self.index.load(), who, op, rtype, name);
+            if !d.allowed() {
+                tracing::debug!(principal = who.principal, host = who.host, op = op.name(), resource = rtype.name(), name, decision = ?d, "denied");
+            }
+            d.allowed()
+        })
+    }
+
+    /// Runs `f` with the session's principal and host as the decision takes them; `true`
+    /// without running it when the authorizer is disabled.
+    fn with_requester(&self, session: &Session, f: impl FnOnce(Requester<'_>) -> bool) -> bool {
         if !self.settings.enabled {
             return true;
         }
         let principal = session.principal.to_string();
         let host = session.host();
-        let who = Requester {
+        f(Requester {
             principal: &principal,
             host: &host,
-        };
-        let d = decide(&self.settings, &self.index.load(), who, op, rtype, name);
-        if !d.allowed() {
-            tracing::debug!(%principal, %host, op = op.name(), resource = rtype.name(), name, decision = ?d, "denied");
-        }
-        d.allowed()
+        })
     }
 
     /// `authorize` on the cluster resource.
@@ -230,16 +237,9 @@ impl Authz {
 
     /// May the client do `op` on at least one resource of type `rtype`?
     pub fn authorize_any(&self, session: &Session, op: Operation, rtype: ResourceType) -> bool {
-        if !self.settings.enabled {
-            return true;
-        }
-        let principal = session.principal.to_string();
-        let host = session.host();
-        let who = Requester {
-            principal: &principal,
-            host: &host,
-        };
-        decide_any(&self.settings, &self.index.load(), who, op, rtype)
+        self.with_requester(session, |who| {
+            decide_any(&self.settings, &self.index.load(), who, op, rtype)
+        })
     }
 
     /// Adds `acl` to the local set, durably; already present is success (as in Kafka).
