@@ -271,6 +271,10 @@ pub struct KafkaSection {
     /// `[kafka.sasl]`: SASL mechanisms, credentials, re-authentication (serve::sasl).
     #[serde(default)]
     pub sasl: Option<crate::serve::sasl::SaslSection>,
+
+    /// `[kafka.authorizer]`: ACLs (serve::authz).
+    #[serde(default)]
+    pub authorizer: crate::serve::authz::AuthorizerConfig,
 }
 
 fn default_transactional_id_expiration_ms() -> i64 {
@@ -491,6 +495,9 @@ impl ServeConfig {
     }
 
     fn validate_kafka(k: &KafkaSection) -> Result<(), ConfigError> {
+        k.authorizer
+            .validate()
+            .map_err(|why| invalid("kafka.authorizer.super_users", why))?;
         use crate::limits::{
             SERVE_CONNECTIONS_MAX as CMAX, SERVE_CONN_TIMEOUT_MS_MAX as TMAX,
             SERVE_CONN_TIMEOUT_MS_MIN as TMIN, SERVE_QUEUED_REQUEST_BYTES_MIN as QMIN,

@@ -28,6 +28,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target, by the name of its corpus directory and its function.
 pub const TARGETS: &[(&str, Target)] = &[
+    ("acl_requests", acl_requests),
     ("batch_validation", batch_validation),
     ("fetch_response", fetch_response),
     ("request_frame", request_frame::request_frame),
@@ -360,5 +361,70 @@ pub fn sasl_messages(data: &[u8]) {
                 }
             }
         }
+
+/// The ACL APIs a fuzz input of `acl_requests` addresses, by its second byte (mod 3).
+pub const ACL_APIS: [kafka_protocol::messages::ApiKey; 3] = [
+    kafka_protocol::messages::ApiKey::CreateAcls,
+    kafka_protocol::messages::ApiKey::DescribeAcls,
+    kafka_protocol::messages::ApiKey::DeleteAcls,
+];
+
+/// A request frame (header and `body`) for `api` at `version`, as a client sends it minus the
+/// length prefix.
+pub fn request_frame(api: kafka_protocol::messages::ApiKey, version: i16, body: &[u8]) -> Bytes {
+    let mut h = kafka_protocol::messages::RequestHeader::default();
+    h.request_api_key = api as i16;
+    h.request_api_version = version;
+    h.correlation_id = 1;
+    let mut out = BytesMut::new();
+    h.encode(&mut out, api.request_header_version(version))
+        .expect("a request header encodes");
+    out.extend_from_slice(body);
+    out.freeze()
+}
+
+/// Input: a selector byte, then either (selector even) a stored ACL record
+/// (`AclBinding::decode`), or (odd) an API byte (CreateAcls, DescribeAcls, DeleteAcls, mod 3),
+/// a version byte (1..=3, mod 3) and that request's body, dispatched as the super user of an
+/// enabled authorizer so every request reaches the ACL store. Invariants: a record either
+/// fails to decode or is a valid binding whose stored form decodes to itself; a request is
+/// answered or refused as undecodable, never a panic, and every ACL held afterwards is valid.
+pub fn acl_requests(data: &[u8]) {
+    use crate::serve::authz::acl::{AclBinding, AclFilter};
+    use crate::serve::authz::authorizer::AuthzSettings;
+    use crate::serve::authz::store::MemoryStore;
+    use crate::serve::authz::Authz;
+    use crate::serve::ServeError;
+
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    if selector % 2 == 0 {
+        if let Ok(b) = AclBinding::decode(rest) {
+            b.validate().expect("a decoded binding is valid");
+            assert_eq!(AclBinding::decode(&b.encode()).as_ref(), Ok(&b));
+        }
+        return;
+    }
+    let [api, version, body @ ..] = rest else {
+        return;
+    };
+    let api = ACL_APIS[usize::from(*api) % 3];
+    let version = 1 + i16::from(*version % 3);
+    let settings = AuthzSettings {
+        enabled: true,
+        super_users: ["User:ANONYMOUS".to_string()].into(),
+        allow_if_no_acl: false,
+    };
+    let authz = Authz::with_store(settings, Box::<MemoryStore>::default()).expect("memory store");
+    let mut d = crate::serve::dispatch::Dispatcher::new();
+    crate::serve::authz::apis::register(&mut d);
+    d.authorize_with(std::sync::Arc::clone(&authz));
+    match d.dispatch(request_frame(api, version, body)) {
+        Ok(_) | Err(ServeError::Decode { .. }) => {}
+        Err(e) => panic!("{api:?} v{version}: {e}"),
+    }
+    for b in authz.describe(&AclFilter::any()) {
+        b.validate().expect("only valid ACLs are held");
     }
 }

@@ -691,3 +691,14 @@ pub const SASL_REAUTH_MS_DEFAULT: u64 = 0;
 /// Shortest non-zero `connections.max.reauth.ms` accepted (clients re-authenticate at 85–95 %
 /// of the lifetime, so a shorter one would have them do little else).
 pub const SASL_REAUTH_MS_MIN: u64 = 1_000;
+
+// --- ACLs (serve::authz) ---
+
+/// Longest resource name, principal or host an ACL may hold (bytes): Kafka bounds none, but a
+/// stored ACL is one keyed-log record and every request walks the set, so a bound keeps both
+/// small (a topic name is at most 249 bytes).
+pub const ACL_FIELD_BYTES_MAX: usize = 1024;
+/// Most ACLs kmirror holds (local and synced together); CreateAcls beyond it is refused and a
+/// source's list beyond it is cut (and said so in describe), so that a request's authorization
+/// stays a bounded walk.
+pub const ACLS_MAX: usize = 100_000;

@@ -40,6 +40,8 @@ pub enum ControlRunError {
     Kafka(#[from] std::io::Error),
     #[error("closing: {0}")]
     Close(String),
+    #[error("opening the ACLs: {0}")]
+    Authz(String),
     #[error("{0}; exited for a restart (the next start recovers its partitions)")]
     ShardFailed(String),
 }
@@ -60,6 +62,10 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     })?;
     let runtime = config.runtime_config();
     let fetch = config.fetch_config();
+    // ACLs: kept in their own directory, which the partition scan skips, so they can be
+    // opened before the shards; the controller puts each mirror's synced ACLs in force.
+    let authz = crate::serve::authz::open_configured(config, &data_dir)
+        .map_err(|e| ControlRunError::Authz(e.to_string()))?;
     let catalog = ReadCatalog::new();
     let writer = crate::serve::writes::writer_slot();
     // Consumer groups come with the Kafka endpoint. The service is opened on the control
@@ -169,6 +175,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
         txn.as_ref(),
         &fetch_sessions,
         &endpoint_requests,
+        &authz,
     ) {
         Ok(k) => k,
         Err(e) => {
@@ -215,6 +222,9 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
         if let Err(e) = g.close() {
             tracing::warn!("closing __consumer_offsets-0: {e}");
         }
+    }
+    if let Err(e) = authz.close() {
+        tracing::warn!("closing the ACL log: {e}");
     }
     match shard_failed.get() {
         Some(why) => {

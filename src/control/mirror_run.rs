@@ -56,6 +56,8 @@ pub enum RunError {
     Kafka(std::io::Error),
     #[error("consumer groups: {0}")]
     Groups(crate::serve::groups::GroupServiceError),
+    #[error("opening the ACLs: {0}")]
+    Authz(crate::serve::authz::store::AclStoreError),
     #[error("partition {0} has no leader on the source")]
     NoLeader(TopicPartition),
     #[error("leader {0} of a partition is not in the source's broker list")]
@@ -316,6 +318,16 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
     };
     let fetch_sessions = crate::serve::fetch_sessions::FetchSessions::new();
     let endpoint_requests = crate::serve::request_stats::RequestStats::new();
+    let authz = match crate::serve::authz::open_configured(config, data_dir) {
+        Ok(a) => a,
+        Err(e) => {
+            if let Some(g) = groups {
+                let _ = g.close();
+            }
+            rt.stop();
+            return Err(RunError::Authz(e));
+        }
+    };
     let kafka = match crate::serve::start_configured(
         config,
         &catalog,
@@ -325,6 +337,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         None,
         &fetch_sessions,
         &endpoint_requests,
+        &authz,
     ) {
         Ok(k) => k,
         Err(e) => {
@@ -432,6 +445,9 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         if let Err(e) = g.close() {
             tracing::warn!("closing __consumer_offsets-0: {e}");
         }
+    }
+    if let Err(e) = authz.close() {
+        tracing::warn!("closing the ACL log: {e}");
     }
     rt.stop();
     drop(telemetry);

@@ -14,6 +14,8 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::log::config::{FlushPolicy, LogConfig};
 use crate::log::read_view::ReadCatalog;
+use crate::serve::authz::acl::{Operation, ResourceType};
+use crate::serve::authz::{CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED};
 use crate::serve::dispatch::{ApiHandler, Outcome, Request};
 use crate::serve::metadata::{topics, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::serve::ServeError;
@@ -136,6 +138,25 @@ impl ApiHandler for DescribeConfigsApi {
             let mut r = DescribeConfigsResult::default();
             r.resource_type = res.resource_type;
             r.resource_name = res.resource_name.clone();
+            // DESCRIBE_CONFIGS on the topic, or on the cluster for a broker (Kafka's
+            // handleDescribeConfigsRequest), per resource.
+            let denied = match res.resource_type {
+                RESOURCE_TOPIC => (!req.authorized(
+                    Operation::DescribeConfigs,
+                    ResourceType::Topic,
+                    res.resource_name.as_str(),
+                ))
+                .then_some(TOPIC_AUTHORIZATION_FAILED),
+                RESOURCE_BROKER => (!req.cluster_authorized(Operation::DescribeConfigs))
+                    .then_some(CLUSTER_AUTHORIZATION_FAILED),
+                _ => None,
+            };
+            if let Some(code) = denied {
+                r.error_code = code;
+                r.error_message = Some(StrBytes::from_static_str("Authorization failed."));
+                resp.results.push(r);
+                continue;
+            }
             match res.resource_type {
                 RESOURCE_TOPIC => match topics.get(res.resource_name.as_str()) {
                     Some((_, parts)) if !parts.is_empty() => {

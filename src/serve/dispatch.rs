@@ -18,6 +18,8 @@ use kafka_protocol::protocol::buf::BudgetedBytes;
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::limits::{SERVE_DECODE_BUDGET_FLOOR_BYTES, SERVE_DECODE_BYTES_PER_REQUEST_BYTE};
+use crate::serve::authz::acl::{Operation, ResourceType};
+use crate::serve::authz::Authz;
 use crate::serve::request_stats::{RequestError, RequestStats};
 use crate::serve::session::Session;
 use crate::serve::ServeError;
@@ -34,9 +36,21 @@ pub struct Request {
     pub body: Bytes,
     /// The connection's listener, address and principal as of this request.
     pub session: Arc<Session>,
+    /// The authorizer the handler checks this request's resources with.
+    pub authz: Arc<Authz>,
 }
 
 impl Request {
+    /// May this request's client do `op` on resource `name` of type `rtype`?
+    pub fn authorized(&self, op: Operation, rtype: ResourceType, name: &str) -> bool {
+        self.authz.authorize(&self.session, op, rtype, name)
+    }
+
+    /// `authorized` on the cluster resource.
+    pub fn cluster_authorized(&self, op: Operation) -> bool {
+        self.authz.authorize_cluster(&self.session, op)
+    }
+
     /// The client's address, when the request came from a socket (DescribeGroups shows it).
     pub fn peer(&self) -> Option<SocketAddr> {
         self.session.peer
@@ -175,6 +189,9 @@ pub struct Dispatcher {
     stats: Arc<RequestStats>,
     /// The SASL configuration connections of SASL listeners authenticate against.
     sasl: Option<Arc<crate::serve::sasl::SaslServer>>,
+
+    /// What every request is authorized with (allow-all unless `authorize_with`).
+    authz: Arc<Authz>,
 }
 
 impl Default for Dispatcher {
@@ -183,6 +200,8 @@ impl Default for Dispatcher {
             handlers: BTreeMap::new(),
             stats: RequestStats::new(),
             sasl: None,
+
+            authz: Authz::allow_all(),
         }
     }
 }
@@ -204,6 +223,11 @@ impl Dispatcher {
     /// Counts requests into `stats` (shown in `/metrics`) instead of a private table.
     pub fn count_into(&mut self, stats: Arc<RequestStats>) {
         self.stats = stats;
+    }
+
+    /// Checks every request's resources with `authz` from now on.
+    pub fn authorize_with(&mut self, authz: Arc<Authz>) {
+        self.authz = authz;
     }
 
     pub fn stats(&self) -> &Arc<RequestStats> {
@@ -309,6 +333,7 @@ impl Dispatcher {
             header,
             body,
             session: Arc::clone(session),
+            authz: Arc::clone(&self.authz),
         };
         let outcome = handler.handle(&req)?;
         Ok((
@@ -360,6 +385,7 @@ impl Dispatcher {
             header,
             body,
             session: Arc::new(Session::plaintext(None)),
+            authz: Arc::clone(&self.authz),
         };
         // The request carries only the client's name and version (v3+); nothing to check.
         let _: ApiVersionsRequest = req.decode()?;

@@ -28,10 +28,12 @@ use kafka_protocol::protocol::StrBytes;
 use crate::ids::{LeaderEpoch, Offset};
 use crate::limits::{SERVE_FETCH_POLL_MS, SERVE_FETCH_RESPONSE_BYTES_MAX, SERVE_FETCH_WAIT_MS_MAX};
 use crate::log::read_view::{PartitionReadView, ReadCatalog};
+use crate::serve::authz::acl::{Operation, ResourceType};
 use crate::serve::dispatch::{encode_body, ApiHandler, Outcome, Part, Request};
 use crate::serve::fetch_sessions::{self, Context, FetchSessions, TopicKey, Wanted};
 use crate::serve::metadata::{
-    topic_by_id, topics, Topics, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
+    topic_by_id, topics, Topics, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
 };
 use crate::serve::segment_reader::{aborted_txns, OpenSegment};
 use crate::serve::ServeError;
@@ -85,7 +87,9 @@ impl ApiHandler for FetchApi {
         let deadline = Instant::now() + wait;
         let min_bytes = request.min_bytes.max(0) as u64;
         let mut plan = loop {
-            let plan = self.plan(req.version, &request, wanted)?;
+            let plan = self.plan(req.version, &request, wanted, &|topic: &str| {
+                req.authorized(Operation::Read, ResourceType::Topic, topic)
+            })?;
             // Long poll: wait for `min_bytes` as Kafka's purgatory does, by re-reading the
             // published views (appends publish a new one) until enough data or the deadline.
             if plan.bytes >= min_bytes || plan.has_error || Instant::now() >= deadline {
@@ -163,6 +167,7 @@ impl FetchApi {
         version: i16,
         request: &FetchRequest,
         wanted: &[Wanted],
+        may_read: &dyn Fn(&str) -> bool,
     ) -> Result<Plan, ServeError> {
         let topics = topics(&self.catalog);
         let committed = request.isolation_level == 1;
@@ -187,6 +192,9 @@ impl FetchApi {
                     Some(n.clone())
                 }
             };
+            // READ on the topic, per partition as Kafka answers (an unknown topic id stays
+            // UNKNOWN_TOPIC_ID: there is no name to authorize).
+            let denied = name.as_deref().is_some_and(|n| !may_read(n));
             for (pi, w) in group.iter().enumerate() {
                 let p = &w.partition;
                 let mut pd = PartitionData::default();
@@ -194,6 +202,16 @@ impl FetchApi {
                 pd.records = Some(Bytes::new());
                 // Null for read_uncommitted, as Kafka sends it.
                 pd.aborted_transactions = None;
+                if denied {
+                    pd.error_code = TOPIC_AUTHORIZATION_FAILED;
+                    pd.high_watermark = -1;
+                    pd.last_stable_offset = -1;
+                    pd.log_start_offset = -1;
+                    plan.has_error = true;
+                    plan.outcomes.push(outcome(&pd, false, true));
+                    out.partitions.push(pd);
+                    continue;
+                }
                 let view = name.as_deref().and_then(|n| find(&topics, n, p.partition));
                 let Some(view) = view else {
                     pd.error_code = if version >= FIRST_TOPIC_ID {

@@ -13,9 +13,10 @@ use crate::ids::{Offset, TimestampMs};
 use crate::log::partition_log::first_record_at_or_after;
 use crate::log::read_view::{PartitionReadView, ReadCatalog};
 use crate::log::LogError;
+use crate::serve::authz::acl::{Operation, ResourceType};
 use crate::serve::dispatch::{ApiHandler, Outcome, Request};
 use crate::serve::fetch::{FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH};
-use crate::serve::metadata::UNKNOWN_TOPIC_OR_PARTITION;
+use crate::serve::metadata::{TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::serve::segment_reader::OpenSegment;
 use crate::serve::ServeError;
 use crate::wire::batch::{Batch, Codec, Peek};
@@ -47,6 +48,12 @@ impl ApiHandler for ListOffsetsApi {
                 r.leader_epoch = -1;
                 let tp =
                     crate::ids::TopicPartition::new(topic.name.0.to_string(), p.partition_index);
+                // DESCRIBE on the topic, per partition (Kafka's handleListOffsetRequest).
+                if !req.authorized(Operation::Describe, ResourceType::Topic, &tp.topic) {
+                    r.error_code = TOPIC_AUTHORIZATION_FAILED;
+                    t.partitions.push(r);
+                    continue;
+                }
                 match self.catalog.get(&tp).map(|h| h.view()) {
                     None => r.error_code = UNKNOWN_TOPIC_OR_PARTITION,
                     Some(view) => {

@@ -17,11 +17,14 @@ use uuid::Uuid;
 
 use crate::log::read_view::{PartitionHandle, ReadCatalog};
 use crate::serve::advertised::Advertised;
+
+use crate::serve::authz::acl::{Operation, ResourceType};
 use crate::serve::dispatch::{ApiHandler, Outcome, Request};
 use crate::serve::{ServeError, NODE_ID};
 
 /// UNKNOWN_TOPIC_OR_PARTITION.
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+pub use crate::serve::authz::TOPIC_AUTHORIZATION_FAILED;
 /// UNKNOWN_TOPIC_ID.
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 
@@ -117,15 +120,29 @@ impl ApiHandler for MetadataApi {
                     .collect(),
             ),
         };
+        // Authorization as Kafka's KafkaApis.handleTopicMetadataRequest: an all-topics request
+        // lists only the topics the client may DESCRIBE; a named topic it may not gets
+        // TOPIC_AUTHORIZATION_FAILED (whether or not kmirror stores it, so that the error does
+        // not tell which topics exist).
+        let may_describe =
+            |name: &str| req.authorized(Operation::Describe, ResourceType::Topic, name);
         resp.topics = match wanted {
             None => topics
                 .iter()
+                .filter(|(name, _)| may_describe(name))
                 .map(|(name, (id, parts))| topic_entry(name, *id, parts))
                 .collect(),
             Some(list) => list
                 .into_iter()
                 .map(|(name, id)| {
                     let name = name.or_else(|| topic_by_id(&topics, id).map(str::to_string));
+                    if let Some(n) = name.as_ref().filter(|n| !may_describe(n)) {
+                        let mut t = MetadataResponseTopic::default();
+                        t.error_code = TOPIC_AUTHORIZATION_FAILED;
+                        t.name = Some(TopicName(StrBytes::from_string(n.clone())));
+                        t.topic_id = id;
+                        return t;
+                    }
                     match name.as_ref().and_then(|n| topics.get(n).map(|t| (n, t))) {
                         Some((n, (tid, parts))) => topic_entry(n, *tid, parts),
                         None => {
@@ -212,6 +229,7 @@ mod tests {
             header: Default::default(),
             body: bytes::Bytes::copy_from_slice(body),
             session: std::sync::Arc::new(crate::serve::session::Session::plaintext(None)),
+            authz: crate::serve::authz::Authz::allow_all(),
         }
     }
 

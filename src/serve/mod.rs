@@ -27,9 +27,11 @@
 //! | `groups` | the consumer-group coordinator (sans-IO), registered on the dispatcher |
 //! | `sasl` | SASL PLAIN/SCRAM on SASL listeners: the per-connection gate (KIP-368 re-authentication) |
 //! | `credentials` | kmirror's SCRAM store and PLAIN users, and the APIs that manage them |
+//! | `authz` | ACLs and the authorizer every handler checks requests with; the ACL APIs |
 
 pub mod admission;
 pub mod advertised;
+pub mod authz;
 pub mod catalog_apis;
 pub mod conn;
 pub mod credentials;
@@ -58,7 +60,9 @@ use crate::log::LogError;
 
 /// Starts the Kafka listener when the configuration has a `[kafka]` section, with the group
 /// APIs of `groups` when given; Fetch keeps its sessions in `sessions` and every request is
-/// counted in `stats` (the caller shows both in `/metrics`).
+/// counted in `stats` (the caller shows both in `/metrics`); every request is authorized with
+/// `authz`, which also serves the ACL APIs.
+#[allow(clippy::too_many_arguments)]
 pub fn start_configured(
     config: &crate::config::ServeConfig,
     catalog: &std::sync::Arc<crate::log::read_view::ReadCatalog>,
@@ -67,6 +71,7 @@ pub fn start_configured(
     txn: Option<&std::sync::Arc<txn::TxnService>>,
     sessions: &std::sync::Arc<fetch_sessions::FetchSessions>,
     stats: &std::sync::Arc<request_stats::RequestStats>,
+    authz: &std::sync::Arc<authz::Authz>,
 ) -> std::io::Result<Option<KafkaListener>> {
     let Some(k) = &config.kafka else {
         return Ok(None);
@@ -89,6 +94,8 @@ pub fn start_configured(
         std::sync::Arc::clone(sessions),
         std::sync::Arc::clone(stats),
         |d, advertised| {
+            d.authorize_with(std::sync::Arc::clone(authz));
+            authz::apis::register(d);
             if let Some(s) = &sasl {
                 s.register(d);
             }

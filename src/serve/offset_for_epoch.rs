@@ -11,9 +11,10 @@ use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpoch
 
 use crate::ids::{LeaderEpoch, TopicPartition};
 use crate::log::read_view::ReadCatalog;
+use crate::serve::authz::acl::{Operation, ResourceType};
 use crate::serve::dispatch::{ApiHandler, Outcome, Request};
 use crate::serve::fetch::{FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH};
-use crate::serve::metadata::UNKNOWN_TOPIC_OR_PARTITION;
+use crate::serve::metadata::{TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::serve::ServeError;
 
 pub struct OffsetForEpochApi {
@@ -33,6 +34,13 @@ impl ApiHandler for OffsetForEpochApi {
                 e.leader_epoch = -1;
                 e.end_offset = -1;
                 let tp = TopicPartition::new(t.topic.0.to_string(), p.partition);
+                // DESCRIBE on the topic, per partition (Kafka's consumer form; kmirror has no
+                // replicas, so the replica form's CLUSTER_ACTION never applies).
+                if !req.authorized(Operation::Describe, ResourceType::Topic, &tp.topic) {
+                    e.error_code = TOPIC_AUTHORIZATION_FAILED;
+                    tr.partitions.push(e);
+                    continue;
+                }
                 match self.catalog.get(&tp).map(|h| h.view()) {
                     None => e.error_code = UNKNOWN_TOPIC_OR_PARTITION,
                     Some(view) => {

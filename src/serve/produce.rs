@@ -22,6 +22,8 @@ use kafka_protocol::protocol::StrBytes;
 use crate::ids::TopicPartition;
 use crate::log::partition_log::ProduceOutcome;
 use crate::log::read_view::ReadCatalog;
+use crate::serve::authz::acl::{Operation, ResourceType};
+use crate::serve::authz::{TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED};
 use crate::serve::dispatch::{ApiHandler, Outcome, Request};
 use crate::serve::metadata::{topic_by_id, topics, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::serve::writes::{error_code, WriteError, WriterSlot};
@@ -81,6 +83,12 @@ impl ApiHandler for ProduceApi {
         let topics = topics(&self.catalog);
         let mut resp = ProduceResponse::default();
         let mut any_error = false;
+        // Kafka's handleProduceRequest: a transactional produce needs WRITE on its
+        // transactional id (else every partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+        // and each topic WRITE (else TOPIC_AUTHORIZATION_FAILED for its partitions).
+        let txn_denied = request.transactional_id.as_ref().is_some_and(|id| {
+            !req.authorized(Operation::Write, ResourceType::TransactionalId, id.as_str())
+        });
         for t in &request.topic_data {
             let name = if req.version >= FIRST_TOPIC_ID {
                 topic_by_id(&topics, t.topic_id).map(str::to_string)
@@ -93,12 +101,25 @@ impl ApiHandler for ProduceApi {
             } else {
                 tr.name = t.name.clone();
             }
+            let denied = if txn_denied {
+                Some(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            } else {
+                name.as_deref()
+                    .is_some_and(|n| !req.authorized(Operation::Write, ResourceType::Topic, n))
+                    .then_some(TOPIC_AUTHORIZATION_FAILED)
+            };
             for p in &t.partition_data {
                 let mut pr = PartitionProduceResponse::default();
                 pr.index = p.index;
                 pr.base_offset = -1;
                 pr.log_append_time_ms = -1;
                 pr.log_start_offset = -1;
+                if let Some(code) = denied {
+                    pr.error_code = code;
+                    any_error = true;
+                    tr.partition_responses.push(pr);
+                    continue;
+                }
                 let known = name.as_ref().and_then(|n| {
                     let tp = TopicPartition::new(n.clone(), p.index);
                     self.catalog.get(&tp).map(|h| (tp, h))

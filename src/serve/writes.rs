@@ -20,6 +20,8 @@ use kafka_protocol::messages::{
 
 use crate::ids::{ProducerId, TopicPartition};
 use crate::log::partition_log::{ProduceError, ProduceOutcome};
+use crate::serve::authz::acl::{Operation, ResourceType};
+use crate::serve::authz::{CLUSTER_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED};
 use crate::serve::dispatch::{ApiHandler, Outcome, Request};
 use crate::serve::ServeError;
 
@@ -91,7 +93,6 @@ const MESSAGE_TOO_LARGE: i16 = 10;
 const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
 const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 const INVALID_PRODUCER_EPOCH: i16 = 47;
-const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 const KAFKA_STORAGE_ERROR: i16 = 56;
 const INVALID_RECORD: i16 = 87;
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
@@ -130,6 +131,28 @@ impl ApiHandler for InitProducerIdApi {
         let mut resp = InitProducerIdResponse::default();
         resp.producer_id = WireProducerId(-1);
         resp.producer_epoch = -1;
+        // Kafka's handleInitProducerIdRequest: a transactional id needs WRITE on it; an
+        // idempotent producer IDEMPOTENT_WRITE on the cluster or, since Kafka 3.0 (KIP-679),
+        // WRITE on any topic.
+        let allowed = match &request.transactional_id {
+            Some(id) => {
+                req.authorized(Operation::Write, ResourceType::TransactionalId, id.as_str())
+            }
+            None => {
+                req.cluster_authorized(Operation::IdempotentWrite)
+                    || req
+                        .authz
+                        .authorize_any(&req.session, Operation::Write, ResourceType::Topic)
+            }
+        };
+        if !allowed {
+            resp.error_code = if request.transactional_id.is_some() {
+                TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            } else {
+                CLUSTER_AUTHORIZATION_FAILED
+            };
+            return Outcome::encode(req, &resp);
+        }
         if let Some(id) = &request.transactional_id {
             match &self.txn {
                 Some(txn) => match txn.init_producer(id, request.transaction_timeout_ms) {

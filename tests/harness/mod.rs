@@ -32,9 +32,9 @@ pub use jars::kafka_libs;
 pub use process::run_bounded;
 pub use tool::{
     console_consumer, consume, consume_to_end, describe_topic_config_sources,
-    describe_topic_configs, kafka_configs, kafka_topics, offsets, offsets_for_times, produce,
-    run_tool_unchecked, Codec, ConsumedRecord, Isolation, ProduceOpts, Produced, TimeOffset,
-    TxnEnd,
+    describe_topic_configs, kafka_acls, kafka_configs, kafka_topics, offsets, offsets_for_times,
+    produce, run_tool_unchecked, Codec, ConsumedRecord, Isolation, ProduceOpts, Produced,
+    TimeOffset, TxnEnd,
 };
 pub use tool::{
     consume_to_end_configured, consume_to_end_with, produce_with, run_tool_with, tool_command_with,

@@ -651,6 +651,17 @@ pub fn kafka_configs(bootstrap: &str, args: &[&str]) -> String {
     )
 }
 
+/// Kafka's own `kafka-acls.sh` (AclCommand, e.g. `--add --allow-principal User:a --operation
+/// Read --topic T`, `--list`) against `bootstrap`; fails the test if it fails.
+pub fn kafka_acls(bootstrap: &str, args: &[&str]) -> String {
+    kafka_admin_tool(
+        "org.apache.kafka.tools.AclCommand",
+        "kafka-acls",
+        bootstrap,
+        args,
+    )
+}
+
 /// `kafka-topics.sh` (e.g. `--alter --topic T --partitions N`) against `bootstrap`.
 pub fn kafka_topics(bootstrap: &str, args: &[&str]) -> String {
     kafka_admin_tool(

@@ -31,6 +31,8 @@ use crate::limits::{
     GROUP_TIMER_MAX_SLEEP_MS,
 };
 use crate::log::read_view::ReadCatalog;
+use crate::serve::authz::group_checks as authz;
+use crate::serve::authz::GROUP_AUTHORIZATION_FAILED;
 use crate::serve::dispatch::{ApiHandler, Dispatcher, Outcome, Request};
 use crate::serve::groups::coordinator::{
     join_error, sync_error, ClientInfo, CoordinatorConfig, Deferred, GroupCoordinator,
@@ -290,6 +292,7 @@ impl ApiHandler for GroupApi {
     fn handle(&self, req: &Request) -> Result<Outcome, ServeError> {
         let s = &self.service;
         let v = req.version;
+        let check = |op, rtype, name: &str| req.authorized(op, rtype, name);
         match req.api_key {
             ApiKey::FindCoordinator => {
                 let body: FindCoordinatorRequest = req.decode()?;
@@ -298,10 +301,28 @@ impl ApiHandler for GroupApi {
                     let (host, port) = a.of(&req.session.listener);
                     crate::serve::advertised::point_coordinator_at(&mut r, host, port);
                 }
+
+                let keys: Vec<String> = if v >= 4 {
+                    body.coordinator_keys
+                        .iter()
+                        .map(|k| k.to_string())
+                        .collect()
+                } else {
+                    vec![body.key.to_string()]
+                };
+                authz::find_coordinator(&check, body.key_type, &keys, &mut r);
                 Outcome::encode(req, &r)
             }
             ApiKey::JoinGroup => {
                 let body: JoinGroupRequest = req.decode()?;
+                if !authz::membership(&check, body.group_id.as_str()) {
+                    let r = join_error(
+                        v,
+                        ResponseError::GroupAuthorizationFailed,
+                        body.member_id.as_str(),
+                    );
+                    return Outcome::encode(req, &r);
+                }
                 let client = Self::client(req);
                 let waiter = Waiter {
                     token: s.next_token.fetch_add(1, Ordering::Relaxed),
@@ -327,6 +348,12 @@ impl ApiHandler for GroupApi {
             }
             ApiKey::SyncGroup => {
                 let body: SyncGroupRequest = req.decode()?;
+                if !authz::membership(&check, body.group_id.as_str()) {
+                    return Outcome::encode(
+                        req,
+                        &sync_error(ResponseError::GroupAuthorizationFailed),
+                    );
+                }
                 let waiter = Waiter {
                     token: s.next_token.fetch_add(1, Ordering::Relaxed),
                     version: v,
@@ -345,34 +372,61 @@ impl ApiHandler for GroupApi {
             }
             ApiKey::Heartbeat => {
                 let body: HeartbeatRequest = req.decode()?;
+                if !authz::membership(&check, body.group_id.as_str()) {
+                    let mut r = kafka_protocol::messages::HeartbeatResponse::default();
+                    r.error_code = GROUP_AUTHORIZATION_FAILED;
+                    return Outcome::encode(req, &r);
+                }
                 let r = lock(&s.coordinator).heartbeat(s.now_ms(), &body);
                 Outcome::encode(req, &r)
             }
             ApiKey::LeaveGroup => {
                 let body: LeaveGroupRequest = req.decode()?;
+                if !authz::membership(&check, body.group_id.as_str()) {
+                    let mut r = kafka_protocol::messages::LeaveGroupResponse::default();
+                    r.error_code = GROUP_AUTHORIZATION_FAILED;
+                    return Outcome::encode(req, &r);
+                }
                 let r = lock(&s.coordinator).leave_group(s.now_ms(), v, &body);
                 s.changed.notify_all();
                 Outcome::encode(req, &r)
             }
             ApiKey::OffsetCommit => {
-                let body: OffsetCommitRequest = req.decode()?;
+                let mut body: OffsetCommitRequest = req.decode()?;
+                let refused = match authz::offset_commit(&check, &mut body) {
+                    Ok(refused) => refused,
+                    Err(all) => {
+                        let mut r = kafka_protocol::messages::OffsetCommitResponse::default();
+                        r.topics = all;
+                        return Outcome::encode(req, &r);
+                    }
+                };
                 let exists = |tp: &TopicPartition| s.catalog.get(tp).is_some();
-                let r = lock(&s.coordinator).offset_commit(&exists, &body);
+                let mut r = lock(&s.coordinator).offset_commit(&exists, &body);
+                authz::offset_commit_answer(&mut r, refused);
                 Outcome::encode(req, &r)
             }
             ApiKey::OffsetFetch => {
                 let body: OffsetFetchRequest = req.decode()?;
-                let r = lock(&s.coordinator).offset_fetch(v, &body);
+                let mut r = lock(&s.coordinator).offset_fetch(v, &body);
+                let named: Vec<bool> = if v >= 8 {
+                    body.groups.iter().map(|g| g.topics.is_some()).collect()
+                } else {
+                    vec![body.topics.is_some()]
+                };
+                authz::offset_fetch(&check, v, body.group_id.as_str(), &named, &mut r);
                 Outcome::encode(req, &r)
             }
             ApiKey::DescribeGroups => {
                 let body: DescribeGroupsRequest = req.decode()?;
-                let r = lock(&s.coordinator).describe_groups(v, &body);
+                let mut r = lock(&s.coordinator).describe_groups(v, &body);
+                authz::describe_groups(&check, &mut r);
                 Outcome::encode(req, &r)
             }
             ApiKey::ListGroups => {
                 let body: ListGroupsRequest = req.decode()?;
-                let r = lock(&s.coordinator).list_groups(v, &body);
+                let mut r = lock(&s.coordinator).list_groups(v, &body);
+                authz::list_groups(&check, &mut r);
                 Outcome::encode(req, &r)
             }
             other => Err(ServeError::UnsupportedApi { api: other as i16 }),

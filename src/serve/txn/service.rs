@@ -23,6 +23,10 @@ use kafka_protocol::messages::{
 
 use crate::ids::{ProducerId, TopicPartition};
 use crate::limits::{TXN_ID_EXPIRATION_MS_DEFAULT, TXN_TIMER_TICK_MS};
+use crate::serve::authz::acl::{Operation, ResourceType};
+use crate::serve::authz::{
+    GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+};
 use crate::serve::dispatch::{ApiHandler, Dispatcher, Outcome, Request};
 use crate::serve::groups::GroupService;
 use crate::serve::txn::coordinator::{TxnCoordinator, TxnError};
@@ -204,6 +208,11 @@ struct TxnApi {
 
 impl ApiHandler for TxnApi {
     fn handle(&self, req: &Request) -> Result<Outcome, ServeError> {
+        // Kafka's rules: every call of a transaction needs WRITE on its transactional id
+        // (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), partitions added WRITE on their topic,
+        // offsets READ on the group (GROUP_AUTHORIZATION_FAILED) and on their topics.
+        let may_txn =
+            |id: &str| req.authorized(Operation::Write, ResourceType::TransactionalId, id);
         let mut guard = lock(&self.service.coordinator);
         match req.api_key {
             ApiKey::AddPartitionsToTxn => {
@@ -218,20 +227,36 @@ impl ApiHandler for TxnApi {
                             .map(|p| TopicPartition::new(t.name.to_string(), *p))
                     })
                     .collect();
-                let outcome = match guard.as_mut() {
-                    Some(c) => c
-                        .add_partitions(
-                            &id,
-                            r.v3_and_below_producer_id.0,
-                            r.v3_and_below_producer_epoch,
-                            &tps,
-                            now_ms(),
-                        )
-                        .map_err(|e| (refused("AddPartitionsToTxn", &id, &e), e)),
-                    None => Err((
-                        COORDINATOR_NOT_AVAILABLE,
-                        TxnError::NoProducerId("closing".into()),
-                    )),
+                let denied_topic =
+                    |t: &str| !req.authorized(Operation::Write, ResourceType::Topic, t);
+                let outcome = if !may_txn(&id) {
+                    Err((
+                        TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                        TxnError::NoProducerId("not authorized".into()),
+                    ))
+                } else if tps.iter().any(|tp| denied_topic(&tp.topic)) {
+                    // Per partition below: the denied topics' partitions carry the error,
+                    // the others OPERATION_NOT_ATTEMPTED, as Kafka answers.
+                    Err((
+                        TOPIC_AUTHORIZATION_FAILED,
+                        TxnError::NoProducerId("not authorized".into()),
+                    ))
+                } else {
+                    match guard.as_mut() {
+                        Some(c) => c
+                            .add_partitions(
+                                &id,
+                                r.v3_and_below_producer_id.0,
+                                r.v3_and_below_producer_epoch,
+                                &tps,
+                                now_ms(),
+                            )
+                            .map_err(|e| (refused("AddPartitionsToTxn", &id, &e), e)),
+                        None => Err((
+                            COORDINATOR_NOT_AVAILABLE,
+                            TxnError::NoProducerId("closing".into()),
+                        )),
+                    }
                 };
                 let mut resp = AddPartitionsToTxnResponse::default();
                 for t in &r.v3_and_below_topics {
@@ -240,6 +265,13 @@ impl ApiHandler for TxnApi {
                     for p in &t.partitions {
                         let code = match &outcome {
                             Ok(()) => 0,
+                            Err((TOPIC_AUTHORIZATION_FAILED, _)) => {
+                                if denied_topic(t.name.as_str()) {
+                                    TOPIC_AUTHORIZATION_FAILED
+                                } else {
+                                    OPERATION_NOT_ATTEMPTED
+                                }
+                            }
                             // Only the partition at fault carries the error.
                             Err((code, TxnError::NotWritable(bad))) => {
                                 if bad.topic == t.name.as_str() && bad.partition == *p {
@@ -263,24 +295,50 @@ impl ApiHandler for TxnApi {
                 let r: AddOffsetsToTxnRequest = req.decode()?;
                 let id = r.transactional_id.to_string();
                 let mut resp = AddOffsetsToTxnResponse::default();
-                resp.error_code = match guard.as_mut() {
-                    Some(c) => match c.add_offsets(
-                        &id,
-                        r.producer_id.0,
-                        r.producer_epoch,
-                        r.group_id.as_str(),
-                        now_ms(),
-                    ) {
-                        Ok(()) => 0,
-                        Err(e) => refused("AddOffsetsToTxn", &id, &e),
-                    },
-                    None => COORDINATOR_NOT_AVAILABLE,
+                resp.error_code = if !may_txn(&id) {
+                    TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                } else if !req.authorized(Operation::Read, ResourceType::Group, r.group_id.as_str())
+                {
+                    GROUP_AUTHORIZATION_FAILED
+                } else {
+                    match guard.as_mut() {
+                        Some(c) => match c.add_offsets(
+                            &id,
+                            r.producer_id.0,
+                            r.producer_epoch,
+                            r.group_id.as_str(),
+                            now_ms(),
+                        ) {
+                            Ok(()) => 0,
+                            Err(e) => refused("AddOffsetsToTxn", &id, &e),
+                        },
+                        None => COORDINATOR_NOT_AVAILABLE,
+                    }
                 };
                 Outcome::encode(req, &resp)
             }
             ApiKey::TxnOffsetCommit => {
                 let r: TxnOffsetCommitRequest = req.decode()?;
                 let id = r.transactional_id.to_string();
+                // Kafka answers a denied topic per topic; kmirror refuses the whole commit
+                // with TOPIC_AUTHORIZATION_FAILED on every partition (nothing is held).
+                let denied = if !may_txn(&id) {
+                    Some(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                } else if !req.authorized(Operation::Read, ResourceType::Group, r.group_id.as_str())
+                {
+                    Some(GROUP_AUTHORIZATION_FAILED)
+                } else if r
+                    .topics
+                    .iter()
+                    .any(|t| !req.authorized(Operation::Read, ResourceType::Topic, t.name.as_str()))
+                {
+                    Some(TOPIC_AUTHORIZATION_FAILED)
+                } else {
+                    None
+                };
+                if let Some(code) = denied {
+                    return Outcome::encode(req, &txn_offset_error(&r, code));
+                }
                 let checked = match guard.as_ref() {
                     Some(c) => c
                         .check_offsets(&id, r.producer_id.0, r.producer_epoch, r.group_id.as_str())
@@ -301,6 +359,10 @@ impl ApiHandler for TxnApi {
                 let r: EndTxnRequest = req.decode()?;
                 let id = r.transactional_id.to_string();
                 let mut resp = EndTxnResponse::default();
+                if !may_txn(&id) {
+                    resp.error_code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+                    return Outcome::encode(req, &resp);
+                }
                 resp.error_code = match guard.as_mut() {
                     Some(c) => match c.end(&id, r.producer_id.0, r.producer_epoch, r.committed) {
                         Ok(()) => 0,
