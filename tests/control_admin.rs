@@ -432,6 +432,7 @@ fn the_kip_tools_spellings_and_columns() {
             "LAG",
             "STATE",
             "LAG-SECONDS",
+            "VERIFIED-OFFSET",
             "ERROR",
         ],
         "the KIP's seven columns first, in its order"

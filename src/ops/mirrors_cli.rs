@@ -199,13 +199,13 @@ pub fn accept_action_flags(argv: Vec<OsString>) -> Result<Vec<OsString>, CliErro
     }
 }
 
-struct Client {
+pub(crate) struct Client {
     agent: ureq::Agent,
     addr: String,
 }
 
 impl Client {
-    fn new(addr: &str) -> Client {
+    pub(crate) fn new(addr: &str) -> Client {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build();
@@ -249,7 +249,7 @@ impl Client {
         }
     }
 
-    fn get<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>, CliError> {
+    pub(crate) fn get<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>, CliError> {
         self.answer(self.agent.get(self.url(path)).call())
     }
 
@@ -296,7 +296,7 @@ fn promote_when_caught_up(
     }
 }
 
-fn required<T>(v: Option<T>, addr: &str) -> Result<T, CliError> {
+pub(crate) fn required<T>(v: Option<T>, addr: &str) -> Result<T, CliError> {
     v.ok_or_else(|| CliError::BadAnswer {
         addr: addr.to_owned(),
         reason: "empty answer".into(),
@@ -304,7 +304,11 @@ fn required<T>(v: Option<T>, addr: &str) -> Result<T, CliError> {
 }
 
 /// Left-aligned columns separated by two spaces.
-fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+pub(crate) fn table(
+    out: &mut impl Write,
+    header: &[&str],
+    rows: &[Vec<String>],
+) -> std::io::Result<()> {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
         for (w, cell) in widths.iter_mut().zip(r) {
@@ -336,7 +340,7 @@ fn retry_cell(attempt: i32) -> String {
     }
 }
 
-fn opt<T: ToString>(v: Option<T>) -> String {
+pub(crate) fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
@@ -567,6 +571,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                             opt(r.lag),
                             r.state.to_string(),
                             opt(r.lag_seconds.map(|s| format!("{s:.1}"))),
+                            opt(r.verified_offset),
                             opt(r
                                 .error_message
                                 .or_else(|| r.config_error.map(|e| format!("topic configs: {e}")))),
@@ -584,6 +589,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                         "LAG",
                         "STATE",
                         "LAG-SECONDS",
+                        "VERIFIED-OFFSET",
                         "ERROR",
                     ],
                     &cells,

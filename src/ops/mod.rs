@@ -1,5 +1,6 @@
 //! Operator-facing edges: CLI tools, metrics, latency export, systemd notification.
 
+pub mod audit_cli;
 pub mod bench;
 pub mod doctor;
 pub mod latency;

@@ -22,6 +22,7 @@
 //! The source cluster and the data plane are traits so the lifecycle rules are tested on their
 //! own; `source_catalog` implements the source side with the blocking Kafka client.
 
+mod audit_schedule;
 mod group_schedule;
 mod lifecycle;
 mod reporting;
@@ -243,6 +244,8 @@ pub struct Controller<S, D> {
     stop_holds: BTreeMap<MirrorName, i64>,
     /// The source high watermark of partitions without a fetcher, as last listed, with when.
     idle_offsets: BTreeMap<TopicPartition, (i64, i64)>,
+    /// The integrity audit, once attached (`attach_audit`).
+    audit: Option<crate::control::audit::AuditPlane>,
 }
 
 /// A source call a command needs before it can finish: run it on a source worker (the admin
@@ -288,6 +291,7 @@ enum SourceResult {
     Sync(source_sync::SyncAnswer),
     IdleOffsets(source_sync::IdleAnswer),
     Groups(group_schedule::GroupsAnswer),
+    Audit(crate::control::audit::RoundAnswer),
 }
 
 /// The message of the non-retryable failure of a partition whose source topic is gone.
@@ -374,6 +378,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             source_timeout_ms: u64::from(SOURCE_REQUEST_TIMEOUT_MS_DEFAULT),
             stop_holds: BTreeMap::new(),
             idle_offsets: BTreeMap::new(),
+            audit: None,
         };
         let names: Vec<MirrorName> = c.mirrors.keys().cloned().collect();
         for name in names {
@@ -630,6 +635,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             self.sync();
         }
         self.start_group_syncs(now_ms);
+        self.start_audits(now_ms);
         self.apply_results()?;
         self.stop_holds.retain(|_, until| *until > now_ms);
         let names: Vec<MirrorName> = self.mirrors.keys().cloned().collect();
@@ -662,6 +668,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 SourceResult::Sync(a) => self.apply_sync(a)?,
                 SourceResult::IdleOffsets(a) => self.apply_idle_offsets(a),
                 SourceResult::Groups(a) => self.apply_group_sync(a),
+                SourceResult::Audit(a) => self.apply_audit(a)?,
             }
         }
         Ok(())
