@@ -475,12 +475,13 @@ impl AuditPlane {
         self.store.get(tp)
     }
 
-    /// Forgets partitions no mirror holds any more (their marks too).
-    pub fn retain(&mut self, keep: impl Fn(&str, &TopicPartition) -> bool) {
-        self.parts.retain(|(m, tp), _| keep(m, tp));
-        let held: std::collections::BTreeSet<TopicPartition> =
-            self.parts.keys().map(|(_, tp)| tp.clone()).collect();
-        self.store.retain(|tp| held.contains(tp));
+    /// Forgets partitions no mirror holds any more (their marks too); `held` is every
+    /// (mirror, partition) the controller has, in any state.
+    pub fn retain(&mut self, held: &std::collections::BTreeSet<(String, TopicPartition)>) {
+        self.parts.retain(|k, _| held.contains(k));
+        let tps: std::collections::BTreeSet<&TopicPartition> =
+            held.iter().map(|(_, tp)| tp).collect();
+        self.store.retain(|tp| tps.contains(tp));
     }
 
     pub fn partition(&self, mirror: &str, tp: &TopicPartition) -> PartitionAudit {

@@ -81,13 +81,17 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 },
             )?;
         }
-        let mirrors = &self.mirrors;
+        let held = self
+            .mirrors
+            .iter()
+            .flat_map(|(n, e)| {
+                e.partitions
+                    .keys()
+                    .map(move |tp| (n.to_string(), tp.clone()))
+            })
+            .collect();
         if let Some(audit) = self.audit.as_mut() {
-            audit.retain(|m, tp| {
-                mirrors
-                    .iter()
-                    .any(|(n, e)| n.as_str() == m && e.partitions.contains_key(tp))
-            });
+            audit.retain(&held);
         }
         Ok(())
     }
