@@ -61,6 +61,15 @@ pub fn compare(local: &[BatchId], source: &[BatchId]) -> Compared {
                 s.crc, l.crc
             ));
         }
+        if !why.is_empty() && s.leader_epoch > l.leader_epoch {
+            // What the fetcher's divergence rules (DivergingEpoch, OffsetForLeaderEpoch) also
+            // stop on: the source truncated and rewrote these offsets under a newer leader.
+            why.push(
+                "the source rewrote these offsets at a newer leader epoch (unclean leader \
+                 election or truncation on the source)"
+                    .into(),
+            );
+        }
         if !why.is_empty() {
             out.mismatch = Some(Mismatch {
                 local: *l,

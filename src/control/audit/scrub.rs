@@ -14,6 +14,8 @@ use crate::ids::{Offset, TimestampMs};
 use crate::limits::OFFSET_INDEX_ENTRY_BYTES;
 use crate::log::read_view::{PartitionReadView, SegmentView};
 use crate::log::scan::read_header;
+#[cfg(test)]
+use crate::wire::batch::Batches;
 use crate::wire::batch::{Batch, Peek};
 
 /// What the audit compares of one batch (the CRC covers everything after it, payload too).
@@ -65,7 +67,8 @@ pub struct ScrubRead {
     pub fault: Option<ScrubFault>,
 }
 
-fn log_end(view: &PartitionReadView) -> Offset {
+/// The log end a view published.
+pub fn log_end(view: &PartitionReadView) -> Offset {
     view.segments
         .last()
         .map_or(view.log_start, |s| s.next_offset)
@@ -258,4 +261,106 @@ pub fn newest_timestamp(batches: &[BatchId]) -> Option<TimestampMs> {
         .iter()
         .map(|b| TimestampMs(b.max_timestamp_ms))
         .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{LeaderEpoch, TopicPartition};
+    use crate::log::config::LogConfig;
+    use crate::log::io::StdIo;
+    use crate::log::partition_log::PartitionLog;
+    use crate::wire::batch_builder::BatchBuilder;
+
+    /// A log of `n` batches of 3 records, an index entry after every batch, 2 per segment.
+    fn log(
+        n: i64,
+    ) -> (
+        tempfile::TempDir,
+        PartitionLog,
+        std::sync::Arc<crate::log::read_view::PartitionHandle>,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            index_interval_bytes: 1,
+            segment_bytes: 500,
+            ..LogConfig::default()
+        };
+        let mut log = PartitionLog::create(
+            &dir.path().join("t-0"),
+            TopicPartition::new("t", 0),
+            None,
+            config,
+        )
+        .unwrap();
+        let handle = log.attach_read_view();
+        for i in 0..n {
+            let mut b = BatchBuilder::new(Offset(i * 3)).leader_epoch(LeaderEpoch(2));
+            for r in 0..3 {
+                b = b.value(TimestampMs(1_000 + i * 3 + r), &[i as u8; 40]);
+            }
+            log.append(&mut StdIo, &b.build()).unwrap();
+        }
+        (dir, log, handle)
+    }
+
+    #[test]
+    fn a_clean_log_reads_whole_and_within_a_budget() {
+        let (_d, _log, h) = log(7);
+        let v = h.view();
+        assert!(v.segments.len() >= 3, "{:?}", v.segments.len());
+        let all = scrub(&v, Offset(0), u64::MAX).unwrap();
+        assert!(all.fault.is_none(), "{:?}", all.fault);
+        assert_eq!(all.batches.len(), 7);
+        assert_eq!((all.next, all.log_end), (Offset(21), Offset(21)));
+        let some = scrub(&v, Offset(6), 1).unwrap();
+        assert_eq!(
+            some.batches.len(),
+            1,
+            "at least one batch, even below the budget"
+        );
+        assert_eq!((some.batches[0].base_offset, some.next), (6, Offset(9)));
+        assert_eq!(some.batches[0].leader_epoch, 2);
+    }
+
+    #[test]
+    fn a_flipped_byte_and_a_wrong_index_entry_name_their_batch() {
+        let (_d, _log, h) = log(6);
+        let v = h.view();
+        let seg = &v.segments[1];
+        let bytes = std::fs::read(&seg.files.log).unwrap();
+        let (pos, second) = {
+            let mut it = Batches::new(&bytes).map(|b| b.unwrap());
+            it.next();
+            it.next().unwrap()
+        };
+        let (base, last, size) = (
+            second.base_offset().0,
+            second.last_offset().0,
+            second.size(),
+        );
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&seg.files.log)
+            .unwrap();
+        let at = (pos + size - 1) as u64;
+        f.write_all_at(&[bytes[pos + size - 1] ^ 1], at).unwrap();
+        let r = scrub(&v, Offset(0), u64::MAX).unwrap();
+        let fault = r.fault.unwrap();
+        assert_eq!((fault.base_offset, fault.last_offset), (base, last));
+        assert_eq!(fault.position, pos as u64);
+        assert_ne!(fault.stored_crc, fault.computed_crc);
+        assert_eq!(r.next, Offset(base), "verified up to the batch before");
+        f.write_all_at(&[bytes[pos + size - 1]], at).unwrap();
+        assert!(scrub(&v, Offset(0), u64::MAX).unwrap().fault.is_none());
+
+        // The index's first entry of the segment says a wrong last offset.
+        let ix = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&seg.files.offset_index)
+            .unwrap();
+        ix.write_all_at(&7u32.to_be_bytes(), 0).unwrap();
+        let fault = scrub(&v, Offset(0), u64::MAX).unwrap().fault.unwrap();
+        assert!(fault.why.contains("index entry"), "{fault:?}");
+    }
 }

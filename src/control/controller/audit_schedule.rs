@@ -27,7 +27,13 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             }
             // The partitions kmirror holds as the source's copy: not after failover (clients
             // write there) and not while a stop is under way.
-            let parts: Vec<(TopicPartition, Uuid)> = e
+            let compacted = |topic: &str| {
+                e.configs
+                    .get(topic)
+                    .and_then(|c| c.get("cleanup.policy"))
+                    .is_some_and(|p| p.split(',').any(|x| x.trim() == "compact"))
+            };
+            let parts: Vec<(TopicPartition, Uuid, bool)> = e
                 .partitions
                 .iter()
                 .filter(|(_, p)| {
@@ -41,7 +47,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                         )
                     )
                 })
-                .map(|(tp, p)| (tp.clone(), p.topic_id))
+                .map(|(tp, p)| (tp.clone(), p.topic_id, !compacted(&tp.topic)))
                 .collect();
             if let Some(job) = audit.round(def, &parts) {
                 jobs.push((name.clone(), job));
