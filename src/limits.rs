@@ -619,6 +619,9 @@ pub const AUDIT_BYTES_PER_SEC_DEFAULT: u64 = 2 * 1024 * 1024;
 /// The most a mirror's audit may read in one round, whatever the budget and interval say:
 /// one round is one source worker job, and this keeps it well inside its deadline.
 pub const AUDIT_ROUND_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// The least share of a round's budget one partition gets: a round takes at most
+/// budget / this many partitions (at least one), the rest wait for later rounds.
+pub const AUDIT_PARTITION_SHARE_MIN_BYTES: u64 = 64 * 1024;
 /// Mismatch and scrub events kept for `kmirror audit report` (the oldest are dropped first;
 /// the counter in /metrics keeps counting).
 pub const AUDIT_EVENTS_MAX: usize = 1_000;

@@ -34,7 +34,7 @@ use uuid::Uuid;
 use crate::control::mirror_def::MirrorDefinition;
 use crate::control::source_catalog::Deadline;
 use crate::ids::{Offset, TopicPartition};
-use crate::limits::AUDIT_EVENTS_MAX;
+use crate::limits::{AUDIT_EVENTS_MAX, AUDIT_PARTITION_SHARE_MIN_BYTES};
 use crate::log::read_view::{PartitionHandle, ReadCatalog};
 use crate::log::LogError;
 
@@ -332,8 +332,10 @@ struct PartState {
     bytes_read: u64,
     bytes_fetched: u64,
     mismatches: u64,
-    /// A fault was found: not audited again until the partition is mirrored afresh.
+    /// A fault was found: not audited again (until a restart, which finds it again).
     faulted: bool,
+    /// The round that last included this partition.
+    last_round: u64,
     note: Option<String>,
 }
 
@@ -345,6 +347,8 @@ pub struct AuditPlane {
     next_round: BTreeMap<String, i64>,
     events: VecDeque<AuditEvent>,
     board: Arc<AuditBoard>,
+    /// Rounds planned so far (orders the re-scrub of caught-up partitions).
+    rounds: u64,
 }
 
 impl AuditPlane {
@@ -356,6 +360,7 @@ impl AuditPlane {
             next_round: BTreeMap::new(),
             events: VecDeque::new(),
             board: Arc::default(),
+            rounds: 0,
         })
     }
 
@@ -389,6 +394,8 @@ impl AuditPlane {
         parts: &[(TopicPartition, Uuid, bool)],
     ) -> Option<RoundJob> {
         let mirror = def.name.to_string();
+        self.rounds += 1;
+        let round = self.rounds;
         let mut jobs = Vec::new();
         for (tp, topic_id, compare) in parts {
             let st = self.parts.entry((mirror.clone(), tp.clone())).or_default();
@@ -399,13 +406,25 @@ impl AuditPlane {
                 continue;
             };
             let v = self.store.get(tp);
+            let verified = v.map_or(Offset(0), |v| v.next);
+            // Partitions with unverified data first, oldest verified source time first; then
+            // the caught-up ones (re-scrub only), the longest unaudited first.
+            let behind = *compare && verified < scrub::log_end(&handle.view());
+            let key = (
+                !behind,
+                if behind {
+                    v.and_then(|v| v.source_timestamp).map_or(i64::MIN, |t| t.0)
+                } else {
+                    st.last_round as i64
+                },
+            );
             jobs.push((
-                v.and_then(|v| v.source_timestamp).map_or(i64::MIN, |t| t.0),
+                key,
                 PartJob {
                     tp: tp.clone(),
                     topic_id: *topic_id,
                     handle,
-                    verified: v.map_or(Offset(0), |v| v.next),
+                    verified,
                     rescrub: st.rescrub,
                     compare: *compare,
                 },
@@ -414,12 +433,22 @@ impl AuditPlane {
         if jobs.is_empty() {
             return None;
         }
-        jobs.sort_by_key(|(ts, j)| (*ts, j.tp.clone()));
+        jobs.sort_by(|(a, x), (b, y)| (a, &x.tp).cmp(&(b, &y.tp)));
+        // Each partition in a round gets at least `AUDIT_PARTITION_SHARE_MIN_BYTES` of the
+        // budget, so a mirror of many partitions audits a few hundred per round, in turn.
+        let budget = def.audit.round_budget();
+        let most = (budget / AUDIT_PARTITION_SHARE_MIN_BYTES).max(1) as usize;
+        jobs.truncate(most);
+        for (_, j) in &jobs {
+            if let Some(st) = self.parts.get_mut(&(mirror.clone(), j.tp.clone())) {
+                st.last_round = round;
+            }
+        }
         Some(RoundJob {
             mirror,
             def: def.clone(),
             parts: jobs.into_iter().map(|(_, j)| j).collect(),
-            budget: def.audit.round_budget(),
+            budget,
         })
     }
 
