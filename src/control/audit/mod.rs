@@ -594,3 +594,79 @@ impl AuditPlane {
         self.board.publish(rows);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::mirror_def::{parse_properties, MirrorName};
+    use crate::ids::{LeaderEpoch, TimestampMs};
+    use crate::log::config::LogConfig;
+    use crate::log::io::StdIo;
+    use crate::log::partition_log::PartitionLog;
+    use crate::wire::batch_builder::BatchBuilder;
+
+    fn def(extra: &str) -> MirrorDefinition {
+        let props = parse_properties(&format!("bootstrap.servers=127.0.0.1:1\n{extra}")).unwrap();
+        MirrorDefinition::from_properties(MirrorName::new("m").unwrap(), &props).unwrap()
+    }
+
+    /// Two partitions of 2 batches each; the first one's marks say it is verified to its end.
+    #[test]
+    fn a_round_takes_unverified_partitions_first_and_at_most_its_budget_allows() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = ReadCatalog::new();
+        let mut logs = Vec::new();
+        for p in 0..2 {
+            let tp = TopicPartition::new("t", p);
+            let mut log = PartitionLog::create(
+                &dir.path().join(tp.dir_name()),
+                tp.clone(),
+                None,
+                LogConfig::default(),
+            )
+            .unwrap();
+            catalog.insert(tp, log.attach_read_view());
+            for i in 0..2 {
+                let b = BatchBuilder::new(Offset(i))
+                    .leader_epoch(LeaderEpoch(0))
+                    .value(TimestampMs(5), b"v")
+                    .build();
+                log.append(&mut StdIo, &b).unwrap();
+            }
+            logs.push(log);
+        }
+        let mut plane = AuditPlane::open(dir.path(), catalog).unwrap();
+        plane.store.advance(
+            &TopicPartition::new("t", 0),
+            Verified {
+                next: Offset(2),
+                source_timestamp: Some(TimestampMs(1)),
+            },
+        );
+        let parts: Vec<(TopicPartition, Uuid, bool)> = (0..2)
+            .map(|p| (TopicPartition::new("t", p), Uuid::nil(), true))
+            .collect();
+        // 1 byte a second: one partition per round, the one with unverified data.
+        let small = def("mirror.audit.bytes.per.sec=1\n");
+        let job = plane.round(&small, &parts).unwrap();
+        let tps: Vec<i32> = job.parts.iter().map(|j| j.tp.partition).collect();
+        assert_eq!(tps, [1]);
+        assert_eq!(job.parts[0].verified, Offset(0));
+        // The default budget takes both, unverified first.
+        let job = plane.round(&def(""), &parts).unwrap();
+        let tps: Vec<i32> = job.parts.iter().map(|j| j.tp.partition).collect();
+        assert_eq!(tps, [1, 0]);
+        assert_eq!(job.parts[1].verified, Offset(2));
+        // A round against an unreachable source verifies nothing and says why.
+        let answer = job.run(Deadline::after_ms(2_000));
+        assert!(answer
+            .parts
+            .iter()
+            .all(|r| r.verified.is_none() && r.mismatch.is_none()));
+        assert!(answer.parts[0]
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("source not read")));
+        drop(logs);
+    }
+}
