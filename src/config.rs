@@ -177,14 +177,47 @@ impl Default for FetchSection {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminSection {
-    /// `ip:port` to listen on; loopback only, since the API has no authentication.
+    /// `ip:port` to listen on: loopback unless `token_file` is set.
     pub listen: std::net::SocketAddr,
+    /// A file (mode 0600 or stricter) holding the bearer token every request must carry
+    /// (`Authorization: Bearer ...`); required for a non-loopback `listen`.
+    #[serde(default)]
+    pub token_file: Option<std::path::PathBuf>,
+    /// PEM certificate chain and unencrypted private key: serve HTTPS instead of HTTP.
+    #[serde(default)]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    #[serde(default)]
+    pub tls_key_file: Option<std::path::PathBuf>,
+    /// Host names the API answers to besides IP addresses and `localhost` (the `Host` check
+    /// that stops DNS rebinding from a browser).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
     /// How often each mirror's source is read for new topics, partitions, configs, deletions.
     #[serde(default = "default_sync_interval_ms")]
     pub sync_interval_ms: u64,
     /// How often the partition logs' retention (retention.ms / retention.bytes) is applied.
     #[serde(default = "default_retention_check_interval_ms")]
     pub retention_check_interval_ms: u64,
+}
+
+impl AdminSection {
+    /// The admin endpoint these settings describe; reads the token file (which must be
+    /// private).
+    pub fn endpoint(
+        &self,
+    ) -> Result<crate::control::admin_guard::AdminEndpoint, crate::control::admin_guard::GuardError>
+    {
+        use crate::control::admin_guard::{AdminEndpoint, AdminGuard};
+        let guard = match &self.token_file {
+            Some(f) => AdminGuard::with_token_file(f, &self.allowed_hosts)?,
+            None => AdminGuard::open(&self.allowed_hosts),
+        };
+        Ok(AdminEndpoint {
+            addr: self.listen,
+            guard,
+            tls: self.tls_cert_file.clone().zip(self.tls_key_file.clone()),
+        })
+    }
 }
 
 fn default_retention_check_interval_ms() -> u64 {
@@ -340,13 +373,21 @@ impl ServeConfig {
                         format!("must be {RMIN}..={RMAX}"),
                     ));
                 }
-                if !a.listen.ip().is_loopback() {
+                if !a.listen.ip().is_loopback() && a.token_file.is_none() {
                     return Err(invalid(
                         "admin.listen",
                         format!(
-                            "{} is not a loopback address (the API has no authentication)",
+                            "{} is not a loopback address: set admin.token_file (and \
+                             preferably admin.tls_cert_file/tls_key_file) to serve the API \
+                             beyond this host",
                             a.listen
                         ),
+                    ));
+                }
+                if a.tls_cert_file.is_some() != a.tls_key_file.is_some() {
+                    return Err(invalid(
+                        "admin.tls_cert_file",
+                        "tls_cert_file and tls_key_file go together",
                     ));
                 }
             }

@@ -30,7 +30,10 @@ pub type Target = fn(&[u8]);
 pub const TARGETS: &[(&str, Target)] = &[
     ("batch_validation", batch_validation),
     ("fetch_response", fetch_response),
+    ("request_frame", request_frame::request_frame),
 ];
+
+pub mod request_frame;
 
 /// Topic id the fetch harness's partitions belong to (responses at v13+ name it).
 pub const TOPIC_ID: uuid::Uuid = uuid::Uuid::from_u128(0x006b_6d69_7272_6f72);

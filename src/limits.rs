@@ -316,6 +316,16 @@ const _: () = assert!(
         && MIRROR_SYNC_INTERVAL_MS_DEFAULT <= MIRROR_SYNC_INTERVAL_MS_MAX
 );
 
+/// Shortest admin bearer token accepted (`[admin] token_file`): 16 random characters are
+/// beyond guessing over HTTP; fewer are usually a placeholder someone forgot.
+pub const ADMIN_TOKEN_CHARS_MIN: usize = 16;
+/// A TLS client of the admin API must finish its handshake within this, so a connection that
+/// never speaks holds nothing for long.
+pub const ADMIN_TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// Admin TLS handshakes done but not yet taken by the HTTP server; more wait in the kernel's
+/// accept queue.
+pub const ADMIN_TLS_READY_MAX: usize = 64;
+
 /// How long the control thread waits for a shard to hand a removed partition's log back (a
 /// shard answers between two ring waits, so this only bounds a stuck shard).
 pub const SHARD_REMOVE_WAIT_MS: u64 = 10_000;

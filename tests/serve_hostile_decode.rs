@@ -106,37 +106,9 @@ fn served_apis(dir: &std::path::Path) -> Vec<(ApiKey, i16, i16)> {
 
 /// Decodes `body` as the request type of `api` through kmirror's own decode path.
 fn decode(api: ApiKey, version: i16, body: Bytes) -> Result<(), ServeError> {
-    macro_rules! by_type {
-        ($($key:ident => $t:ty),* $(,)?) => {
-            match api {
-                $(ApiKey::$key => decode_body::<$t>(api, version, body).map(drop),)*
-                other => panic!("{other:?} is served but not listed in this test: add it"),
-            }
-        };
-    }
-    use kafka_protocol::messages::*;
-    by_type!(
-        Produce => ProduceRequest,
-        Fetch => FetchRequest,
-        ListOffsets => ListOffsetsRequest,
-        Metadata => MetadataRequest,
-        OffsetCommit => OffsetCommitRequest,
-        OffsetFetch => OffsetFetchRequest,
-        FindCoordinator => FindCoordinatorRequest,
-        JoinGroup => JoinGroupRequest,
-        Heartbeat => HeartbeatRequest,
-        LeaveGroup => LeaveGroupRequest,
-        SyncGroup => SyncGroupRequest,
-        DescribeGroups => DescribeGroupsRequest,
-        ListGroups => ListGroupsRequest,
-        InitProducerId => InitProducerIdRequest,
-        OffsetForLeaderEpoch => OffsetForLeaderEpochRequest,
-        AddPartitionsToTxn => AddPartitionsToTxnRequest,
-        AddOffsetsToTxn => AddOffsetsToTxnRequest,
-        EndTxn => EndTxnRequest,
-        TxnOffsetCommit => TxnOffsetCommitRequest,
-        DescribeConfigs => DescribeConfigsRequest,
-    )
+    kmirror::fuzz_entry::request_frame::decode_served(api, version, body).unwrap_or_else(|| {
+        panic!("{api:?} is served but not in the fuzz entry's type list: add it")
+    })
 }
 
 /// 1 MiB bodies with a lying element count at each of the first `COUNT_OFFSETS` positions

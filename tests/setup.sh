@@ -21,6 +21,7 @@ command -v cargo >/dev/null || { echo "setup: cargo not found: install Rust with
 #  util-linux        prlimit/setpriv (ops_doctor, runtime_memlock)
 #  procps            kill (the tests signal kmirror and brokers), pgrep (.ci/run's stray-JVM check)
 #  strace            ops_systemd records kmirror's syscalls to check the unit's SystemCallFilter
+#  openssl           PEM test certificates and keys (the admin API's and listeners' TLS)
 #  python3-venv      `python3 -m venv` (Debian's python3 lacks ensurepip without it)
 #  openjdk-17-jdk-headless, maven  the Kafka broker, Kafka's tools (keytool too) and the Java clients
 need=()
@@ -31,6 +32,7 @@ command -v setpriv >/dev/null || need+=(util-linux)
 # type -P: the binary Command::new("kill") runs, not the shell builtin.
 type -P kill >/dev/null && type -P pgrep >/dev/null || need+=(procps)
 command -v strace >/dev/null || need+=(strace)
+command -v openssl >/dev/null || need+=(openssl)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need+=(maven)

@@ -1,4 +1,5 @@
-//! The admin API: HTTP/JSON on a loopback port, served by the control thread.
+//! The admin API: HTTP/JSON, served by the control thread: on loopback by default; with a
+//! bearer token (`admin_guard`) on any address, and optionally over TLS (`admin_tls`).
 //!
 //! The control thread is an ordinary thread running a tokio current-thread runtime (never a
 //! shard core). It owns the `Controller`; each handler locks it only for work that never waits
@@ -26,6 +27,7 @@
 //! source call is still waiting for its answer), 504 (the source did not answer in time).
 
 use std::collections::BTreeMap;
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,6 +39,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
+use crate::control::admin_guard::{AdminEndpoint, AdminGuard, GuardError};
 use crate::control::controller::{ControlError, Controller, DataPlane, SourceAsk, SourceCatalog};
 use crate::control::source_worker::SourceWorkers;
 use crate::control::state::Command;
@@ -91,8 +94,17 @@ fn lock<S, D>(c: &SharedController<S, D>) -> std::sync::MutexGuard<'_, Controlle
     c.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The admin routes over a controller.
+/// The admin routes over a controller, with no access rule (see `guarded_router`).
 pub fn router<S, D>(controller: SharedController<S, D>) -> Router
+where
+    S: SourceCatalog + Send + 'static,
+    D: DataPlane + Send + 'static,
+{
+    guarded_router(controller, AdminGuard::open(&[]))
+}
+
+/// The admin routes behind `guard` (token and Host check on every route, `/metrics` too).
+pub fn guarded_router<S, D>(controller: SharedController<S, D>, guard: AdminGuard) -> Router
 where
     S: SourceCatalog + Send + 'static,
     D: DataPlane + Send + 'static,
@@ -106,6 +118,10 @@ where
         .route("/describe", get(describe::<S, D>))
         .route("/metrics", get(metrics::<S, D>))
         .with_state(controller)
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            crate::control::admin_guard::check,
+        ))
 }
 
 async fn list<S: SourceCatalog, D: DataPlane>(
@@ -343,8 +359,15 @@ async fn metrics<S: SourceCatalog, D: DataPlane>(
 /// Why the admin API could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
-    #[error("admin address {0} is not a loopback address")]
+    #[error(
+        "admin address {0} is not a loopback address: set [admin] token_file (and preferably \
+         tls_cert_file/tls_key_file) to serve the API beyond this host"
+    )]
     NotLoopback(SocketAddr),
+    #[error("{0}")]
+    Guard(#[from] GuardError),
+    #[error("admin API TLS: {0}")]
+    Tls(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -393,8 +416,8 @@ impl Drop for ControlThread {
     }
 }
 
-/// Binds `addr` (loopback only: the API has no authentication) and serves the admin API on a
-/// new control thread, which also runs the controller's periodic tick.
+/// Binds `addr` (loopback, no token) and serves the admin API on a new control thread, which
+/// also runs the controller's periodic tick.
 pub fn spawn<S, D>(
     addr: SocketAddr,
     controller: SharedController<S, D>,
@@ -403,7 +426,20 @@ where
     S: SourceCatalog + Send + 'static,
     D: DataPlane + Send + 'static,
 {
-    let (std_listener, bound) = bind(addr)?;
+    spawn_on(&AdminEndpoint::loopback(addr), controller)
+}
+
+/// `spawn` on `endpoint`: its address, access rules and TLS.
+pub fn spawn_on<S, D>(
+    endpoint: &AdminEndpoint,
+    controller: SharedController<S, D>,
+) -> Result<ControlThread, AdminError>
+where
+    S: SourceCatalog + Send + 'static,
+    D: DataPlane + Send + 'static,
+{
+    let (std_listener, bound) = bind(endpoint)?;
+    let serving = Serving::of(endpoint)?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::Builder::new()
         .name("kmirror-control".into())
@@ -412,7 +448,7 @@ where
                 .enable_all()
                 .build()
                 .map_err(|e| format!("control thread runtime: {e}"))?;
-            rt.block_on(serve_loop(std_listener, controller, rx));
+            rt.block_on(serve_loop(std_listener, serving, controller, rx));
             Ok(())
         })
         .map_err(AdminError::Thread)?;
@@ -423,8 +459,31 @@ where
     })
 }
 
-fn bind(addr: SocketAddr) -> Result<(std::net::TcpListener, SocketAddr), AdminError> {
-    if !addr.ip().is_loopback() {
+/// How the API is served once bound: its access rules, and TLS when configured.
+struct Serving {
+    guard: AdminGuard,
+    tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+impl Serving {
+    fn of(endpoint: &AdminEndpoint) -> Result<Serving, AdminError> {
+        let tls = match &endpoint.tls {
+            Some((cert, key)) => {
+                Some(crate::control::admin_tls::server_config(cert, key).map_err(AdminError::Tls)?)
+            }
+            None => None,
+        };
+        Ok(Serving {
+            guard: endpoint.guard.clone(),
+            tls,
+        })
+    }
+}
+
+fn bind(endpoint: &AdminEndpoint) -> Result<(std::net::TcpListener, SocketAddr), AdminError> {
+    let addr = endpoint.addr;
+    // Beyond loopback, anyone who can reach the port would own the mirrors.
+    if !addr.ip().is_loopback() && !endpoint.guard.requires_token() {
         return Err(AdminError::NotLoopback(addr));
     }
     let std_listener =
@@ -441,6 +500,7 @@ fn bind(addr: SocketAddr) -> Result<(std::net::TcpListener, SocketAddr), AdminEr
 /// Serves the admin API and ticks the controller until `shutdown` fires.
 async fn serve_loop<S, D>(
     std_listener: std::net::TcpListener,
+    serving: Serving,
     controller: SharedController<S, D>,
     shutdown: tokio::sync::oneshot::Receiver<()>,
 ) where
@@ -490,9 +550,29 @@ async fn serve_loop<S, D>(
         let _ = down_tx.send(true);
     });
     let mut graceful = down_rx.clone();
-    let serve = axum::serve(listener, router(controller)).with_graceful_shutdown(async move {
+    let app = guarded_router(controller, serving.guard);
+    let graceful = async move {
         let _ = graceful.wait_for(|down| *down).await;
-    });
+    };
+    let serve: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> =
+        match serving.tls {
+            None => Box::pin(
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(graceful)
+                    .into_future(),
+            ),
+            Some(config) => match crate::control::admin_tls::TlsListener::new(listener, config) {
+                Ok(tls) => Box::pin(
+                    axum::serve(tls, app)
+                        .with_graceful_shutdown(graceful)
+                        .into_future(),
+                ),
+                Err(e) => {
+                    tracing::error!("admin API TLS listener: {e}");
+                    return;
+                }
+            },
+        };
     let mut cutoff_rx = down_rx;
     let cutoff = async move {
         if cutoff_rx.wait_for(|down| *down).await.is_ok() {
@@ -516,7 +596,7 @@ const SHUTDOWN_GRACE_MS: u64 = 1_000;
 /// `close` gets it back on that thread after the API stopped serving. Returns once `build` has
 /// finished; its error is returned here.
 pub fn spawn_built<S, D, B, C>(
-    addr: SocketAddr,
+    endpoint: &AdminEndpoint,
     build: B,
     close: C,
 ) -> Result<ControlThread, AdminError>
@@ -526,7 +606,8 @@ where
     B: FnOnce() -> Result<Controller<S, D>, String> + Send + 'static,
     C: FnOnce(Controller<S, D>) -> Result<(), String> + Send + 'static,
 {
-    let (std_listener, bound) = bind(addr)?;
+    let (std_listener, bound) = bind(endpoint)?;
+    let serving = Serving::of(endpoint)?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let (built_tx, built_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let thread = std::thread::Builder::new()
@@ -550,7 +631,12 @@ where
                 }
             };
             let _ = built_tx.send(Ok(()));
-            rt.block_on(serve_loop(std_listener, Arc::clone(&controller), rx));
+            rt.block_on(serve_loop(
+                std_listener,
+                serving,
+                Arc::clone(&controller),
+                rx,
+            ));
             // The router and the tick are gone with the runtime's tasks; this is the last holder.
             drop(rt);
             let controller = Arc::try_unwrap(controller)

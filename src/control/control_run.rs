@@ -47,7 +47,9 @@ pub enum ControlRunError {
 /// Runs the control plane until `stop` is set (by SIGTERM/SIGINT in the binary).
 pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunError> {
     let admin_section = config.admin.as_ref().ok_or(ControlRunError::NoAdmin)?;
-    let listen = admin_section.listen;
+    let endpoint = admin_section
+        .endpoint()
+        .map_err(crate::control::admin::AdminError::from)?;
     let sync_interval_ms = admin_section.sync_interval_ms;
     let retention_every = Duration::from_millis(admin_section.retention_check_interval_ms);
     let checkpoint_every = Duration::from_millis(config.storage.recovery_checkpoint_interval_ms);
@@ -166,7 +168,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
         let plane = c.shutdown().map_err(|e| e.to_string())?;
         plane.stop().map_err(|e| e.to_string())
     };
-    let control = admin::spawn_built(listen, build, close)?;
+    let control = admin::spawn_built(&endpoint, build, close)?;
     let groups = groups_slot.get().cloned();
     let txn = txn_slot.get().cloned();
     let kafka = match crate::serve::start_configured(

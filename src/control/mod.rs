@@ -10,6 +10,8 @@
 //! | `fault`      | why a source or data-plane step failed, retryable or not, timed out |
 //! | `source_worker` | where source calls run: bounded, one per mirror and kind, answers as messages |
 //! | `admin`      | HTTP/JSON admin API and the control thread that serves it           |
+//! | `admin_guard` | who may use the admin API: bearer token (0600 file), Host check     |
+//! | `admin_tls`  | the admin API over TLS (handshakes with a deadline, off the accept path) |
 //! | `source_catalog` | source topics and cluster id with the blocking client           |
 //! | `source_epochs` | the highest source leader epoch per partition, for failover        |
 //! | `source_security` | a mirror's TLS/SASL settings as the source client's security     |
@@ -23,6 +25,8 @@
 //! | `audit` | continuous integrity audit: local scrub, comparison with the source, verified marks |
 
 pub mod admin;
+pub mod admin_guard;
+pub mod admin_tls;
 pub mod audit;
 pub mod control_run;
 pub mod controller;

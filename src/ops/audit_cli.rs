@@ -20,6 +20,12 @@ pub struct AuditArgs {
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// As `kmirror mirrors --admin-token-file`.
+    #[arg(long, global = true, env = "KMIRROR_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<std::path::PathBuf>,
+    /// As `kmirror mirrors --admin-ca-file`.
+    #[arg(long, global = true, env = "KMIRROR_ADMIN_CA_FILE")]
+    pub admin_ca_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -32,7 +38,11 @@ pub enum AuditAction {
 }
 
 pub fn run(args: &AuditArgs, out: &mut impl Write) -> Result<(), CliError> {
-    let client = Client::new(&args.admin);
+    let client = Client::connect(
+        &args.admin,
+        args.admin_token_file.as_deref(),
+        args.admin_ca_file.as_deref(),
+    )?;
     match &args.action {
         AuditAction::Report { mirror } => {
             let report: AuditReport = required(

@@ -14,6 +14,7 @@ use crate::config::ServeConfig;
 use crate::control::controller::SourceCheck;
 use crate::fetch::blocking::BlockingClient;
 use crate::limits::{DOCTOR_FREE_BYTES_FAIL, DOCTOR_FREE_BYTES_WARN};
+use crate::ops::admin_client::AdminTarget;
 use crate::runtime::memlock::{self, MemlockFacts};
 use crate::runtime::ring::probe_setup;
 use crate::runtime::RingMode;
@@ -328,11 +329,25 @@ fn source_checks(config: &ServeConfig) -> Vec<Finding> {
         return Vec::new();
     };
     // Mirror definitions live in the running server's __mirror_state; ask its admin API.
-    let url = format!("http://{}/mirrors", admin.listen);
-    let listed = ureq::get(&url)
+    let target = match AdminTarget::of_section(admin) {
+        Ok(t) => t,
+        Err(e) => {
+            return vec![bad(
+                Level::Fail,
+                "admin",
+                format!("cannot reach the admin API as configured: {e}"),
+                "fix [admin] token_file / tls_cert_file".to_owned(),
+            )]
+        }
+    };
+    let listed = target
+        .get("/mirrors")
         .call()
         .map_err(|e| e.to_string())
         .and_then(|mut r| {
+            if !r.status().is_success() {
+                return Err(format!("HTTP {}", r.status()));
+            }
             r.body_mut()
                 .read_json::<Vec<crate::control::controller::MirrorSummary>>()
                 .map_err(|e| e.to_string())
@@ -341,7 +356,7 @@ fn source_checks(config: &ServeConfig) -> Vec<Finding> {
         Ok(mirrors) if mirrors.is_empty() => vec![pass("mirrors", "none defined".to_owned())],
         Ok(mirrors) => mirrors
             .iter()
-            .map(|m| mirror_source_check(&admin.listen.to_string(), &m.mirror))
+            .map(|m| mirror_source_check(&target, &m.mirror))
             .collect(),
         Err(e) => vec![bad(
             Level::Warn,
@@ -358,13 +373,16 @@ fn source_checks(config: &ServeConfig) -> Vec<Finding> {
 
 /// One mirror's source, reached and authenticated by the running kmirror with the mirror's own
 /// settings: doctor never sees the credentials.
-fn mirror_source_check(admin: &str, mirror: &str) -> Finding {
+fn mirror_source_check(admin: &AdminTarget, mirror: &str) -> Finding {
     let check = format!("source of mirror {mirror}");
-    let url = format!("http://{admin}/mirrors/{mirror}/source");
-    let answer = ureq::get(&url)
+    let answer = admin
+        .get(&format!("/mirrors/{mirror}/source"))
         .call()
         .map_err(|e| e.to_string())
         .and_then(|mut r| {
+            if !r.status().is_success() {
+                return Err(format!("HTTP {}", r.status()));
+            }
             r.body_mut()
                 .read_json::<SourceCheck>()
                 .map_err(|e| e.to_string())

@@ -21,6 +21,7 @@ use crate::limits::{
     MIRROR_PROPERTIES_BYTES_MAX, MIRROR_RETRY_MAX_ATTEMPTS_DEFAULT, PROMOTE_POLL,
     PROMOTE_PROGRESS_EVERY, PROMOTE_TIMEOUT_MS_DEFAULT,
 };
+use crate::ops::admin_client::AdminTarget;
 
 /// Where `kmirror serve` listens for admin requests unless configured otherwise.
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:9190";
@@ -33,6 +34,14 @@ pub struct MirrorsArgs {
     /// listener). `--bootstrap-server` is the KIP tool's name for the cluster it manages.
     #[arg(long, global = true, default_value = DEFAULT_ADMIN, visible_alias = "bootstrap-server")]
     pub admin: String,
+    /// A file (mode 0600) with the admin API's bearer token (`[admin] token_file`); also
+    /// `KMIRROR_ADMIN_TOKEN_FILE`.
+    #[arg(long, global = true, env = "KMIRROR_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// PEM CA certificate to verify an `https://` admin API with (its own certificate when
+    /// self-signed); the Mozilla roots otherwise.
+    #[arg(long, global = true, env = "KMIRROR_ADMIN_CA_FILE")]
+    pub admin_ca_file: Option<PathBuf>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
@@ -200,23 +209,30 @@ pub fn accept_action_flags(argv: Vec<OsString>) -> Result<Vec<OsString>, CliErro
 }
 
 pub(crate) struct Client {
-    agent: ureq::Agent,
+    target: AdminTarget,
     addr: String,
 }
 
 impl Client {
-    pub(crate) fn new(addr: &str) -> Client {
-        let config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build();
-        Client {
-            agent: config.into(),
-            addr: addr.to_owned(),
-        }
+    fn new(args: &MirrorsArgs) -> Result<Client, CliError> {
+        Client::connect(
+            &args.admin,
+            args.admin_token_file.as_deref(),
+            args.admin_ca_file.as_deref(),
+        )
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
+    /// A client of the admin API at `admin` (also for `kmirror audit`).
+    pub(crate) fn connect(
+        admin: &str,
+        token_file: Option<&std::path::Path>,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<Client, CliError> {
+        let target = AdminTarget::new(admin, token_file, ca_file).map_err(CliError::BadArgument)?;
+        Ok(Client {
+            target,
+            addr: admin.to_owned(),
+        })
     }
 
     fn answer<T: DeserializeOwned>(
@@ -250,7 +266,7 @@ impl Client {
     }
 
     pub(crate) fn get<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>, CliError> {
-        self.answer(self.agent.get(self.url(path)).call())
+        self.answer(self.target.get(path).call())
     }
 
     fn post<B: Serialize, T: DeserializeOwned>(
@@ -258,11 +274,11 @@ impl Client {
         path: &str,
         body: &B,
     ) -> Result<Option<T>, CliError> {
-        self.answer(self.agent.post(self.url(path)).send_json(body))
+        self.answer(self.target.post(path).send_json(body))
     }
 
     fn delete(&self, path: &str) -> Result<(), CliError> {
-        self.answer::<serde_json::Value>(self.agent.delete(self.url(path)).call())
+        self.answer::<serde_json::Value>(self.target.delete(path).call())
             .map(|_| ())
     }
 }
@@ -382,7 +398,7 @@ fn print_report(
 
 /// Runs one `mirrors` action, writing its result to `out`.
 pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
-    let client = Client::new(&args.admin);
+    let client = Client::new(args)?;
     let addr = args.admin.as_str();
     match &args.action {
         Action::Create {

@@ -1,5 +1,6 @@
 //! Operator-facing edges: CLI tools, metrics, latency export, systemd notification.
 
+pub mod admin_client;
 pub mod audit_cli;
 pub mod bench;
 pub mod doctor;

@@ -112,3 +112,104 @@ pub fn make(dir: &Path) -> TestCerts {
         password: pw,
     }
 }
+
+/// PEM material made with `openssl` (tests/setup.sh installs it): a CA, and a server
+/// certificate it signed for 127.0.0.1/localhost (also good for client auth) with its
+/// unencrypted PKCS#8 key. `chain_pem` is the server certificate followed by the CA's.
+pub struct PemCerts {
+    pub ca_pem: PathBuf,
+    pub cert_pem: PathBuf,
+    pub chain_pem: PathBuf,
+    pub key_pem: PathBuf,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let mut cmd = Command::new("openssl");
+    cmd.args(args).current_dir(dir);
+    let out = run_bounded(&mut cmd, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "openssl {args:?} failed (tests/setup.sh installs openssl):\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Makes a fresh CA and server certificate under `dir` with `openssl`.
+pub fn make_pem(dir: &Path) -> PemCerts {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "3",
+            "-subj",
+            "/CN=kmirror-test-ca",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=keyCertSign,cRLSign",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    );
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+         keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "3",
+            "-extfile",
+            "server.ext",
+        ],
+    );
+    let chain = [
+        std::fs::read(dir.join("server.pem")).unwrap(),
+        std::fs::read(dir.join("ca.pem")).unwrap(),
+    ]
+    .concat();
+    std::fs::write(dir.join("chain.pem"), chain).unwrap();
+    PemCerts {
+        ca_pem: dir.join("ca.pem"),
+        cert_pem: dir.join("server.pem"),
+        chain_pem: dir.join("chain.pem"),
+        key_pem: dir.join("server.key"),
+    }
+}

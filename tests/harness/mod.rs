@@ -29,6 +29,7 @@ mod tool;
 pub use broker::{Kafka, KafkaVersion, SaslSslSetup};
 pub use dump::{dump_log_segments, DumpBatch, DumpFlags, DumpOutput};
 pub use jars::kafka_libs;
+pub use process::run_bounded;
 pub use tool::{
     console_consumer, consume, consume_to_end, describe_topic_config_sources,
     describe_topic_configs, kafka_configs, kafka_topics, offsets, offsets_for_times, produce,
