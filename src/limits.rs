@@ -702,3 +702,29 @@ pub const ACL_FIELD_BYTES_MAX: usize = 1024;
 /// source's list beyond it is cut (and said so in describe), so that a request's authorization
 /// stays a bounded walk.
 pub const ACLS_MAX: usize = 100_000;
+
+// ---- continuous integrity audit (control/audit) ----
+
+/// Default of `mirror.audit.interval.ms`: how often a mirror's audit round runs.
+pub const AUDIT_INTERVAL_MS_DEFAULT: u64 = 10_000;
+pub const AUDIT_INTERVAL_MS_MIN: u64 = 100;
+pub const AUDIT_INTERVAL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+const _: () = assert!(
+    AUDIT_INTERVAL_MS_MIN <= AUDIT_INTERVAL_MS_DEFAULT
+        && AUDIT_INTERVAL_MS_DEFAULT <= AUDIT_INTERVAL_MS_MAX
+);
+
+/// Default of `mirror.audit.bytes.per.sec`: the audit's budget per mirror, for local re-reads
+/// and for what it fetches again from the source each (2 MiB/s: a small fraction of a fetch
+/// connection, so the source barely notices; every newly mirrored range is still verified
+/// once, just later when mirroring runs faster than this).
+pub const AUDIT_BYTES_PER_SEC_DEFAULT: u64 = 2 * 1024 * 1024;
+/// The most a mirror's audit may read in one round, whatever the budget and interval say:
+/// one round is one source worker job, and this keeps it well inside its deadline.
+pub const AUDIT_ROUND_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// The least share of a round's budget one partition gets: a round takes at most
+/// budget / this many partitions (at least one), the rest wait for later rounds.
+pub const AUDIT_PARTITION_SHARE_MIN_BYTES: u64 = 64 * 1024;
+/// Mismatch and scrub events kept for `kmirror audit report` (the oldest are dropped first;
+/// the counter in /metrics keeps counting).
+pub const AUDIT_EVENTS_MAX: usize = 1_000;

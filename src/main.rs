@@ -33,6 +33,8 @@ enum Command {
     /// Manage mirrors through a running kmirror's admin API (create, start, pause, resume,
     /// stop, delete, list, describe; kafka-cluster-mirrors.sh's `--describe` etc. work too).
     Mirrors(kmirror::ops::mirrors_cli::MirrorsArgs),
+    /// The integrity audit of a running kmirror: `kmirror audit report --mirror M [--json]`.
+    Audit(kmirror::ops::audit_cli::AuditArgs),
     /// Check this host against a serve config: io_uring, memlock, cores, data dir, sources.
     /// Prints pass/warn/fail lines (failures with their fix); exits non-zero on any failure.
     Doctor {
@@ -109,6 +111,8 @@ fn main() -> ExitCode {
             kmirror::ops::mirrors_cli::run(&args, &mut std::io::stdout().lock())
                 .map_err(anyhow::Error::from)
         }
+        Command::Audit(args) => kmirror::ops::audit_cli::run(&args, &mut std::io::stdout().lock())
+            .map_err(anyhow::Error::from),
         Command::Serve { config } => serve(&config),
         Command::Doctor { config } => {
             return match doctor(&config) {

@@ -18,6 +18,7 @@
 //! | POST   | /mirrors/{name}/pause, resume, stop | `{"topics"}`                     |
 //! | POST   | /mirrors/{name}/promote       | `{"topics"}`: stop if caught up, else 503 |
 //! | GET    | /mirrors/{name}/source        | - (connects with the mirror's settings)|
+//! | GET    | /mirrors/{name}/audit         | - (integrity audit report)             |
 //! | GET    | /describe?mirror=NAME         | -                                      |
 //! | GET    | /metrics                      | - (Prometheus text format)             |
 //!
@@ -113,6 +114,7 @@ where
         .route("/mirrors/{name}", axum::routing::delete(delete::<S, D>))
         .route("/mirrors/{name}/{action}", post(action::<S, D>))
         .route("/mirrors/{name}/source", get(check_source::<S, D>))
+        .route("/mirrors/{name}/audit", get(audit_report::<S, D>))
         .route("/describe", get(describe::<S, D>))
         .route("/metrics", get(metrics::<S, D>))
         .with_state(controller)
@@ -309,6 +311,15 @@ async fn describe<S: SourceCatalog, D: DataPlane>(
 ) -> ApiResult {
     let rows = lock(&c).describe(q.mirror.as_deref()).map_err(ApiError)?;
     Ok(Json(rows).into_response())
+}
+
+/// `kmirror audit report`: verified marks, audit bytes and the events kept.
+async fn audit_report<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+    Path(name): Path<String>,
+) -> ApiResult {
+    let report = lock(&c).audit_report(&name).map_err(ApiError)?;
+    Ok(Json(report).into_response())
 }
 
 async fn metrics<S: SourceCatalog, D: DataPlane>(

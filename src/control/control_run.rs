@@ -146,6 +146,16 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
         }
         c.set_sync_interval_ms(sync_interval_ms);
         c.set_source_timeout_ms(u64::from(request_timeout_ms));
+        // Integrity audit of every mirror (`mirror.audit.*`), its marks under the data dir.
+        match crate::control::audit::AuditPlane::open(&data_dir, Arc::clone(&build_catalog)) {
+            Ok(audit) => {
+                if let Some(t) = c.data_plane().telemetry() {
+                    t.attach_audit(audit.board());
+                }
+                c.attach_audit(audit);
+            }
+            Err(e) => tracing::error!("integrity audit not started: {e}"),
+        }
         if let Some(g) = groups {
             // Group-offset sync from each mirror's source, on the controller's tick, into the
             // coordinator the endpoint serves (kip1279.md §8).

@@ -361,6 +361,9 @@ pub struct MirrorDefinition {
     /// defaults apply).
     #[serde(default)]
     pub groups: GroupSyncSettings,
+    /// Continuous integrity audit (`mirror.audit.*`, `control::audit::settings`).
+    #[serde(default)]
+    pub audit: crate::control::audit::AuditSettings,
 }
 
 /// Which consumer groups' committed offsets are copied from the source, and how often:
@@ -570,6 +573,8 @@ impl MirrorDefinition {
         ];
         if let Some(unknown) = props
             .keys()
+            // `mirror.audit.*` keys are checked by their own settings (below).
+            .filter(|k| !k.starts_with(crate::control::audit::settings::PREFIX))
             .find(|k| !KNOWN.contains(&k.as_str()) && !ACCEPTED_UNUSED.contains(&k.as_str()))
         {
             return Err(DefinitionError::UnknownProperty(unknown.clone()));
@@ -693,6 +698,7 @@ impl MirrorDefinition {
             start_from,
             topic_properties_exclude,
             groups: GroupSyncSettings::from_properties(props)?,
+            audit: crate::control::audit::AuditSettings::from_properties(props)?,
         })
     }
 

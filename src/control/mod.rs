@@ -22,10 +22,12 @@
 //! | `mirror_run` | resolving a configured mirror against the source and driving shards  |
 //! | `control_run` | `kmirror serve` with `[admin]`: controller, shards and admin API     |
 //! | `topic_configs` | which source topic configs are copied, and how they apply locally  |
+//! | `audit` | continuous integrity audit: local scrub, comparison with the source, verified marks |
 
 pub mod admin;
 pub mod admin_guard;
 pub mod admin_tls;
+pub mod audit;
 pub mod control_run;
 pub mod controller;
 pub mod fault;

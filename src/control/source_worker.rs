@@ -38,6 +38,8 @@ pub enum JobKind {
     Resolve,
     /// Leaders the shards asked for again (`LeaderWanted`).
     Leaders,
+    /// A mirror's integrity audit round (`control::audit`): local re-reads and source fetches.
+    Audit,
 }
 
 /// Whom a job asks (a mirror name or a source's bootstrap list) and what.

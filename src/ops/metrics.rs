@@ -52,6 +52,7 @@ struct Scrape {
     fetch_sessions: Option<SessionStats>,
     endpoint_requests: Option<Vec<RequestCount>>,
     disk: Option<DiskSpace>,
+    audit: Option<std::sync::Arc<Vec<crate::control::audit::PartitionAudit>>>,
 }
 
 /// The data dir's filesystem, from statvfs at scrape time.
@@ -103,6 +104,7 @@ pub fn render(telemetry: &Telemetry, states: Vec<PartitionState>, default_mirror
         fetch_sessions: telemetry.fetch_sessions().map(|s| s.stats()),
         endpoint_requests: telemetry.endpoint_requests().map(|s| s.snapshot()),
         disk: telemetry.data_dir().and_then(disk_space),
+        audit: telemetry.audit().map(|b| b.rows()),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -203,6 +205,7 @@ impl Collector for Scrape {
         self.encode_fetch_sessions(&mut f)?;
         self.encode_endpoint_requests(&mut f)?;
         self.encode_disk(&mut f)?;
+        self.encode_audit(&mut f)?;
         self.encode_process(&mut f)
     }
 }
@@ -315,6 +318,56 @@ impl Scrape {
             "1 when the source broker of every partition the mirror fetches has answered on its \
              current connection; 0 while one is connecting or reconnecting.",
             &reachable,
+        )
+    }
+
+    /// The integrity audit (`control::audit`), per partition it audits.
+    fn encode_audit(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
+        let Some(rows) = &self.audit else {
+            return Ok(());
+        };
+        let labels = |a: &crate::control::audit::PartitionAudit| {
+            vec![
+                ("mirror", a.mirror.clone()),
+                ("topic", a.topic.clone()),
+                ("partition", a.partition.to_string()),
+            ]
+        };
+        let verified: Vec<(Labels, i64)> = rows
+            .iter()
+            .filter_map(|a| a.verified_offset.map(|v| (labels(a), v)))
+            .collect();
+        f.gauge(
+            "kmirror_partition_verified_offset",
+            "Every offset below this was re-read locally and matched the source's batch (offsets, leader epoch, CRC).",
+            &verified,
+        )?;
+        let lag: Vec<(Labels, f64)> = rows
+            .iter()
+            .filter_map(|a| a.verified_lag_seconds(self.now_ms).map(|s| (labels(a), s)))
+            .collect();
+        f.gauge(
+            "kmirror_partition_verified_lag_seconds",
+            "0 when verified to the local log end (as of the last audit round), else the age of the newest verified source record.",
+            &lag,
+        )?;
+        let count = |v: fn(&crate::control::audit::PartitionAudit) -> u64| -> Vec<(Labels, u64)> {
+            rows.iter().map(|a| (labels(a), v(a))).collect()
+        };
+        f.counter(
+            "kmirror_audit_mismatches",
+            "Batches the audit found different from the source or damaged locally, since this process started.",
+            &count(|a| a.mismatches),
+        )?;
+        f.counter(
+            "kmirror_audit_read_bytes",
+            "Local segment bytes the audit re-read, since this process started.",
+            &count(|a| a.bytes_read),
+        )?;
+        f.counter(
+            "kmirror_audit_fetched_bytes",
+            "Record bytes the audit fetched again from the source, since this process started.",
+            &count(|a| a.bytes_fetched),
         )
     }
 

@@ -208,22 +208,30 @@ pub fn accept_action_flags(argv: Vec<OsString>) -> Result<Vec<OsString>, CliErro
     }
 }
 
-struct Client {
+pub(crate) struct Client {
     target: AdminTarget,
     addr: String,
 }
 
 impl Client {
     fn new(args: &MirrorsArgs) -> Result<Client, CliError> {
-        let target = AdminTarget::new(
+        Client::connect(
             &args.admin,
             args.admin_token_file.as_deref(),
             args.admin_ca_file.as_deref(),
         )
-        .map_err(CliError::BadArgument)?;
+    }
+
+    /// A client of the admin API at `admin` (also for `kmirror audit`).
+    pub(crate) fn connect(
+        admin: &str,
+        token_file: Option<&std::path::Path>,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<Client, CliError> {
+        let target = AdminTarget::new(admin, token_file, ca_file).map_err(CliError::BadArgument)?;
         Ok(Client {
             target,
-            addr: args.admin.clone(),
+            addr: admin.to_owned(),
         })
     }
 
@@ -257,7 +265,7 @@ impl Client {
         }
     }
 
-    fn get<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>, CliError> {
+    pub(crate) fn get<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>, CliError> {
         self.answer(self.target.get(path).call())
     }
 
@@ -304,7 +312,7 @@ fn promote_when_caught_up(
     }
 }
 
-fn required<T>(v: Option<T>, addr: &str) -> Result<T, CliError> {
+pub(crate) fn required<T>(v: Option<T>, addr: &str) -> Result<T, CliError> {
     v.ok_or_else(|| CliError::BadAnswer {
         addr: addr.to_owned(),
         reason: "empty answer".into(),
@@ -312,7 +320,11 @@ fn required<T>(v: Option<T>, addr: &str) -> Result<T, CliError> {
 }
 
 /// Left-aligned columns separated by two spaces.
-fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+pub(crate) fn table(
+    out: &mut impl Write,
+    header: &[&str],
+    rows: &[Vec<String>],
+) -> std::io::Result<()> {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
         for (w, cell) in widths.iter_mut().zip(r) {
@@ -344,7 +356,7 @@ fn retry_cell(attempt: i32) -> String {
     }
 }
 
-fn opt<T: ToString>(v: Option<T>) -> String {
+pub(crate) fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
@@ -575,6 +587,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                             opt(r.lag),
                             r.state.to_string(),
                             opt(r.lag_seconds.map(|s| format!("{s:.1}"))),
+                            opt(r.verified_offset),
                             opt(r
                                 .error_message
                                 .or_else(|| r.config_error.map(|e| format!("topic configs: {e}")))),
@@ -592,6 +605,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                         "LAG",
                         "STATE",
                         "LAG-SECONDS",
+                        "VERIFIED-OFFSET",
                         "ERROR",
                     ],
                     &cells,

@@ -1,6 +1,7 @@
 //! Operator-facing edges: CLI tools, metrics, latency export, systemd notification.
 
 pub mod admin_client;
+pub mod audit_cli;
 pub mod doctor;
 pub mod latency;
 pub mod latency_plot;

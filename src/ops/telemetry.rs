@@ -50,6 +50,8 @@ pub struct Telemetry {
     fetch_sessions: OnceLock<Arc<FetchSessions>>,
     /// The Kafka endpoint's requests per API and version, once a listener counts them.
     endpoint_requests: OnceLock<Arc<RequestStats>>,
+    /// The integrity audit's per-partition rows, once the control plane audits.
+    audit: OnceLock<Arc<crate::control::audit::AuditBoard>>,
     /// The data dir, whose filesystem's free space `/metrics` shows (none: not shown).
     data_dir: Option<PathBuf>,
 }
@@ -63,6 +65,7 @@ impl Telemetry {
             started: SystemTime::now(),
             fetch_sessions: OnceLock::new(),
             endpoint_requests: OnceLock::new(),
+            audit: OnceLock::new(),
             data_dir: None,
         }
     }
@@ -88,6 +91,15 @@ impl Telemetry {
 
     pub fn endpoint_requests(&self) -> Option<&Arc<RequestStats>> {
         self.endpoint_requests.get()
+    }
+
+    /// Shows the integrity audit's rows in `/metrics`.
+    pub fn attach_audit(&self, board: Arc<crate::control::audit::AuditBoard>) {
+        let _ = self.audit.set(board);
+    }
+
+    pub fn audit(&self) -> Option<&Arc<crate::control::audit::AuditBoard>> {
+        self.audit.get()
     }
 
     /// A copy of the cumulative histograms, one set per shard.

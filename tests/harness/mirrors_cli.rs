@@ -151,3 +151,19 @@ pub fn serve_mirroring(
     super::serve::wait_all_mirrored(&mut serve, &pairs);
     (serve, admin, kmirror)
 }
+
+/// `kmirror audit report --mirror NAME --json` (the integrity audit, `control::audit`).
+pub fn audit_report(admin: &str, mirror: &str) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_kmirror"))
+        .args([
+            "audit", "report", "--mirror", mirror, "--json", "--admin", admin,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "audit report failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}

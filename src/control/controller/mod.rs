@@ -22,6 +22,7 @@
 //! The source cluster and the data plane are traits so the lifecycle rules are tested on their
 //! own; `source_catalog` implements the source side with the blocking Kafka client.
 
+mod audit_schedule;
 mod group_schedule;
 mod lifecycle;
 mod reporting;
@@ -246,6 +247,9 @@ pub struct Controller<S, D> {
     /// While a lifecycle command runs (`batched`): the `__mirror_state` records it wrote so
     /// far, held back to be written with one append.
     deferred: Option<Vec<(StateKey, StateValue)>>,
+
+    /// The integrity audit, once attached (`attach_audit`).
+    audit: Option<crate::control::audit::AuditPlane>,
 }
 
 /// A source call a command needs before it can finish: run it on a source worker (the admin
@@ -291,6 +295,7 @@ enum SourceResult {
     Sync(source_sync::SyncAnswer),
     IdleOffsets(source_sync::IdleAnswer),
     Groups(group_schedule::GroupsAnswer),
+    Audit(crate::control::audit::RoundAnswer),
 }
 
 /// The message of the non-retryable failure of a partition whose source topic is gone.
@@ -378,6 +383,8 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             stop_holds: BTreeMap::new(),
             idle_offsets: BTreeMap::new(),
             deferred: None,
+
+            audit: None,
         };
         let names: Vec<MirrorName> = c.mirrors.keys().cloned().collect();
         for name in names {
@@ -671,6 +678,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             self.sync();
         }
         self.start_group_syncs(now_ms);
+        self.start_audits(now_ms);
         self.apply_results()?;
         self.stop_holds.retain(|_, until| *until > now_ms);
         let names: Vec<MirrorName> = self.mirrors.keys().cloned().collect();
@@ -703,6 +711,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 SourceResult::Sync(a) => self.apply_sync(a)?,
                 SourceResult::IdleOffsets(a) => self.apply_idle_offsets(a),
                 SourceResult::Groups(a) => self.apply_group_sync(a),
+                SourceResult::Audit(a) => self.apply_audit(a)?,
             }
         }
         Ok(())

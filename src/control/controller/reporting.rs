@@ -64,6 +64,16 @@ pub struct PartitionRow {
     /// While MIRRORING, why appends are paused and retried (a full disk: issue 11 item 6).
     #[serde(default)]
     pub stalled: Option<String>,
+    /// Integrity audit (`control::audit`): every offset below this was re-read locally and
+    /// matched the source's batch (offsets, leader epoch, CRC); durable across restarts.
+    #[serde(default)]
+    pub verified_offset: Option<i64>,
+    /// Newest source timestamp among the verified batches.
+    #[serde(default)]
+    pub verified_timestamp_ms: Option<i64>,
+    /// 0 when verified to the local log end, else the age of the newest verified record.
+    #[serde(default)]
+    pub verified_lag_seconds: Option<f64>,
 }
 
 /// What a command changed, for the operator.
@@ -134,6 +144,10 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                         .map(|ts| (now - ts).max(0) as f64 / 1000.0),
                     None => None,
                 };
+                let audit = self.audit_of(name.as_str(), tp).map(|mut a| {
+                    a.log_end_offset = progress.local_log_end.or(a.log_end_offset);
+                    a
+                });
                 rows.push(PartitionRow {
                     mirror: name.to_string(),
                     topic: tp.topic.clone(),
@@ -152,6 +166,9 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     config_error: e.config_errors.get(&tp.topic).cloned(),
                     skipped_records: progress.skipped_records,
                     stalled: progress.stalled.clone(),
+                    verified_offset: audit.as_ref().and_then(|a| a.verified_offset),
+                    verified_timestamp_ms: audit.as_ref().and_then(|a| a.verified_timestamp_ms),
+                    verified_lag_seconds: audit.as_ref().and_then(|a| a.verified_lag_seconds(now)),
                 });
             }
         }
