@@ -599,3 +599,13 @@ const _: () = assert!(
 /// The checkpoint file is written this long after the owners were asked to flush, so the shards'
 /// flushes of this round are in it (a later one lands in the next round).
 pub const RECOVERY_CHECKPOINT_WRITE_LAG_MS: u64 = 1_000;
+
+// --- Failover loss report, consistent cut, drills (issue 16 items 2-4) ---
+
+/// Loss reports kept per mirror (`<data_dir>/kmirror-loss-reports/<mirror>.json`): one per
+/// `stop`, the oldest dropped first.
+pub const LOSS_REPORTS_KEPT: usize = 100;
+
+/// A loss-report file larger than this is refused when read (100 reports of 16,384
+/// partitions at ~400 bytes each would be 650 MB: reports of huge stops are the risk).
+pub const LOSS_REPORT_FILE_BYTES_MAX: u64 = 256 << 20;

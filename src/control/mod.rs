@@ -28,6 +28,7 @@ pub mod fault;
 pub mod group_sync;
 pub mod leader_refresh;
 pub mod leader_store;
+pub mod loss_report;
 pub mod mirror_def;
 pub mod mirror_run;
 pub mod producer_ids;

@@ -907,6 +907,7 @@ impl DataPlane for ShardDataPlane {
         Progress {
             local_log_end: local,
             source_high_watermark: seen.high_watermark,
+            source_high_watermark_at_ms: seen.high_watermark_at_ms,
             newest_timestamp_ms: seen.newest_timestamp,
             throttled_ms: seen.throttled_ms,
             skipped_records: seen.skipped_records,

@@ -14,8 +14,9 @@ use clap::{Args, Subcommand};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::control::admin::{CreateBody, ErrorBody, TopicsBody};
+use crate::control::admin::{CreateBody, ErrorBody, StopAnswer, TopicsBody};
 use crate::control::controller::{CommandReport, MirrorSummary, PartitionRow};
+use crate::control::loss_report::LossReport;
 use crate::control::mirror_def::{parse_properties, StartFrom};
 use crate::limits::{
     MIRROR_PROPERTIES_BYTES_MAX, MIRROR_RETRY_MAX_ATTEMPTS_DEFAULT, PROMOTE_POLL,
@@ -87,6 +88,21 @@ pub enum Action {
         /// How long --promote waits for zero lag before giving up (nothing is stopped then).
         #[arg(long, default_value_t = PROMOTE_TIMEOUT_MS_DEFAULT, requires = "promote")]
         promote_timeout_ms: u64,
+        /// Refuse the failover (nothing is stopped) when it may lose more than this many
+        /// seconds of records by the loss report (an unknown span counts as more).
+        #[arg(long, conflicts_with = "promote")]
+        max_loss_seconds: Option<f64>,
+        /// With --max-loss-seconds: fail over anyway (the report records that it was forced).
+        #[arg(long, requires = "max_loss_seconds")]
+        force: bool,
+    },
+    /// The loss reports of a mirror's stops (what each failover may have lost), oldest first.
+    LossReport {
+        #[arg(long, visible_alias = "mirror-name")]
+        mirror: String,
+        /// Only the newest report.
+        #[arg(long)]
+        last: bool,
     },
     /// Delete a mirror whose topics are all STOPPED.
     Delete {
@@ -376,6 +392,75 @@ fn print_report(
     Ok(())
 }
 
+/// A loss report as a table: one row per partition, then the totals and what is exact.
+fn print_loss(out: &mut impl Write, r: &LossReport) -> Result<(), CliError> {
+    let basis = if r.source_answered {
+        "the source's high watermarks listed at the stop (exact)".to_owned()
+    } else {
+        format!(
+            "the last high watermarks kmirror saw (the source did not answer: {}); counts are \
+             at least, the source may have acknowledged more after SEEN-AGO",
+            r.source_error.as_deref().unwrap_or("unknown")
+        )
+    };
+    writeln!(
+        out,
+        "Loss report of mirror {} at {} ms, against {basis}:",
+        r.mirror, r.at_ms
+    )?;
+    let cells: Vec<Vec<String>> = r
+        .partitions
+        .iter()
+        .map(|p| {
+            vec![
+                p.topic.clone(),
+                p.partition.to_string(),
+                opt(p.source_high_watermark),
+                opt(p
+                    .seen_at_ms
+                    .map(|at| format!("{:.1}s", (r.at_ms - at).max(0) as f64 / 1e3))),
+                opt(p.local_end),
+                match (p.records, p.records_exact) {
+                    (Some(n), true) => n.to_string(),
+                    (Some(n), false) => format!(">={n}"),
+                    (None, _) => "unknown".to_owned(),
+                },
+                opt(p.bytes_estimate.map(|b| format!("~{b}"))),
+                opt(p.seconds_at_most.map(|s| format!("<={s:.1}"))),
+                p.verified_through
+                    .map_or_else(|| "unknown".to_owned(), |v| v.to_string()),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "TOPIC",
+            "PARTITION",
+            "SOURCE-HW",
+            "SEEN-AGO",
+            "LOCAL-END",
+            "RECORDS-LOST",
+            "BYTES",
+            "SECONDS",
+            "VERIFIED-THROUGH",
+        ],
+        &cells,
+    )?;
+    writeln!(
+        out,
+        "Total: {}{} offsets may be lost{}.",
+        if r.exact() { "" } else { "at least " },
+        r.total_records(),
+        if r.forced {
+            " (forced past --max-loss-seconds)"
+        } else {
+            ""
+        }
+    )?;
+    Ok(())
+}
+
 /// Runs one `mirrors` action, writing its result to `out`.
 pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
     let client = Client::new(&args.admin);
@@ -440,6 +525,8 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
             let body = TopicsBody {
                 topics: topics.clone(),
                 exclude: exclude.clone(),
+                max_loss_seconds: None,
+                force: false,
             };
             let r = required(
                 client.post(&format!("/mirrors/{mirror}/start"), &body)?,
@@ -452,10 +539,13 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
             topics,
             promote: true,
             promote_timeout_ms,
+            ..
         } => {
             let body = TopicsBody {
                 topics: topics.clone(),
                 exclude: None,
+                max_loss_seconds: None,
+                force: false,
             };
             let path = format!("/mirrors/{mirror}/promote");
             let r = promote_when_caught_up(*promote_timeout_ms, || {
@@ -463,17 +553,70 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
             })?;
             print_report(out, args.json, "Promoted (caught up, then stopped)", &r)?;
         }
-        Action::Pause { mirror, topics }
-        | Action::Resume { mirror, topics }
-        | Action::Stop { mirror, topics, .. } => {
+        Action::Stop {
+            mirror,
+            topics,
+            max_loss_seconds,
+            force,
+            ..
+        } => {
+            let body = TopicsBody {
+                topics: topics.clone(),
+                exclude: None,
+                max_loss_seconds: *max_loss_seconds,
+                force: *force,
+            };
+            let a: StopAnswer = required(
+                client.post(&format!("/mirrors/{mirror}/stop"), &body)?,
+                addr,
+            )?;
+            if args.json {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&a).unwrap_or_default()
+                )?;
+            } else {
+                print_report(out, false, "Stopped", &a.report)?;
+                if let Some(loss) = &a.loss_report {
+                    print_loss(out, loss)?;
+                }
+                if let Some(why) = &a.loss_report_error {
+                    writeln!(out, "Loss report NOT stored: {why}")?;
+                }
+            }
+        }
+        Action::LossReport { mirror, last } => {
+            let mut reports: Vec<LossReport> =
+                required(client.get(&format!("/mirrors/{mirror}/loss-report"))?, addr)?;
+            if *last {
+                let keep = reports.len().saturating_sub(1);
+                reports.drain(..keep);
+            }
+            if args.json {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&reports).unwrap_or_default()
+                )?;
+            } else if reports.is_empty() {
+                writeln!(out, "No stop of mirror {mirror} has been reported yet.")?;
+            } else {
+                for r in &reports {
+                    print_loss(out, r)?;
+                }
+            }
+        }
+        Action::Pause { mirror, topics } | Action::Resume { mirror, topics } => {
             let (verb, done) = match &args.action {
                 Action::Pause { .. } => ("pause", "Paused"),
-                Action::Resume { .. } => ("resume", "Resumed"),
-                _ => ("stop", "Stopped"),
+                _ => ("resume", "Resumed"),
             };
             let body = TopicsBody {
                 topics: topics.clone(),
                 exclude: None,
+                max_loss_seconds: None,
+                force: false,
             };
             let r = required(
                 client.post(&format!("/mirrors/{mirror}/{verb}"), &body)?,

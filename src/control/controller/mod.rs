@@ -24,6 +24,7 @@
 
 mod group_schedule;
 mod lifecycle;
+mod loss;
 mod reporting;
 mod source_sync;
 #[cfg(test)]
@@ -54,6 +55,7 @@ pub use crate::control::fault::Fault;
 pub use crate::control::source_catalog::{SourceCatalog, SourceTopic, SourceView};
 pub use group_schedule::{FinalSync, GroupSyncPlane};
 pub use lifecycle::{PromotePlan, StartAnswer, StartPlan};
+pub use loss::{LossListing, LossPlan};
 pub use reporting::{CommandReport, MirrorSummary, PartitionRow, SourceCheck};
 
 /// What the data plane knows about one partition it fetches (or fetched).
@@ -61,6 +63,9 @@ pub use reporting::{CommandReport, MirrorSummary, PartitionRow, SourceCheck};
 pub struct Progress {
     pub local_log_end: Option<i64>,
     pub source_high_watermark: Option<i64>,
+    /// When (wall-clock ms) a fetch response last carried `source_high_watermark`.
+    #[serde(default)]
+    pub source_high_watermark_at_ms: Option<i64>,
     /// Max timestamp (ms) of the newest batch stored, when the data plane saw one stored.
     pub newest_timestamp_ms: Option<i64>,
     /// Throttle time the source's quotas imposed on the partition's connection, summed (ms).
@@ -153,6 +158,16 @@ pub enum ControlError {
     Lagging { mirror: String, partitions: String },
     #[error(transparent)]
     Store(#[from] StateLogError),
+    /// `stop --max-loss-seconds S` would lose more than S seconds; nothing was changed.
+    #[error("stop of mirror {mirror} refused: it may lose more than {max_seconds} s (use --force to fail over anyway): {partitions}")]
+    LossTooHigh {
+        mirror: String,
+        max_seconds: f64,
+        partitions: String,
+    },
+    /// The stored loss reports could not be read.
+    #[error("{0}")]
+    LossReports(String),
 }
 
 impl ControlError {
@@ -172,6 +187,8 @@ impl ControlError {
             // "Not yet": the CLI asks again until its --promote-timeout-ms.
             ControlError::Lagging { .. } => 503,
             ControlError::Store(_) => 500,
+            ControlError::LossTooHigh { .. } => 409,
+            ControlError::LossReports(_) => 500,
         }
     }
 }
