@@ -609,3 +609,6 @@ pub const LOSS_REPORTS_KEPT: usize = 100;
 /// A loss-report file larger than this is refused when read (100 reports of 16,384
 /// partitions at ~400 bytes each would be 650 MB: reports of huge stops are the risk).
 pub const LOSS_REPORT_FILE_BYTES_MAX: u64 = 256 << 20;
+
+/// The quarantine copies a cut log range in reads of at most this many bytes (plus one batch).
+pub const QUARANTINE_READ_BYTES: u64 = 4 << 20;

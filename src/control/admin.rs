@@ -64,6 +64,10 @@ pub struct TopicsBody {
     pub max_loss_seconds: Option<f64>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub force: bool,
+    /// `stop`: cut every partition failed over to this source timestamp (ms), the rest to the
+    /// quarantine (`control::consistent_cut`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_at_timestamp: Option<i64>,
 }
 
 /// `stop`'s answer: what changed, and the loss report of the partitions it failed over.
@@ -76,6 +80,9 @@ pub struct StopAnswer {
     /// Why the loss report could not be stored (it is still in this answer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_report_error: Option<String>,
+    /// `--cut-at-timestamp`: each partition's cut and what went to the quarantine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cut: Vec<crate::control::consistent_cut::CutReport>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -294,8 +301,14 @@ async fn stop<S: SourceCatalog, D: DataPlane>(
     }
     let (report, last) = {
         let mut c = lock(c);
-        let (report, last) = c.command_begin(name, topics, Command::Stop)?;
-        (report, last)
+        if let Some(ts) = body.cut_at_timestamp {
+            c.cut_begin(name, crate::ids::TimestampMs(ts))?;
+        }
+        let begun = c.command_begin(name, topics, Command::Stop);
+        if begun.is_err() && body.cut_at_timestamp.is_some() {
+            c.cut_finish(name);
+        }
+        begun?
     };
     let report = match last {
         None => report,
@@ -316,6 +329,11 @@ async fn stop<S: SourceCatalog, D: DataPlane>(
             lock(c).command_finish(report, last, answer)?
         }
     };
+    let cut = if body.cut_at_timestamp.is_some() {
+        lock(c).cut_finish(name)
+    } else {
+        Vec::new()
+    };
     if listing.is_none() {
         let answer = await_listing(pending.take()).await;
         listed_at = now_ms();
@@ -326,6 +344,7 @@ async fn stop<S: SourceCatalog, D: DataPlane>(
             report,
             loss_report: None,
             loss_report_error: None,
+            cut,
         });
     }
     let c = lock(c);
@@ -340,6 +359,7 @@ async fn stop<S: SourceCatalog, D: DataPlane>(
         report,
         loss_report: Some(loss),
         loss_report_error,
+        cut,
     })
 }
 

@@ -22,6 +22,7 @@
 //! | `topic_configs` | which source topic configs are copied, and how they apply locally  |
 
 pub mod admin;
+pub mod consistent_cut;
 pub mod control_run;
 pub mod controller;
 pub mod fault;

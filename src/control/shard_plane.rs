@@ -855,6 +855,27 @@ impl DataPlane for ShardDataPlane {
         Ok(promotion)
     }
 
+    fn cut_at_timestamp(
+        &mut self,
+        tp: &TopicPartition,
+        ts: crate::ids::TimestampMs,
+        label: &str,
+    ) -> Result<crate::control::consistent_cut::CutReport, String> {
+        if self.lent.contains_key(tp) {
+            return Err(format!("{tp} is still being fetched"));
+        }
+        self.take_returned();
+        let logs = self.logs();
+        let quarantine = crate::log::quarantine::Quarantine::new(logs.root());
+        let log = logs
+            .get_mut(tp)
+            .ok_or_else(|| format!("{tp} has no local log"))?;
+        let report = crate::control::consistent_cut::cut(log, &mut StdIo, ts, &quarantine, label)
+            .map_err(|e| e.to_string())?;
+        self.logs().write_checkpoints().map_err(|e| e.to_string())?;
+        Ok(report)
+    }
+
     fn writable(&mut self, tp: &TopicPartition) -> Result<(), String> {
         if self.leaders.contains(tp) {
             return Ok(());

@@ -95,6 +95,10 @@ pub enum Action {
         /// With --max-loss-seconds: fail over anyway (the report records that it was forced).
         #[arg(long, requires = "max_loss_seconds")]
         force: bool,
+        /// Consistent cut: truncate every partition stopped to this source timestamp (ms);
+        /// what is cut goes to the quarantine under the data dir and is reported.
+        #[arg(long, conflicts_with = "promote")]
+        cut_at_timestamp: Option<i64>,
     },
     /// The loss reports of a mirror's stops (what each failover may have lost), oldest first.
     LossReport {
@@ -527,6 +531,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                 exclude: exclude.clone(),
                 max_loss_seconds: None,
                 force: false,
+                cut_at_timestamp: None,
             };
             let r = required(
                 client.post(&format!("/mirrors/{mirror}/start"), &body)?,
@@ -546,6 +551,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                 exclude: None,
                 max_loss_seconds: None,
                 force: false,
+                cut_at_timestamp: None,
             };
             let path = format!("/mirrors/{mirror}/promote");
             let r = promote_when_caught_up(*promote_timeout_ms, || {
@@ -558,6 +564,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
             topics,
             max_loss_seconds,
             force,
+            cut_at_timestamp,
             ..
         } => {
             let body = TopicsBody {
@@ -565,6 +572,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                 exclude: None,
                 max_loss_seconds: *max_loss_seconds,
                 force: *force,
+                cut_at_timestamp: *cut_at_timestamp,
             };
             let a: StopAnswer = required(
                 client.post(&format!("/mirrors/{mirror}/stop"), &body)?,
@@ -583,6 +591,36 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                 }
                 if let Some(why) = &a.loss_report_error {
                     writeln!(out, "Loss report NOT stored: {why}")?;
+                }
+                for c in &a.cut {
+                    match &c.quarantine {
+                        Some(q) => writeln!(
+                            out,
+                            "Cut {}-{} at timestamp {}: log end {} -> {}, {} batch(es) / {} record(s) / {} bytes quarantined in {}",
+                            c.topic,
+                            c.partition,
+                            c.cut_at_timestamp,
+                            c.log_end_before,
+                            c.log_end_after,
+                            q.batch_count,
+                            q.record_count,
+                            q.bytes,
+                            q.segment_file.display()
+                        )?,
+                        None => writeln!(
+                            out,
+                            "Cut {}-{} at timestamp {}: nothing newer (log end {}){}",
+                            c.topic,
+                            c.partition,
+                            c.cut_at_timestamp,
+                            c.log_end_after,
+                            if c.holds_a_later_batch {
+                                ""
+                            } else {
+                                "; it may not hold every record up to that time"
+                            }
+                        )?,
+                    }
                 }
             }
         }
@@ -617,6 +655,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                 exclude: None,
                 max_loss_seconds: None,
                 force: false,
+                cut_at_timestamp: None,
             };
             let r = required(
                 client.post(&format!("/mirrors/{mirror}/{verb}"), &body)?,

@@ -7,11 +7,13 @@
 use std::path::Path;
 
 use super::*;
+use crate::control::consistent_cut::CutReport;
 use crate::control::loss_report::{
     bytes_per_offset, partition_loss, LossInput, LossReport, LossReports,
 };
 use crate::control::source_worker::JobKind;
 use crate::fetch::list_offsets::{Listed, OffsetQuery};
+use crate::ids::TimestampMs;
 
 /// The source's answer to a loss listing.
 pub type LossListing = Result<Vec<(TopicPartition, Listed)>, Fault>;
@@ -29,7 +31,78 @@ impl LossPlan {
     }
 }
 
+/// A consistent cut under way: its timestamp, its quarantine label, the partitions cut so far.
+#[derive(Debug, Clone)]
+pub(super) struct PendingCut {
+    ts: TimestampMs,
+    label: String,
+    reports: Vec<CutReport>,
+}
+
 impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
+    /// `stop --cut-at-timestamp T`, before the stop: every partition of the mirror that fails
+    /// over from now on is cut at T first (a stop already cutting keeps its own T).
+    pub fn cut_begin(&mut self, mirror: &str, ts: TimestampMs) -> Result<(), ControlError> {
+        let name = self.entry(mirror)?.0.clone();
+        let label = format!("cut-{name}-{}", now_ms());
+        self.cuts.entry(name).or_insert(PendingCut {
+            ts,
+            label,
+            reports: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// After the stop: the partitions cut, and the cut ended unless a partition of the mirror
+    /// is still STOPPING (its failover is retried by the tick, and cut first).
+    pub fn cut_finish(&mut self, mirror: &str) -> Vec<CutReport> {
+        let Ok((name, e)) = self.entry(mirror) else {
+            return Vec::new();
+        };
+        let stopping = e
+            .partitions
+            .values()
+            .any(|p| p.machine.state() == Some(StateName::Stopping));
+        let name = name.clone();
+        if stopping {
+            return self
+                .cuts
+                .get_mut(&name)
+                .map(|c| std::mem::take(&mut c.reports))
+                .unwrap_or_default();
+        }
+        self.cuts
+            .remove(&name)
+            .map(|c| c.reports)
+            .unwrap_or_default()
+    }
+
+    /// `fail_over`'s cut of one partition: its new end when a cut is under way.
+    pub(super) fn cut_before_promotion(
+        &mut self,
+        name: &MirrorName,
+        tp: &TopicPartition,
+    ) -> Result<Option<Offset>, String> {
+        let Some(cut) = self.cuts.get(name) else {
+            return Ok(None);
+        };
+        let (ts, label) = (cut.ts, cut.label.clone());
+        let report = self.data.cut_at_timestamp(tp, ts, &label)?;
+        let end = Offset(report.log_end_after);
+        tracing::info!(
+            mirror = %name,
+            partition = %tp,
+            cut_at_timestamp = ts.0,
+            log_end_before = report.log_end_before,
+            log_end_after = report.log_end_after,
+            "stop: consistent cut"
+        );
+        if let Some(c) = self.cuts.get_mut(name) {
+            c.reports.push(report);
+        }
+        Ok(Some(end))
+    }
+
     /// The partitions of a stop and the ListOffsets that says what the source holds now (none
     /// when every partition is STOPPED already). Its deadline is the mirror's final group-sync
     /// timeout, so with both run side by side `stop` stays within that timeout.

@@ -101,6 +101,17 @@ pub trait DataPlane {
     /// Makes a STOPPED (promoted) partition writable for clients; repeatable (a restart calls
     /// it for every STOPPED partition).
     fn writable(&mut self, tp: &TopicPartition) -> Result<(), String>;
+    /// The consistent cut of a partition whose fetcher is gone, before its promotion
+    /// (`control::consistent_cut`): batches newer than `ts` to the quarantine under `label`.
+    fn cut_at_timestamp(
+        &mut self,
+        tp: &TopicPartition,
+        ts: crate::ids::TimestampMs,
+        label: &str,
+    ) -> Result<crate::control::consistent_cut::CutReport, String> {
+        let _ = (tp, ts, label);
+        Err("this data plane cannot cut logs".to_owned())
+    }
     /// Partitions whose fetching stopped on its own since the last call, with the reason.
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         Vec::new()
@@ -260,6 +271,8 @@ pub struct Controller<S, D> {
     stop_holds: BTreeMap<MirrorName, i64>,
     /// The source high watermark of partitions without a fetcher, as last listed, with when.
     idle_offsets: BTreeMap<TopicPartition, (i64, i64)>,
+    /// `stop --cut-at-timestamp`: the mirror's cut while its partitions fail over (`loss.rs`).
+    cuts: BTreeMap<MirrorName, loss::PendingCut>,
 }
 
 /// A source call a command needs before it can finish: run it on a source worker (the admin
@@ -391,6 +404,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             source_timeout_ms: u64::from(SOURCE_REQUEST_TIMEOUT_MS_DEFAULT),
             stop_holds: BTreeMap::new(),
             idle_offsets: BTreeMap::new(),
+            cuts: BTreeMap::new(),
         };
         let names: Vec<MirrorName> = c.mirrors.keys().cloned().collect();
         for name in names {
@@ -547,6 +561,16 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             Ok(end) => end,
             Err(message) => {
                 tracing::warn!(mirror = %name, partition = %tp, %message, "stop: fetcher not removed yet");
+                return Ok(());
+            }
+        };
+        // A consistent cut (stop --cut-at-timestamp) between the fetcher's removal and the
+        // promotion; a failed cut leaves the partition STOPPING, retried like a promotion.
+        let end = match self.cut_before_promotion(name, tp) {
+            Ok(Some(after)) => after,
+            Ok(None) => end,
+            Err(message) => {
+                tracing::error!(mirror = %name, partition = %tp, %message, "stop: consistent cut failed; retrying");
                 return Ok(());
             }
         };
