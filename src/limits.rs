@@ -612,3 +612,6 @@ pub const LOSS_REPORT_FILE_BYTES_MAX: u64 = 256 << 20;
 
 /// The quarantine copies a cut log range in reads of at most this many bytes (plus one batch).
 pub const QUARANTINE_READ_BYTES: u64 = 4 << 20;
+
+/// Longest drill topic name (`drill.<name>.<topic>`): Kafka's topic name limit.
+pub const DRILL_TOPIC_NAME_MAX: usize = 249;

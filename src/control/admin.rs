@@ -18,6 +18,8 @@
 //! | POST   | /mirrors/{name}/promote       | `{"topics"}`: stop if caught up, else 503 |
 //! | GET    | /mirrors/{name}/source        | - (connects with the mirror's settings)|
 //! | GET    | /mirrors/{name}/loss-report   | - (the stored loss reports of its stops) |
+//! | GET, POST | /drills                    | POST `{"name", "mirror", "topics"}`: start a drill |
+//! | DELETE | /drills/{name}                | - (stop the drill, delete its clones)  |
 //! | GET    | /describe?mirror=NAME         | -                                      |
 //! | GET    | /metrics                      | - (Prometheus text format)             |
 //!
@@ -130,6 +132,8 @@ where
         .route("/mirrors/{name}/{action}", post(action::<S, D>))
         .route("/mirrors/{name}/source", get(check_source::<S, D>))
         .route("/mirrors/{name}/loss-report", get(loss_reports::<S, D>))
+        .route("/drills", get(drills::<S, D>).post(drill_start::<S, D>))
+        .route("/drills/{name}", axum::routing::delete(drill_stop::<S, D>))
         .route("/describe", get(describe::<S, D>))
         .route("/metrics", get(metrics::<S, D>))
         .with_state(controller)
@@ -384,6 +388,38 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// `mirrors drill start`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DrillBody {
+    pub name: String,
+    pub mirror: String,
+    pub topics: String,
+}
+
+async fn drill_start<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+    Json(body): Json<DrillBody>,
+) -> ApiResult {
+    let summary = lock(&c)
+        .drill_start(&body.name, &body.mirror, &body.topics)
+        .map_err(ApiError)?;
+    Ok((StatusCode::CREATED, Json(summary)).into_response())
+}
+
+async fn drill_stop<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+    Path(name): Path<String>,
+) -> ApiResult {
+    let summary = lock(&c).drill_stop(&name).map_err(ApiError)?;
+    Ok(Json(summary).into_response())
+}
+
+async fn drills<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+) -> ApiResult {
+    Ok(Json(lock(&c).drills()).into_response())
 }
 
 /// `kmirror mirrors loss-report`: every stored report of a mirror, oldest first.

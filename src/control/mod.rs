@@ -25,6 +25,7 @@ pub mod admin;
 pub mod consistent_cut;
 pub mod control_run;
 pub mod controller;
+pub mod drill;
 pub mod fault;
 pub mod group_sync;
 pub mod leader_refresh;

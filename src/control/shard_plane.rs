@@ -114,6 +114,8 @@ pub struct ShardDataPlane {
     leaders: Arc<LeaderStore>,
     /// Latency collection and interval logs; stopped after the shards.
     telemetry: Option<TelemetryThread>,
+    /// The endpoint's catalog, where drill clones are announced (`control::drill`).
+    drill_catalog: Option<Arc<ReadCatalog>>,
     /// Leader look-ups the shards asked for.
     refresh: LeaderRefresh,
     /// Each topic's log config (from its copied source configs), for its partitions now and
@@ -194,6 +196,7 @@ impl ShardDataPlane {
             health,
             shard_failed: Arc::default(),
             telemetry: Some(telemetry),
+            drill_catalog: None,
             rt: Some(rt),
             logs: Some(logs),
             returned,
@@ -335,6 +338,7 @@ impl ShardDataPlane {
 
     /// Announces every partition log (now and later) to the Kafka endpoint's catalog.
     pub fn attach_read_catalog(&mut self, catalog: Arc<ReadCatalog>) {
+        self.drill_catalog = Some(Arc::clone(&catalog));
         self.logs().attach_catalog(catalog);
     }
 
@@ -874,6 +878,46 @@ impl DataPlane for ShardDataPlane {
             .map_err(|e| e.to_string())?;
         self.logs().write_checkpoints().map_err(|e| e.to_string())?;
         Ok(report)
+    }
+
+    fn drill_clone(
+        &mut self,
+        tp: &TopicPartition,
+        clone_tp: &TopicPartition,
+        clone_topic_id: Uuid,
+    ) -> Result<(i64, crate::control::drill::CloneCost), String> {
+        let catalog = self
+            .drill_catalog
+            .clone()
+            .ok_or("drills need the [kafka] listener (clients rehearse on it)")?;
+        let view = catalog
+            .get(tp)
+            .ok_or_else(|| format!("{tp} has no published log"))?
+            .view();
+        let root = self.logs().root().to_path_buf();
+        let (mut log, cost) =
+            crate::control::drill::clone_partition(&root, &view, clone_tp, clone_topic_id)
+                .map_err(|e| e.to_string())?;
+        let end = crate::control::drill::view_end(&view).0;
+        let epoch = promoted_epoch(log.epoch_cache().latest_epoch(), self.source_epochs.get(tp));
+        if let Err(e) = log.promote(&mut StdIo, epoch) {
+            let _ = log.delete();
+            return Err(e.to_string());
+        }
+        catalog.insert(clone_tp.clone(), log.attach_read_view());
+        self.leaders.lead(log);
+        Ok((end, cost))
+    }
+
+    fn drill_drop(&mut self, clone_tp: &TopicPartition) -> Result<(), String> {
+        let log = self
+            .leaders
+            .release(clone_tp)
+            .ok_or_else(|| format!("{clone_tp} is not a drill clone being served"))?;
+        if let Some(c) = &self.drill_catalog {
+            c.remove(clone_tp);
+        }
+        log.delete().map_err(|e| e.to_string())
     }
 
     fn writable(&mut self, tp: &TopicPartition) -> Result<(), String> {

@@ -14,8 +14,9 @@ use clap::{Args, Subcommand};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::control::admin::{CreateBody, ErrorBody, StopAnswer, TopicsBody};
+use crate::control::admin::{CreateBody, DrillBody, ErrorBody, StopAnswer, TopicsBody};
 use crate::control::controller::{CommandReport, MirrorSummary, PartitionRow};
+use crate::control::drill::DrillSummary;
 use crate::control::loss_report::LossReport;
 use crate::control::mirror_def::{parse_properties, StartFrom};
 use crate::limits::{
@@ -100,6 +101,12 @@ pub enum Action {
         #[arg(long, conflicts_with = "promote")]
         cut_at_timestamp: Option<i64>,
     },
+    /// Failover drills: writable clones of mirrored topics (`drill.<name>.<topic>` on the Kafka
+    /// listener) while mirroring continues.
+    Drill {
+        #[command(subcommand)]
+        action: DrillAction,
+    },
     /// The loss reports of a mirror's stops (what each failover may have lost), oldest first.
     LossReport {
         #[arg(long, visible_alias = "mirror-name")]
@@ -123,6 +130,27 @@ pub enum Action {
         #[arg(long)]
         failed: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DrillAction {
+    /// Clone the mirror's partitions of the matching topics as drill.<name>.<topic>.
+    Start {
+        #[arg(long, visible_alias = "mirror-name")]
+        mirror: String,
+        #[arg(long)]
+        topics: String,
+        /// The drill's name (A-Z a-z 0-9 _ -), part of its topics' names.
+        #[arg(long)]
+        name: String,
+    },
+    /// Delete a drill's clones.
+    Stop {
+        #[arg(long)]
+        name: String,
+    },
+    /// The drills in progress and their disk use.
+    List,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -396,6 +424,59 @@ fn print_report(
     Ok(())
 }
 
+/// Drills as a table: one row per cloned partition, with the drill's disk use.
+fn print_drills(out: &mut impl Write, json: bool, drills: &[DrillSummary]) -> Result<(), CliError> {
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(drills).unwrap_or_default()
+        )?;
+        return Ok(());
+    }
+    if drills.is_empty() {
+        writeln!(out, "No drill in progress.")?;
+        return Ok(());
+    }
+    let cells: Vec<Vec<String>> = drills
+        .iter()
+        .flat_map(|d| {
+            d.partitions.iter().map(move |p| {
+                vec![
+                    d.name.clone(),
+                    d.mirror.clone(),
+                    format!("{}-{}", p.topic, p.partition),
+                    format!("{}-{}", p.clone_topic, p.partition),
+                    p.cloned_end.to_string(),
+                    p.cost.copied_bytes.to_string(),
+                    p.cost.linked_bytes.to_string(),
+                ]
+            })
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "DRILL",
+            "MIRROR",
+            "PARTITION",
+            "CLONE",
+            "CLONED-AT",
+            "COPIED-BYTES",
+            "SHARED-BYTES",
+        ],
+        &cells,
+    )?;
+    for d in drills {
+        writeln!(
+            out,
+            "Drill {}: {} bytes on disk of its own, {} bytes shared with the mirror by hard links.",
+            d.name, d.disk_bytes, d.linked_bytes
+        )?;
+    }
+    Ok(())
+}
+
 /// A loss report as a table: one row per partition, then the totals and what is exact.
 fn print_loss(out: &mut impl Write, r: &LossReport) -> Result<(), CliError> {
     let basis = if r.source_answered {
@@ -624,6 +705,45 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                 }
             }
         }
+        Action::Drill { action } => match action {
+            DrillAction::Start {
+                mirror,
+                topics,
+                name,
+            } => {
+                let body = DrillBody {
+                    name: name.clone(),
+                    mirror: mirror.clone(),
+                    topics: topics.clone(),
+                };
+                let d: DrillSummary = required(client.post("/drills", &body)?, addr)?;
+                print_drills(out, args.json, &[d])?;
+            }
+            DrillAction::Stop { name } => {
+                let d: DrillSummary = required(
+                    client.answer(
+                        client
+                            .agent
+                            .delete(client.url(&format!("/drills/{name}")))
+                            .call(),
+                    )?,
+                    addr,
+                )?;
+                if args.json {
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::to_string_pretty(&d).unwrap_or_default()
+                    )?;
+                } else {
+                    writeln!(out, "Stopped drill {} (its clones are deleted).", d.name)?;
+                }
+            }
+            DrillAction::List => {
+                let all: Vec<DrillSummary> = required(client.get("/drills")?, addr)?;
+                print_drills(out, args.json, &all)?;
+            }
+        },
         Action::LossReport { mirror, last } => {
             let mut reports: Vec<LossReport> =
                 required(client.get(&format!("/mirrors/{mirror}/loss-report"))?, addr)?;
@@ -770,6 +890,13 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                     ],
                     &cells,
                 )?;
+                // Drills in progress, with their disk use (an older kmirror has no /drills).
+                if let Ok(Some(drills)) = client.get::<Vec<DrillSummary>>("/drills") {
+                    if !drills.is_empty() {
+                        writeln!(out)?;
+                        print_drills(out, false, &drills)?;
+                    }
+                }
             }
         }
     }

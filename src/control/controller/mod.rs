@@ -22,6 +22,7 @@
 //! The source cluster and the data plane are traits so the lifecycle rules are tested on their
 //! own; `source_catalog` implements the source side with the blocking Kafka client.
 
+mod drills;
 mod group_schedule;
 mod lifecycle;
 mod loss;
@@ -112,6 +113,22 @@ pub trait DataPlane {
         let _ = (tp, ts, label);
         Err("this data plane cannot cut logs".to_owned())
     }
+    /// A drill's writable clone of `tp` as `clone_tp` (`control::drill`), promoted and served:
+    /// the mirrored end it was taken at and what it cost on disk.
+    fn drill_clone(
+        &mut self,
+        tp: &TopicPartition,
+        clone_tp: &TopicPartition,
+        clone_topic_id: Uuid,
+    ) -> Result<(i64, crate::control::drill::CloneCost), String> {
+        let _ = (tp, clone_tp, clone_topic_id);
+        Err("this data plane cannot clone logs".to_owned())
+    }
+    /// Deletes a drill's clone (only its own files: shared ones keep the mirror's link).
+    fn drill_drop(&mut self, clone_tp: &TopicPartition) -> Result<(), String> {
+        let _ = clone_tp;
+        Err("this data plane cannot clone logs".to_owned())
+    }
     /// Partitions whose fetching stopped on its own since the last call, with the reason.
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         Vec::new()
@@ -179,6 +196,11 @@ pub enum ControlError {
     /// The stored loss reports could not be read.
     #[error("{0}")]
     LossReports(String),
+    /// A drill could not be started or stopped; the message says why.
+    #[error("{0}")]
+    Drill(String),
+    #[error("no drill named {0:?}")]
+    UnknownDrill(String),
 }
 
 impl ControlError {
@@ -200,6 +222,8 @@ impl ControlError {
             ControlError::Store(_) => 500,
             ControlError::LossTooHigh { .. } => 409,
             ControlError::LossReports(_) => 500,
+            ControlError::Drill(_) => 409,
+            ControlError::UnknownDrill(_) => 404,
         }
     }
 }
@@ -273,6 +297,8 @@ pub struct Controller<S, D> {
     idle_offsets: BTreeMap<TopicPartition, (i64, i64)>,
     /// `stop --cut-at-timestamp`: the mirror's cut while its partitions fail over (`loss.rs`).
     cuts: BTreeMap<MirrorName, loss::PendingCut>,
+    /// Failover drills in progress, by name (`drills.rs`; memory only).
+    drills: BTreeMap<String, crate::control::drill::DrillSummary>,
 }
 
 /// A source call a command needs before it can finish: run it on a source worker (the admin
@@ -405,6 +431,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             stop_holds: BTreeMap::new(),
             idle_offsets: BTreeMap::new(),
             cuts: BTreeMap::new(),
+            drills: BTreeMap::new(),
         };
         let names: Vec<MirrorName> = c.mirrors.keys().cloned().collect();
         for name in names {
