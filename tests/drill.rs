@@ -15,10 +15,8 @@ mod harness;
 
 use std::path::Path;
 
-use harness::mirrors_cli::{
-    cli_ok, create_mirror, free_loopback_port, wait_admin, write_serving_config,
-};
-use harness::serve::{log_bytes, log_files, wait_all_mirrored, Serve};
+use harness::mirrors_cli::{cli_ok, ControlPlane};
+use harness::serve::{log_bytes, log_files, wait_all_mirrored};
 use harness::{shared, unique_topic, Isolation, ProduceOpts};
 use serde_json::Value;
 
@@ -47,15 +45,15 @@ fn drill_clones_writable_while_mirroring_and_leaves_the_mirror_identical() {
         k.produce(&topic, p, 3500, &opts(1 + p as u64));
     }
 
-    let work = tempfile::tempdir().unwrap();
-    let data_dir = work.path().join("data");
-    let admin = format!("127.0.0.1:{}", free_loopback_port());
-    let config = work.path().join("kmirror.toml");
-    write_serving_config(&config, &admin, Some("127.0.0.1:0"), &data_dir, "");
-    let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    wait_admin(&mut serve, &admin);
+    let ControlPlane {
+        data_dir,
+        admin,
+        mut serve,
+        // Holds the temp dir (data dir, serve log) until the test ends.
+        work: _work,
+        ..
+    } = ControlPlane::start(&k.bootstrap(), true, "");
     let kmirror = serve.kafka_listener();
-    create_mirror(&admin, work.path(), "m", &k.bootstrap(), "");
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", &topic]);
     let pairs: Vec<_> = (0..2)
         .map(|p| {

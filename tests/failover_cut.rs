@@ -16,10 +16,8 @@ mod harness;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use harness::dump::{dump_log_segments, DumpFlags};
-use harness::mirrors_cli::{
-    cli_ok, create_mirror, free_loopback_port, wait_admin, write_serving_config,
-};
-use harness::serve::{log_bytes, wait_all_mirrored, Serve};
+use harness::mirrors_cli::{cli_ok, ControlPlane};
+use harness::serve::{log_bytes, wait_all_mirrored};
 use harness::{shared, unique_topic, ProduceOpts};
 use serde_json::Value;
 
@@ -80,20 +78,14 @@ fn cut_at_timestamp_truncates_both_topics_and_quarantines_the_rest() {
         assert!(full[i].starts_with(&kept[i]) && full[i].len() > kept[i].len());
     }
 
-    let work = tempfile::tempdir().unwrap();
-    let data_dir = work.path().join("data");
-    let admin = format!("127.0.0.1:{}", free_loopback_port());
-    let config = work.path().join("kmirror.toml");
-    write_serving_config(&config, &admin, None, &data_dir, "");
-    let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    wait_admin(&mut serve, &admin);
-    create_mirror(
-        &admin,
-        work.path(),
-        "m",
-        &k.bootstrap(),
-        "sync.group.offsets.enabled=false\n",
-    );
+    let ControlPlane {
+        data_dir,
+        admin,
+        mut serve,
+        // Holds the temp dir (data dir, serve log) until the test ends.
+        work: _work,
+        ..
+    } = ControlPlane::start(&k.bootstrap(), false, "sync.group.offsets.enabled=false\n");
     let pattern = format!("{},{}", topics[0], topics[1]);
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", &pattern]);
     let ours: Vec<_> = topics

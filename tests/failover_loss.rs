@@ -18,9 +18,7 @@ mod harness;
 
 use std::time::{Duration, Instant};
 
-use harness::mirrors_cli::{
-    cli, cli_ok, create_mirror, describe_rows, free_loopback_port, wait_admin, write_serving_config,
-};
+use harness::mirrors_cli::{cli, cli_ok, describe_rows, wait_admin, ControlPlane};
 use harness::serve::{wait_all_mirrored, Serve};
 use harness::{Kafka, ProduceOpts};
 use serde_json::Value;
@@ -68,20 +66,13 @@ fn stop_reports_exact_loss_alive_and_a_bound_dead() {
         produce(&k, t, p, 50, 1);
     }
 
-    let work = tempfile::tempdir().unwrap();
-    let data_dir = work.path().join("data");
-    let admin = format!("127.0.0.1:{}", free_loopback_port());
-    let config = work.path().join("kmirror.toml");
-    write_serving_config(&config, &admin, None, &data_dir, "");
-    let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    wait_admin(&mut serve, &admin);
-    create_mirror(
-        &admin,
-        work.path(),
-        "m",
-        &k.bootstrap(),
-        "sync.group.offsets.enabled=false\n",
-    );
+    let ControlPlane {
+        work,
+        data_dir,
+        config,
+        admin,
+        mut serve,
+    } = ControlPlane::start(&k.bootstrap(), false, "sync.group.offsets.enabled=false\n");
     cli_ok(
         &admin,
         &["start", "--mirror", "m", "--topics", "alive,dead"],
