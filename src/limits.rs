@@ -728,3 +728,19 @@ pub const AUDIT_PARTITION_SHARE_MIN_BYTES: u64 = 64 * 1024;
 /// Mismatch and scrub events kept for `kmirror audit report` (the oldest are dropped first;
 /// the counter in /metrics keeps counting).
 pub const AUDIT_EVENTS_MAX: usize = 1_000;
+
+// --- Failover loss report, consistent cut, drills (issue 16 items 2-4) ---
+
+/// Loss reports kept per mirror (`<data_dir>/kmirror-loss-reports/<mirror>.json`): one per
+/// `stop`, the oldest dropped first.
+pub const LOSS_REPORTS_KEPT: usize = 100;
+
+/// A loss-report file larger than this is refused when read (100 reports of 16,384
+/// partitions at ~400 bytes each would be 650 MB: reports of huge stops are the risk).
+pub const LOSS_REPORT_FILE_BYTES_MAX: u64 = 256 << 20;
+
+/// The quarantine copies a cut log range in reads of at most this many bytes (plus one batch).
+pub const QUARANTINE_READ_BYTES: u64 = 4 << 20;
+
+/// Longest drill topic name (`drill.<name>.<topic>`): Kafka's topic name limit.
+pub const DRILL_TOPIC_NAME_MAX: usize = 249;

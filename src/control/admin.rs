@@ -19,6 +19,10 @@
 //! | POST   | /mirrors/{name}/promote       | `{"topics"}`: stop if caught up, else 503 |
 //! | GET    | /mirrors/{name}/source        | - (connects with the mirror's settings)|
 //! | GET    | /mirrors/{name}/audit         | - (integrity audit report)             |
+
+//! | GET    | /mirrors/{name}/loss-report   | - (the stored loss reports of its stops) |
+//! | GET, POST | /drills                    | POST `{"name", "mirror", "topics"}`: start a drill |
+//! | DELETE | /drills/{name}                | - (stop the drill, delete its clones)  |
 //! | GET    | /describe?mirror=NAME         | -                                      |
 //! | GET    | /metrics                      | - (Prometheus text format)             |
 //!
@@ -40,7 +44,9 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use crate::control::admin_guard::{AdminEndpoint, AdminGuard, GuardError};
-use crate::control::controller::{ControlError, Controller, DataPlane, SourceAsk, SourceCatalog};
+use crate::control::controller::{
+    ControlError, Controller, DataPlane, LossListing, SourceAsk, SourceCatalog,
+};
 use crate::control::source_worker::SourceWorkers;
 use crate::control::state::Command;
 use crate::limits::CONTROL_TICK_MS;
@@ -59,6 +65,31 @@ pub struct TopicsBody {
     pub topics: String,
     #[serde(default)]
     pub exclude: Option<String>,
+    /// `stop`: refuse the failover when it may lose more than this many seconds of records
+    /// (see `control::loss_report`), unless `force`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_loss_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
+    /// `stop`: cut every partition failed over to this source timestamp (ms), the rest to the
+    /// quarantine (`control::consistent_cut`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_at_timestamp: Option<i64>,
+}
+
+/// `stop`'s answer: what changed, and the loss report of the partitions it failed over.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StopAnswer {
+    #[serde(flatten)]
+    pub report: crate::control::controller::CommandReport,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_report: Option<crate::control::loss_report::LossReport>,
+    /// Why the loss report could not be stored (it is still in this answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_report_error: Option<String>,
+    /// `--cut-at-timestamp`: each partition's cut and what went to the quarantine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cut: Vec<crate::control::consistent_cut::CutReport>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -115,6 +146,10 @@ where
         .route("/mirrors/{name}/{action}", post(action::<S, D>))
         .route("/mirrors/{name}/source", get(check_source::<S, D>))
         .route("/mirrors/{name}/audit", get(audit_report::<S, D>))
+
+        .route("/mirrors/{name}/loss-report", get(loss_reports::<S, D>))
+        .route("/drills", get(drills::<S, D>).post(drill_start::<S, D>))
+        .route("/drills/{name}", axum::routing::delete(drill_stop::<S, D>))
         .route("/describe", get(describe::<S, D>))
         .route("/metrics", get(metrics::<S, D>))
         .with_state(controller)
@@ -213,7 +248,10 @@ async fn action<S: SourceCatalog, D: DataPlane>(
         }
         "pause" => lock(&c).command(&name, &body.topics, Command::Pause),
         "resume" => lock(&c).command(&name, &body.topics, Command::Resume),
-        "stop" => stop(&c, &name, &body.topics).await,
+        "stop" => {
+            let answer = stop(&c, &name, &body).await.map_err(ApiError)?;
+            return Ok(Json(answer).into_response());
+        }
         "promote" => {
             let (plan, ask, workers) = {
                 let c = lock(&c);
@@ -233,7 +271,7 @@ async fn action<S: SourceCatalog, D: DataPlane>(
             };
             let checked = lock(&c).promote_check(&plan, listed);
             match checked {
-                Ok(()) => stop(&c, &name, &body.topics).await,
+                Ok(()) => stop(&c, &name, &body).await.map(|a| a.report),
                 Err(e) => Err(e),
             }
         }
@@ -255,32 +293,162 @@ async fn action<S: SourceCatalog, D: DataPlane>(
 
 /// `stop`: the partitions go STOPPING at once; the last group sync runs on a worker, awaited
 /// for at most the mirror's `sync.group.offsets.final.timeout.ms` (skipped and reported so
-/// when the source does not answer); then they fail over.
+/// when the source does not answer); then they fail over. Beside the group sync a ListOffsets
+/// on another worker (same deadline) says what the source holds, for the loss report; with
+/// `max_loss_seconds` it is awaited first and the stop refused (nothing changed) when the
+/// failover may lose more, unless `force`.
 async fn stop<S: SourceCatalog, D: DataPlane>(
     c: &SharedController<S, D>,
     name: &str,
-    topics: &str,
-) -> Result<crate::control::controller::CommandReport, ControlError> {
-    let (report, last, workers) = {
+    body: &TopicsBody,
+) -> Result<StopAnswer, ControlError> {
+    let topics = body.topics.as_str();
+    let (plan, loss_ask, workers) = {
+        let c = lock(c);
+        let (plan, ask) = c.loss_ask(name, topics)?;
+        (plan, ask, c.workers().clone())
+    };
+    let mut pending = loss_ask.map(|ask| {
+        let ms = ask.timeout_ms;
+        (ask.spawn(&workers), ms)
+    });
+    let mut listing: Option<Option<LossListing>> = None;
+    let mut listed_at = 0;
+    if let Some(max) = body.max_loss_seconds {
+        let answer = await_listing(pending.take()).await;
+        listed_at = now_ms();
+        let preview = lock(c).loss_estimate(&plan, answer.as_ref(), listed_at);
+        if !body.force {
+            Controller::<S, D>::loss_check(&preview, max)?;
+        }
+        listing = Some(answer);
+    }
+    let (report, last) = {
         let mut c = lock(c);
-        let (report, last) = c.command_begin(name, topics, Command::Stop)?;
-        (report, last, c.workers().clone())
+        if let Some(ts) = body.cut_at_timestamp {
+            c.cut_begin(name, crate::ids::TimestampMs(ts))?;
+        }
+        let begun = c.command_begin(name, topics, Command::Stop);
+        if begun.is_err() && body.cut_at_timestamp.is_some() {
+            c.cut_finish(name);
+        }
+        begun?
     };
-    let Some(mut last) = last else {
-        return Ok(report);
+    let report = match last {
+        None => report,
+        Some(mut last) => {
+            let answer = match last.ask.take() {
+                Some(ask) => match answer_of(&workers, name, ask).await {
+                    Ok(answer) => answer,
+                    // The same read is still in flight from an earlier stop: skipped, reported.
+                    Err(ApiError(e)) => {
+                        Some(Err(crate::control::group_sync::GroupSyncError::Source {
+                            mirror: name.to_owned(),
+                            reason: e.to_string(),
+                        }))
+                    }
+                },
+                None => None,
+            };
+            lock(c).command_finish(report, last, answer)?
+        }
     };
-    let answer = match last.ask.take() {
-        Some(ask) => match answer_of(&workers, name, ask).await {
-            Ok(answer) => answer,
-            // The same read is still in flight from an earlier stop: skipped, reported.
-            Err(ApiError(e)) => Some(Err(crate::control::group_sync::GroupSyncError::Source {
-                mirror: name.to_owned(),
-                reason: e.to_string(),
-            })),
-        },
-        None => None,
+    let cut = if body.cut_at_timestamp.is_some() {
+        lock(c).cut_finish(name)
+    } else {
+        Vec::new()
     };
-    lock(c).command_finish(report, last, answer)
+    if listing.is_none() {
+        let answer = await_listing(pending.take()).await;
+        listed_at = now_ms();
+        listing = Some(answer);
+    }
+    if plan.is_empty() {
+        return Ok(StopAnswer {
+            report,
+            loss_report: None,
+            loss_report_error: None,
+            cut,
+        });
+    }
+    let c = lock(c);
+    let mut loss = c.loss_estimate(&plan, listing.flatten().as_ref(), listed_at);
+    loss.max_loss_seconds = body.max_loss_seconds;
+    loss.forced = body.force;
+    let loss_report_error = c.loss_record(&loss).err();
+    if let Some(why) = &loss_report_error {
+        tracing::error!(mirror = %name, %why, "stop: loss report not stored");
+    }
+    Ok(StopAnswer {
+        report,
+        loss_report: Some(loss),
+        loss_report_error,
+        cut,
+    })
+}
+
+/// The loss listing's answer: `None` when the worker could not start (the same listing is still
+/// in flight), died, or the deadline passed.
+async fn await_listing(
+    pending: Option<(
+        Result<tokio::sync::oneshot::Receiver<LossListing>, crate::control::source_worker::Busy>,
+        u64,
+    )>,
+) -> Option<LossListing> {
+    let (rx, ms) = pending?;
+    let rx = rx.ok()?;
+    let wait = Duration::from_millis(ms.saturating_add(ANSWER_GRACE_MS));
+    match tokio::time::timeout(wait, rx).await {
+        Ok(Ok(answer)) => Some(answer),
+        Ok(Err(_)) | Err(_) => None,
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// `mirrors drill start`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DrillBody {
+    pub name: String,
+    pub mirror: String,
+    pub topics: String,
+}
+
+async fn drill_start<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+    Json(body): Json<DrillBody>,
+) -> ApiResult {
+    let summary = lock(&c)
+        .drill_start(&body.name, &body.mirror, &body.topics)
+        .map_err(ApiError)?;
+    Ok((StatusCode::CREATED, Json(summary)).into_response())
+}
+
+async fn drill_stop<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+    Path(name): Path<String>,
+) -> ApiResult {
+    let summary = lock(&c).drill_stop(&name).map_err(ApiError)?;
+    Ok(Json(summary).into_response())
+}
+
+async fn drills<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+) -> ApiResult {
+    Ok(Json(lock(&c).drills()).into_response())
+}
+
+/// `kmirror mirrors loss-report`: every stored report of a mirror, oldest first.
+async fn loss_reports<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+    Path(name): Path<String>,
+) -> ApiResult {
+    let reports = lock(&c).loss_reports(&name).map_err(ApiError)?;
+    Ok(Json(reports).into_response())
 }
 
 /// `kmirror doctor` asks kmirror to connect with the mirror's own credentials, which the admin

@@ -28,12 +28,16 @@ pub mod admin;
 pub mod admin_guard;
 pub mod admin_tls;
 pub mod audit;
+
+pub mod consistent_cut;
 pub mod control_run;
 pub mod controller;
+pub mod drill;
 pub mod fault;
 pub mod group_sync;
 pub mod leader_refresh;
 pub mod leader_store;
+pub mod loss_report;
 pub mod mirror_def;
 pub mod mirror_run;
 pub mod producer_ids;

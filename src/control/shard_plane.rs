@@ -114,6 +114,8 @@ pub struct ShardDataPlane {
     leaders: Arc<LeaderStore>,
     /// Latency collection and interval logs; stopped after the shards.
     telemetry: Option<TelemetryThread>,
+    /// The endpoint's catalog, where drill clones are announced (`control::drill`).
+    drill_catalog: Option<Arc<ReadCatalog>>,
     /// Leader look-ups the shards asked for.
     refresh: LeaderRefresh,
     /// Each topic's log config (from its copied source configs), for its partitions now and
@@ -194,6 +196,7 @@ impl ShardDataPlane {
             health,
             shard_failed: Arc::default(),
             telemetry: Some(telemetry),
+            drill_catalog: None,
             rt: Some(rt),
             logs: Some(logs),
             returned,
@@ -335,6 +338,7 @@ impl ShardDataPlane {
 
     /// Announces every partition log (now and later) to the Kafka endpoint's catalog.
     pub fn attach_read_catalog(&mut self, catalog: Arc<ReadCatalog>) {
+        self.drill_catalog = Some(Arc::clone(&catalog));
         self.logs().attach_catalog(catalog);
     }
 
@@ -858,6 +862,67 @@ impl DataPlane for ShardDataPlane {
         Ok(promotion)
     }
 
+    fn cut_at_timestamp(
+        &mut self,
+        tp: &TopicPartition,
+        ts: crate::ids::TimestampMs,
+        label: &str,
+    ) -> Result<crate::control::consistent_cut::CutReport, String> {
+        if self.lent.contains_key(tp) {
+            return Err(format!("{tp} is still being fetched"));
+        }
+        self.take_returned();
+        let logs = self.logs();
+        let quarantine = crate::log::quarantine::Quarantine::new(logs.root());
+        let log = logs
+            .get_mut(tp)
+            .ok_or_else(|| format!("{tp} has no local log"))?;
+        let report = crate::control::consistent_cut::cut(log, &mut StdIo, ts, &quarantine, label)
+            .map_err(|e| e.to_string())?;
+        self.logs().write_checkpoints().map_err(|e| e.to_string())?;
+        Ok(report)
+    }
+
+    fn drill_clone(
+        &mut self,
+        tp: &TopicPartition,
+        clone_tp: &TopicPartition,
+        clone_topic_id: Uuid,
+    ) -> Result<(i64, crate::control::drill::CloneCost), String> {
+        let catalog = self
+            .drill_catalog
+            .clone()
+            .ok_or("drills need the [kafka] listener (clients rehearse on it)")?;
+        let view = catalog
+            .get(tp)
+            .ok_or_else(|| format!("{tp} has no published log"))?
+            .view();
+        let root = self.logs().root().to_path_buf();
+        let (mut log, cost) =
+            crate::control::drill::clone_partition(&root, &view, clone_tp, clone_topic_id)
+                .map_err(|e| e.to_string())?;
+        let end = crate::control::drill::view_end(&view).0;
+        let epoch = promoted_epoch(log.epoch_cache().latest_epoch(), self.source_epochs.get(tp));
+        if let Err(e) = log.promote(&mut StdIo, epoch) {
+            let _ = log.delete();
+            return Err(e.to_string());
+        }
+        catalog.insert(clone_tp.clone(), log.attach_read_view());
+        self.leaders.lead(log);
+        Ok((end, cost))
+    }
+
+    fn drill_drop(&mut self, clone_tp: &TopicPartition) -> Result<(), String> {
+        let log = self
+            .leaders
+            .release(clone_tp)
+            .ok_or_else(|| format!("{clone_tp} is not a drill clone being served"))?;
+        if let Some(c) = &self.drill_catalog {
+            c.remove(clone_tp);
+        }
+        log.delete().map_err(|e| e.to_string())
+    }
+
     fn writable(&mut self, tp: &TopicPartition) -> Result<(), String> {
         if self.leaders.contains(tp) {
             return Ok(());
@@ -910,6 +975,7 @@ impl DataPlane for ShardDataPlane {
         Progress {
             local_log_end: local,
             source_high_watermark: seen.high_watermark,
+            source_high_watermark_at_ms: seen.high_watermark_at_ms,
             newest_timestamp_ms: seen.newest_timestamp,
             throttled_ms: seen.throttled_ms,
             skipped_records: seen.skipped_records,

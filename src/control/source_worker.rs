@@ -34,6 +34,8 @@ pub enum JobKind {
     Groups,
     /// The last group-offset read at `stop`.
     FinalGroups,
+    /// The source high watermarks `stop` reports what the failover lost against.
+    LossListing,
     /// Leaders (and start offsets) of partitions being handed to shards.
     Resolve,
     /// Leaders the shards asked for again (`LeaderWanted`).

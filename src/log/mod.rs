@@ -17,6 +17,7 @@ pub mod offset_index;
 pub mod partition_log;
 pub mod partition_meta;
 pub mod producer_state;
+pub mod quarantine;
 pub mod read_view;
 pub mod recovery;
 pub mod retention;

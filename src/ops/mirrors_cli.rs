@@ -14,8 +14,10 @@ use clap::{Args, Subcommand};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::control::admin::{CreateBody, ErrorBody, TopicsBody};
+use crate::control::admin::{CreateBody, DrillBody, ErrorBody, StopAnswer, TopicsBody};
 use crate::control::controller::{CommandReport, MirrorSummary, PartitionRow};
+use crate::control::drill::DrillSummary;
+use crate::control::loss_report::LossReport;
 use crate::control::mirror_def::{parse_properties, StartFrom};
 use crate::limits::{
     MIRROR_PROPERTIES_BYTES_MAX, MIRROR_RETRY_MAX_ATTEMPTS_DEFAULT, PROMOTE_POLL,
@@ -96,6 +98,31 @@ pub enum Action {
         /// How long --promote waits for zero lag before giving up (nothing is stopped then).
         #[arg(long, default_value_t = PROMOTE_TIMEOUT_MS_DEFAULT, requires = "promote")]
         promote_timeout_ms: u64,
+        /// Refuse the failover (nothing is stopped) when it may lose more than this many
+        /// seconds of records by the loss report (an unknown span counts as more).
+        #[arg(long, conflicts_with = "promote")]
+        max_loss_seconds: Option<f64>,
+        /// With --max-loss-seconds: fail over anyway (the report records that it was forced).
+        #[arg(long, requires = "max_loss_seconds")]
+        force: bool,
+        /// Consistent cut: truncate every partition stopped to this source timestamp (ms);
+        /// what is cut goes to the quarantine under the data dir and is reported.
+        #[arg(long, conflicts_with = "promote")]
+        cut_at_timestamp: Option<i64>,
+    },
+    /// Failover drills: writable clones of mirrored topics (`drill.<name>.<topic>` on the Kafka
+    /// listener) while mirroring continues.
+    Drill {
+        #[command(subcommand)]
+        action: DrillAction,
+    },
+    /// The loss reports of a mirror's stops (what each failover may have lost), oldest first.
+    LossReport {
+        #[arg(long, visible_alias = "mirror-name")]
+        mirror: String,
+        /// Only the newest report.
+        #[arg(long)]
+        last: bool,
     },
     /// Delete a mirror whose topics are all STOPPED.
     Delete {
@@ -112,6 +139,27 @@ pub enum Action {
         #[arg(long)]
         failed: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DrillAction {
+    /// Clone the mirror's partitions of the matching topics as drill.<name>.<topic>.
+    Start {
+        #[arg(long, visible_alias = "mirror-name")]
+        mirror: String,
+        #[arg(long)]
+        topics: String,
+        /// The drill's name (A-Z a-z 0-9 _ -), part of its topics' names.
+        #[arg(long)]
+        name: String,
+    },
+    /// Delete a drill's clones.
+    Stop {
+        #[arg(long)]
+        name: String,
+    },
+    /// The drills in progress and their disk use.
+    List,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -396,6 +444,128 @@ fn print_report(
     Ok(())
 }
 
+/// Drills as a table: one row per cloned partition, with the drill's disk use.
+fn print_drills(out: &mut impl Write, json: bool, drills: &[DrillSummary]) -> Result<(), CliError> {
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(drills).unwrap_or_default()
+        )?;
+        return Ok(());
+    }
+    if drills.is_empty() {
+        writeln!(out, "No drill in progress.")?;
+        return Ok(());
+    }
+    let cells: Vec<Vec<String>> = drills
+        .iter()
+        .flat_map(|d| {
+            d.partitions.iter().map(move |p| {
+                vec![
+                    d.name.clone(),
+                    d.mirror.clone(),
+                    format!("{}-{}", p.topic, p.partition),
+                    format!("{}-{}", p.clone_topic, p.partition),
+                    p.cloned_end.to_string(),
+                    p.cost.copied_bytes.to_string(),
+                    p.cost.linked_bytes.to_string(),
+                ]
+            })
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "DRILL",
+            "MIRROR",
+            "PARTITION",
+            "CLONE",
+            "CLONED-AT",
+            "COPIED-BYTES",
+            "SHARED-BYTES",
+        ],
+        &cells,
+    )?;
+    for d in drills {
+        writeln!(
+            out,
+            "Drill {}: {} bytes on disk of its own, {} bytes shared with the mirror by hard links.",
+            d.name, d.disk_bytes, d.linked_bytes
+        )?;
+    }
+    Ok(())
+}
+
+/// A loss report as a table: one row per partition, then the totals and what is exact.
+fn print_loss(out: &mut impl Write, r: &LossReport) -> Result<(), CliError> {
+    let basis = if r.source_answered {
+        "the source's high watermarks listed at the stop (exact)".to_owned()
+    } else {
+        format!(
+            "the last high watermarks kmirror saw (the source did not answer: {}); counts are \
+             at least, the source may have acknowledged more after SEEN-AGO",
+            r.source_error.as_deref().unwrap_or("unknown")
+        )
+    };
+    writeln!(
+        out,
+        "Loss report of mirror {} at {} ms, against {basis}:",
+        r.mirror, r.at_ms
+    )?;
+    let cells: Vec<Vec<String>> = r
+        .partitions
+        .iter()
+        .map(|p| {
+            vec![
+                p.topic.clone(),
+                p.partition.to_string(),
+                opt(p.source_high_watermark),
+                opt(p
+                    .seen_at_ms
+                    .map(|at| format!("{:.1}s", (r.at_ms - at).max(0) as f64 / 1e3))),
+                opt(p.local_end),
+                match (p.records, p.records_exact) {
+                    (Some(n), true) => n.to_string(),
+                    (Some(n), false) => format!(">={n}"),
+                    (None, _) => "unknown".to_owned(),
+                },
+                opt(p.bytes_estimate.map(|b| format!("~{b}"))),
+                opt(p.seconds_at_most.map(|s| format!("<={s:.1}"))),
+                p.verified_through
+                    .map_or_else(|| "unknown".to_owned(), |v| v.to_string()),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "TOPIC",
+            "PARTITION",
+            "SOURCE-HW",
+            "SEEN-AGO",
+            "LOCAL-END",
+            "RECORDS-LOST",
+            "BYTES",
+            "SECONDS",
+            "VERIFIED-THROUGH",
+        ],
+        &cells,
+    )?;
+    writeln!(
+        out,
+        "Total: {}{} offsets may be lost{}.",
+        if r.exact() { "" } else { "at least " },
+        r.total_records(),
+        if r.forced {
+            " (forced past --max-loss-seconds)"
+        } else {
+            ""
+        }
+    )?;
+    Ok(())
+}
+
 /// Runs one `mirrors` action, writing its result to `out`.
 pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
     let client = Client::new(args)?;
@@ -460,6 +630,9 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
             let body = TopicsBody {
                 topics: topics.clone(),
                 exclude: exclude.clone(),
+                max_loss_seconds: None,
+                force: false,
+                cut_at_timestamp: None,
             };
             let r = required(
                 client.post(&format!("/mirrors/{mirror}/start"), &body)?,
@@ -472,10 +645,14 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
             topics,
             promote: true,
             promote_timeout_ms,
+            ..
         } => {
             let body = TopicsBody {
                 topics: topics.clone(),
                 exclude: None,
+                max_loss_seconds: None,
+                force: false,
+                cut_at_timestamp: None,
             };
             let path = format!("/mirrors/{mirror}/promote");
             let r = promote_when_caught_up(*promote_timeout_ms, || {
@@ -483,17 +660,142 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
             })?;
             print_report(out, args.json, "Promoted (caught up, then stopped)", &r)?;
         }
-        Action::Pause { mirror, topics }
-        | Action::Resume { mirror, topics }
-        | Action::Stop { mirror, topics, .. } => {
+        Action::Stop {
+            mirror,
+            topics,
+            max_loss_seconds,
+            force,
+            cut_at_timestamp,
+            ..
+        } => {
+            let body = TopicsBody {
+                topics: topics.clone(),
+                exclude: None,
+                max_loss_seconds: *max_loss_seconds,
+                force: *force,
+                cut_at_timestamp: *cut_at_timestamp,
+            };
+            let a: StopAnswer = required(
+                client.post(&format!("/mirrors/{mirror}/stop"), &body)?,
+                addr,
+            )?;
+            if args.json {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&a).unwrap_or_default()
+                )?;
+            } else {
+                print_report(out, false, "Stopped", &a.report)?;
+                if let Some(loss) = &a.loss_report {
+                    print_loss(out, loss)?;
+                }
+                if let Some(why) = &a.loss_report_error {
+                    writeln!(out, "Loss report NOT stored: {why}")?;
+                }
+                for c in &a.cut {
+                    match &c.quarantine {
+                        Some(q) => writeln!(
+                            out,
+                            "Cut {}-{} at timestamp {}: log end {} -> {}, {} batch(es) / {} record(s) / {} bytes quarantined in {}",
+                            c.topic,
+                            c.partition,
+                            c.cut_at_timestamp,
+                            c.log_end_before,
+                            c.log_end_after,
+                            q.batch_count,
+                            q.record_count,
+                            q.bytes,
+                            q.segment_file.display()
+                        )?,
+                        None => writeln!(
+                            out,
+                            "Cut {}-{} at timestamp {}: nothing newer (log end {}){}",
+                            c.topic,
+                            c.partition,
+                            c.cut_at_timestamp,
+                            c.log_end_after,
+                            if c.holds_a_later_batch {
+                                ""
+                            } else {
+                                "; it may not hold every record up to that time"
+                            }
+                        )?,
+                    }
+                }
+            }
+        }
+        Action::Drill { action } => match action {
+            DrillAction::Start {
+                mirror,
+                topics,
+                name,
+            } => {
+                let body = DrillBody {
+                    name: name.clone(),
+                    mirror: mirror.clone(),
+                    topics: topics.clone(),
+                };
+                let d: DrillSummary = required(client.post("/drills", &body)?, addr)?;
+                print_drills(out, args.json, &[d])?;
+            }
+            DrillAction::Stop { name } => {
+                let d: DrillSummary = required(
+                    client.answer(
+                        client
+                            .agent
+                            .delete(client.url(&format!("/drills/{name}")))
+                            .call(),
+                    )?,
+                    addr,
+                )?;
+                if args.json {
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::to_string_pretty(&d).unwrap_or_default()
+                    )?;
+                } else {
+                    writeln!(out, "Stopped drill {} (its clones are deleted).", d.name)?;
+                }
+            }
+            DrillAction::List => {
+                let all: Vec<DrillSummary> = required(client.get("/drills")?, addr)?;
+                print_drills(out, args.json, &all)?;
+            }
+        },
+        Action::LossReport { mirror, last } => {
+            let mut reports: Vec<LossReport> =
+                required(client.get(&format!("/mirrors/{mirror}/loss-report"))?, addr)?;
+            if *last {
+                let keep = reports.len().saturating_sub(1);
+                reports.drain(..keep);
+            }
+            if args.json {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&reports).unwrap_or_default()
+                )?;
+            } else if reports.is_empty() {
+                writeln!(out, "No stop of mirror {mirror} has been reported yet.")?;
+            } else {
+                for r in &reports {
+                    print_loss(out, r)?;
+                }
+            }
+        }
+        Action::Pause { mirror, topics } | Action::Resume { mirror, topics } => {
             let (verb, done) = match &args.action {
                 Action::Pause { .. } => ("pause", "Paused"),
-                Action::Resume { .. } => ("resume", "Resumed"),
-                _ => ("stop", "Stopped"),
+                _ => ("resume", "Resumed"),
             };
             let body = TopicsBody {
                 topics: topics.clone(),
                 exclude: None,
+                max_loss_seconds: None,
+                force: false,
+                cut_at_timestamp: None,
             };
             let r = required(
                 client.post(&format!("/mirrors/{mirror}/{verb}"), &body)?,
@@ -610,6 +912,13 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                     ],
                     &cells,
                 )?;
+                // Drills in progress, with their disk use (an older kmirror has no /drills).
+                if let Ok(Some(drills)) = client.get::<Vec<DrillSummary>>("/drills") {
+                    if !drills.is_empty() {
+                        writeln!(out)?;
+                        print_drills(out, false, &drills)?;
+                    }
+                }
             }
         }
     }

@@ -17,6 +17,8 @@ const UNKNOWN: i64 = i64::MIN;
 pub struct PartitionProgress {
     log_end: AtomicI64,
     high_watermark: AtomicI64,
+    /// Wall-clock ms at which `high_watermark` was last set (the loss report's "seen at").
+    high_watermark_at: AtomicI64,
     newest_timestamp: AtomicI64,
     throttled_ms: AtomicI64,
     /// Offsets skipped because the source's log start passed our log end, summed.
@@ -32,6 +34,7 @@ impl Default for PartitionProgress {
         PartitionProgress {
             log_end: AtomicI64::new(UNKNOWN),
             high_watermark: AtomicI64::new(UNKNOWN),
+            high_watermark_at: AtomicI64::new(UNKNOWN),
             newest_timestamp: AtomicI64::new(UNKNOWN),
             throttled_ms: AtomicI64::new(UNKNOWN),
             skipped: AtomicI64::new(0),
@@ -50,6 +53,8 @@ fn known(v: i64) -> Option<i64> {
 pub struct ProgressSnapshot {
     pub log_end: Option<i64>,
     pub high_watermark: Option<i64>,
+    /// When (wall-clock ms) the source last told this process `high_watermark`.
+    pub high_watermark_at_ms: Option<i64>,
     /// Max timestamp of the newest batch stored (ms), when one was stored by this process.
     pub newest_timestamp: Option<i64>,
     /// Throttle time (ms) the source asked for on the connection that fetches this partition,
@@ -71,6 +76,12 @@ impl PartitionProgress {
 
     pub fn set_high_watermark(&self, hw: i64) {
         self.high_watermark.store(hw, Ordering::Relaxed);
+        // A vDSO clock read per response and partition; the loss report at failover needs
+        // to say how old the last high watermark kmirror saw is.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        self.high_watermark_at.store(now, Ordering::Relaxed);
     }
 
     /// The source's high watermark is unknown again (a fetcher is about to start after a
@@ -113,6 +124,7 @@ impl PartitionProgress {
         ProgressSnapshot {
             log_end: known(self.log_end.load(Ordering::Relaxed)),
             high_watermark: known(self.high_watermark.load(Ordering::Relaxed)),
+            high_watermark_at_ms: known(self.high_watermark_at.load(Ordering::Relaxed)),
             newest_timestamp: known(self.newest_timestamp.load(Ordering::Relaxed)),
             throttled_ms: known(self.throttled_ms.load(Ordering::Relaxed)),
             skipped_records: self.skipped.load(Ordering::Relaxed),

@@ -167,3 +167,35 @@ pub fn audit_report(admin: &str, mirror: &str) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// A `kmirror serve` control plane in its own temp dir with one mirror `m` of `bootstrap`
+/// created (`mirror_props` added to its properties), `[kafka]` on an OS-chosen port when
+/// `kafka` is set.
+pub struct ControlPlane {
+    pub work: tempfile::TempDir,
+    pub data_dir: std::path::PathBuf,
+    pub config: std::path::PathBuf,
+    pub admin: String,
+    pub serve: Serve,
+}
+
+impl ControlPlane {
+    pub fn start(bootstrap: &str, kafka: bool, mirror_props: &str) -> ControlPlane {
+        let work = tempfile::tempdir().unwrap();
+        let data_dir = work.path().join("data");
+        let admin = format!("127.0.0.1:{}", free_loopback_port());
+        let config = work.path().join("kmirror.toml");
+        let listener = kafka.then_some("127.0.0.1:0");
+        write_serving_config(&config, &admin, listener, &data_dir, "");
+        let mut serve = Serve::start(&config, work.path().join("serve.log"));
+        wait_admin(&mut serve, &admin);
+        create_mirror(&admin, work.path(), "m", bootstrap, mirror_props);
+        ControlPlane {
+            work,
+            data_dir,
+            config,
+            admin,
+            serve,
+        }
+    }
+}

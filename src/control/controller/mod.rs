@@ -23,8 +23,11 @@
 //! own; `source_catalog` implements the source side with the blocking Kafka client.
 
 mod audit_schedule;
+
+mod drills;
 mod group_schedule;
 mod lifecycle;
+mod loss;
 mod reporting;
 mod source_sync;
 #[cfg(test)]
@@ -55,6 +58,7 @@ pub use crate::control::fault::Fault;
 pub use crate::control::source_catalog::{SourceCatalog, SourceTopic, SourceView};
 pub use group_schedule::{FinalSync, GroupSyncPlane};
 pub use lifecycle::{PromotePlan, StartAnswer, StartPlan};
+pub use loss::{LossListing, LossPlan};
 pub use reporting::{CommandReport, MirrorSummary, PartitionRow, SourceCheck};
 
 /// What the data plane knows about one partition it fetches (or fetched).
@@ -62,6 +66,9 @@ pub use reporting::{CommandReport, MirrorSummary, PartitionRow, SourceCheck};
 pub struct Progress {
     pub local_log_end: Option<i64>,
     pub source_high_watermark: Option<i64>,
+    /// When (wall-clock ms) a fetch response last carried `source_high_watermark`.
+    #[serde(default)]
+    pub source_high_watermark_at_ms: Option<i64>,
     /// Max timestamp (ms) of the newest batch stored, when the data plane saw one stored.
     pub newest_timestamp_ms: Option<i64>,
     /// Throttle time the source's quotas imposed on the partition's connection, summed (ms).
@@ -97,6 +104,33 @@ pub trait DataPlane {
     /// Makes a STOPPED (promoted) partition writable for clients; repeatable (a restart calls
     /// it for every STOPPED partition).
     fn writable(&mut self, tp: &TopicPartition) -> Result<(), String>;
+    /// The consistent cut of a partition whose fetcher is gone, before its promotion
+    /// (`control::consistent_cut`): batches newer than `ts` to the quarantine under `label`.
+    fn cut_at_timestamp(
+        &mut self,
+        tp: &TopicPartition,
+        ts: crate::ids::TimestampMs,
+        label: &str,
+    ) -> Result<crate::control::consistent_cut::CutReport, String> {
+        let _ = (tp, ts, label);
+        Err("this data plane cannot cut logs".to_owned())
+    }
+    /// A drill's writable clone of `tp` as `clone_tp` (`control::drill`), promoted and served:
+    /// the mirrored end it was taken at and what it cost on disk.
+    fn drill_clone(
+        &mut self,
+        tp: &TopicPartition,
+        clone_tp: &TopicPartition,
+        clone_topic_id: Uuid,
+    ) -> Result<(i64, crate::control::drill::CloneCost), String> {
+        let _ = (tp, clone_tp, clone_topic_id);
+        Err("this data plane cannot clone logs".to_owned())
+    }
+    /// Deletes a drill's clone (only its own files: shared ones keep the mirror's link).
+    fn drill_drop(&mut self, clone_tp: &TopicPartition) -> Result<(), String> {
+        let _ = clone_tp;
+        Err("this data plane cannot clone logs".to_owned())
+    }
     /// Partitions whose fetching stopped on its own since the last call, with the reason.
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         Vec::new()
@@ -154,6 +188,21 @@ pub enum ControlError {
     Lagging { mirror: String, partitions: String },
     #[error(transparent)]
     Store(#[from] StateLogError),
+    /// `stop --max-loss-seconds S` would lose more than S seconds; nothing was changed.
+    #[error("stop of mirror {mirror} refused: it may lose more than {max_seconds} s (use --force to fail over anyway): {partitions}")]
+    LossTooHigh {
+        mirror: String,
+        max_seconds: f64,
+        partitions: String,
+    },
+    /// The stored loss reports could not be read.
+    #[error("{0}")]
+    LossReports(String),
+    /// A drill could not be started or stopped; the message says why.
+    #[error("{0}")]
+    Drill(String),
+    #[error("no drill named {0:?}")]
+    UnknownDrill(String),
 }
 
 impl ControlError {
@@ -173,6 +222,10 @@ impl ControlError {
             // "Not yet": the CLI asks again until its --promote-timeout-ms.
             ControlError::Lagging { .. } => 503,
             ControlError::Store(_) => 500,
+            ControlError::LossTooHigh { .. } => 409,
+            ControlError::LossReports(_) => 500,
+            ControlError::Drill(_) => 409,
+            ControlError::UnknownDrill(_) => 404,
         }
     }
 }
@@ -250,6 +303,11 @@ pub struct Controller<S, D> {
 
     /// The integrity audit, once attached (`attach_audit`).
     audit: Option<crate::control::audit::AuditPlane>,
+
+    /// `stop --cut-at-timestamp`: the mirror's cut while its partitions fail over (`loss.rs`).
+    cuts: BTreeMap<MirrorName, loss::PendingCut>,
+    /// Failover drills in progress, by name (`drills.rs`; memory only).
+    drills: BTreeMap<String, crate::control::drill::DrillSummary>,
 }
 
 /// A source call a command needs before it can finish: run it on a source worker (the admin
@@ -385,6 +443,9 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             deferred: None,
 
             audit: None,
+
+            cuts: BTreeMap::new(),
+            drills: BTreeMap::new(),
         };
         let names: Vec<MirrorName> = c.mirrors.keys().cloned().collect();
         for name in names {
@@ -576,6 +637,16 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             Ok(end) => end,
             Err(message) => {
                 tracing::warn!(mirror = %name, partition = %tp, %message, "stop: fetcher not removed yet");
+                return Ok(());
+            }
+        };
+        // A consistent cut (stop --cut-at-timestamp) between the fetcher's removal and the
+        // promotion; a failed cut leaves the partition STOPPING, retried like a promotion.
+        let end = match self.cut_before_promotion(name, tp) {
+            Ok(Some(after)) => after,
+            Ok(None) => end,
+            Err(message) => {
+                tracing::error!(mirror = %name, partition = %tp, %message, "stop: consistent cut failed; retrying");
                 return Ok(());
             }
         };

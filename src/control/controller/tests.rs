@@ -123,6 +123,7 @@ impl DataPlane for FakeData {
         Progress {
             local_log_end: Some(90),
             source_high_watermark: Some(100),
+            source_high_watermark_at_ms: Some(now_ms() - 200),
             newest_timestamp_ms: Some(now_ms() - 1500),
             throttled_ms: None,
             skipped_records: 0,

@@ -1,0 +1,231 @@
+//! Failover drills (issue 16 item 2): a writable clone of mirrored partitions, made while
+//! mirroring continues, for clients to rehearse a failover against. The mirror itself is never
+//! touched: its logs stay byte-identical to the source throughout.
+//!
+//! Design: a drill named D of topic T is the topic `drill.D.T` (same partition count) in the
+//! same data dir, served writable on the existing `[kafka]` listener like a failed-over
+//! partition (it is led by the leader store). It is built from one published read view of the
+//! mirrored partition, so from a consistent point of a log a shard keeps appending to:
+//! - sealed segments: their `.log` hard-linked (never copied when the filesystem can link; a
+//!   copy only on EXDEV and the like), their indexes copied (small, and recovery may rebuild
+//!   an index in place, which must never reach the mirror's file through a link);
+//! - the active segment: its `.log` copied up to the published size (whole batches); its
+//!   indexes are rebuilt by the clone's recovery;
+//! - `leader-epoch-checkpoint` and producer snapshots copied; `partition.metadata` written
+//!   with the clone topic's own id (clients address topics by id from Fetch v13).
+//!
+//! The clone is then opened (recovering only its private active segment) and promoted: its
+//! leader epoch raised and the source's open transactions aborted, in the clone only.
+//!
+//! Why hard links are safe: kmirror never rewrites a sealed `.log` in place (appends go to the
+//! active segment, retention unlinks whole files, recovery only cuts segments past the
+//! recovery point and the clone's recovery point is its active segment's base). Nothing a
+//! client writes to the clone reaches a shared file: its appends go to its private active
+//! copy or new segments. Limits: a drill lives in memory (after a restart its directories are
+//! left as read-only partitions; delete them by hand); group offsets are not copied into it.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::ids::{Offset, TopicPartition};
+use crate::log::partition_log::PartitionLog;
+use crate::log::read_view::PartitionReadView;
+use crate::log::recovery::LoadOptions;
+use crate::log::LogError;
+
+/// Prefix of a drill's topics: `drill.<name>.<topic>`.
+pub const TOPIC_PREFIX: &str = "drill.";
+
+/// The clone topic of `topic` in drill `name`.
+pub fn clone_topic(name: &str, topic: &str) -> String {
+    format!("{TOPIC_PREFIX}{name}.{topic}")
+}
+
+/// Drill names: what Kafka allows in topic names, without dots (they separate the parts).
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 64 {
+        return Err(format!("drill name {name:?} must be 1..=64 characters"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(format!(
+            "drill name {name:?} may hold only A-Z a-z 0-9 _ - (it becomes part of topic names)"
+        ));
+    }
+    Ok(())
+}
+
+/// What cloning one partition cost on disk.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloneCost {
+    /// Bytes written for the clone (active segment tails, indexes, checkpoints, snapshots).
+    pub copied_bytes: u64,
+    /// Bytes shared with the mirror through hard links.
+    pub linked_bytes: u64,
+    /// Segments whose `.log` had to be copied because the filesystem would not link it.
+    pub link_fallbacks: u32,
+}
+
+fn copy(from: &Path, to: &Path, cost: &mut CloneCost) -> Result<(), LogError> {
+    match fs::copy(from, to) {
+        Ok(n) => {
+            cost.copied_bytes += n;
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(LogError::io(from, e)),
+    }
+}
+
+/// Copies the first `len` bytes of `from`.
+fn copy_prefix(from: &Path, to: &Path, len: u64, cost: &mut CloneCost) -> Result<(), LogError> {
+    use std::io::{Read, Write};
+    let src = fs::File::open(from).map_err(|e| LogError::io(from, e))?;
+    let mut dst = fs::File::create(to).map_err(|e| LogError::io(to, e))?;
+    let n = std::io::copy(&mut src.take(len), &mut dst).map_err(|e| LogError::io(to, e))?;
+    if n != len {
+        return Err(LogError::corrupt(
+            from,
+            format!("holds {n} bytes, the published view {len}"),
+        ));
+    }
+    dst.flush().map_err(|e| LogError::io(to, e))?;
+    dst.sync_all().map_err(|e| LogError::io(to, e))?;
+    cost.copied_bytes += len;
+    Ok(())
+}
+
+fn link_or_copy(from: &Path, to: &Path, cost: &mut CloneCost) -> Result<(), LogError> {
+    let len = fs::metadata(from).map_err(|e| LogError::io(from, e))?.len();
+    match fs::hard_link(from, to) {
+        Ok(()) => {
+            cost.linked_bytes += len;
+            Ok(())
+        }
+        Err(_) => {
+            cost.link_fallbacks += 1;
+            copy(from, to, cost)
+        }
+    }
+}
+
+/// Builds the clone directory `<root>/<clone tp>/` from `view` (see the module comment) and
+/// opens it. The log returned is not promoted yet.
+pub fn clone_partition(
+    root: &Path,
+    view: &PartitionReadView,
+    clone_tp: &TopicPartition,
+    clone_topic_id: Uuid,
+) -> Result<(PartitionLog, CloneCost), LogError> {
+    let dir: PathBuf = root.join(clone_tp.dir_name());
+    if dir.exists() {
+        return Err(LogError::corrupt(
+            &dir,
+            "a drill directory of that name exists",
+        ));
+    }
+    fs::create_dir_all(&dir).map_err(|e| LogError::io(&dir, e))?;
+    let mut cost = CloneCost::default();
+    let built = (|| {
+        let (active, sealed) = view
+            .segments
+            .split_last()
+            .expect("a published view has a segment");
+        for seg in sealed {
+            let f = &seg.files;
+            link_or_copy(&f.log, &dir.join(file_name(&f.log)), &mut cost)?;
+            for idx in [&f.offset_index, &f.time_index, &f.txn_index] {
+                copy(idx, &dir.join(file_name(idx)), &mut cost)?;
+            }
+        }
+        let f = &active.files;
+        copy_prefix(&f.log, &dir.join(file_name(&f.log)), active.size, &mut cost)?;
+        copy(
+            &view.dir.join("leader-epoch-checkpoint"),
+            &dir.join("leader-epoch-checkpoint"),
+            &mut cost,
+        )?;
+        for entry in fs::read_dir(&view.dir).map_err(|e| LogError::io(&*view.dir, e))? {
+            let entry = entry.map_err(|e| LogError::io(&*view.dir, e))?;
+            let name = entry.file_name();
+            if name.to_string_lossy().ends_with(".snapshot") {
+                copy(&entry.path(), &dir.join(&name), &mut cost)?;
+            }
+        }
+        crate::log::partition_meta::write(&dir, clone_topic_id)?;
+        crate::log::checkpoint::sync_dir(&dir)?;
+        let load = LoadOptions {
+            clean_shutdown: false,
+            recovery_point: active.base(),
+            log_start_offset: Some(view.log_start),
+        };
+        PartitionLog::open(
+            &dir,
+            clone_tp.clone(),
+            Some(clone_topic_id),
+            (*view.config).clone(),
+            load,
+            &mut crate::log::io::StdIo,
+        )
+    })();
+    match built {
+        Ok(log) => Ok((log, cost)),
+        Err(e) => {
+            let _ = fs::remove_dir_all(&dir);
+            Err(e)
+        }
+    }
+}
+
+fn file_name(p: &Path) -> &std::ffi::OsStr {
+    p.file_name().expect("segment files have names")
+}
+
+/// One partition of a drill in progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DrillPartition {
+    pub topic: String,
+    pub partition: i32,
+    pub clone_topic: String,
+    /// The mirrored end the clone was taken at (its end before promotion).
+    pub cloned_end: i64,
+    pub cost: CloneCost,
+}
+
+/// A drill in progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DrillSummary {
+    pub name: String,
+    pub mirror: String,
+    pub started_at_ms: i64,
+    pub partitions: Vec<DrillPartition>,
+    /// Bytes the drill's directories use now beyond what they share with the mirror
+    /// (its copies plus what clients wrote to it).
+    pub disk_bytes: u64,
+    pub linked_bytes: u64,
+}
+
+/// Bytes of the files in `dir` whose only link is there (not shared with the mirror).
+pub fn unshared_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.filter_map(Result::ok)
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file() && m.nlink() == 1)
+        .map(|m| m.len())
+        .sum()
+}
+
+/// The clone's offset end as of the view.
+pub fn view_end(view: &PartitionReadView) -> Offset {
+    view.segments
+        .last()
+        .map_or(view.log_start, |s| s.next_offset)
+}
