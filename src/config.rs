@@ -299,7 +299,8 @@ impl KafkaSection {
     pub fn listener_configs(&self) -> Result<Vec<crate::serve::ListenerConfig>, String> {
         match (self.listen, self.listeners.is_empty()) {
             (Some(listen), true) => {
-                let mut l = crate::serve::ListenerConfig::plaintext(listen, self.advertised.clone());
+                let mut l =
+                    crate::serve::ListenerConfig::plaintext(listen, self.advertised.clone());
                 // `[kafka.sasl]` with the single-listener form: that listener is SASL_PLAINTEXT
                 // (named listeners say their protocol themselves).
                 if self.sasl.is_some() {

@@ -32,7 +32,6 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("batch_validation", batch_validation),
     ("fetch_response", fetch_response),
     ("request_frame", request_frame::request_frame),
-
     ("sasl_messages", sasl_messages),
 ];
 
@@ -361,6 +360,8 @@ pub fn sasl_messages(data: &[u8]) {
                 }
             }
         }
+    }
+}
 
 /// The ACL APIs a fuzz input of `acl_requests` addresses, by its second byte (mod 3).
 pub const ACL_APIS: [kafka_protocol::messages::ApiKey; 3] = [

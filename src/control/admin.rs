@@ -146,7 +146,6 @@ where
         .route("/mirrors/{name}/{action}", post(action::<S, D>))
         .route("/mirrors/{name}/source", get(check_source::<S, D>))
         .route("/mirrors/{name}/audit", get(audit_report::<S, D>))
-
         .route("/mirrors/{name}/loss-report", get(loss_reports::<S, D>))
         .route("/drills", get(drills::<S, D>).post(drill_start::<S, D>))
         .route("/drills/{name}", axum::routing::delete(drill_stop::<S, D>))

@@ -64,7 +64,8 @@ pub struct PartitionLoss {
     pub seconds_at_most: Option<f64>,
     /// Max timestamp of the newest batch kmirror stored, when this process stored one.
     pub newest_mirrored_timestamp_ms: Option<i64>,
-    /// The integrity audit's verified-through offset, when the audit runs (unknown otherwise).
+    /// The integrity audit's mark (describe's `verifiedOffset`: every offset below it was
+    /// checked against the source), when the audit runs (unknown otherwise).
     #[serde(default)]
     pub verified_through: Option<i64>,
 }

@@ -5,6 +5,7 @@
 //! caller's `LogIo` so that a shard can issue them on its io_uring straight from the registered
 //! buffer that holds the fetched bytes: the record bytes are never copied here.
 
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -741,12 +741,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
             }
             DrillAction::Stop { name } => {
                 let d: DrillSummary = required(
-                    client.answer(
-                        client
-                            .agent
-                            .delete(client.url(&format!("/drills/{name}")))
-                            .call(),
-                    )?,
+                    client.answer(client.target.delete(&format!("/drills/{name}")).call())?,
                     addr,
                 )?;
                 if args.json {

@@ -193,7 +193,11 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 newest_timestamp_ms: progress.newest_timestamp_ms,
                 bytes_per_offset: bytes,
             };
-            partitions.push(partition_loss(tp, &input, listed_at_ms, now));
+            let mut loss = partition_loss(tp, &input, listed_at_ms, now);
+            // The integrity audit's mark, as describe's verifiedOffset: every offset below it
+            // was checked against the source.
+            loss.verified_through = self.verified_through(tp).map(|v| v.next.0);
+            partitions.push(loss);
         }
         LossReport {
             mirror: plan.name.to_string(),

@@ -96,12 +96,18 @@ impl AuthorizerConfig {
     }
 }
 
-/// The authorizer settings of a `kmirror serve` config. Every listener kmirror has today is
-/// PLAINTEXT (`[kafka] listen`), so `allow.everyone.if.no.acl.found` defaults to true; a
-/// config with an SSL or SASL listener must pass `true` for `authenticated_listener`.
+/// The authorizer settings of a `kmirror serve` config: `allow.everyone.if.no.acl.found`
+/// defaults to true while every listener is PLAINTEXT (every client is User:ANONYMOUS there, and
+/// today's deployments keep working), false once any listener authenticates (SSL, SASL_*).
 pub fn settings_for(config: &crate::config::ServeConfig) -> AuthzSettings {
     match &config.kafka {
-        Some(k) => k.authorizer.settings(false),
+        Some(k) => {
+            let authenticated = k.listener_configs().is_ok_and(|ls| {
+                ls.iter()
+                    .any(|l| l.protocol != crate::serve::session::SecurityProtocol::Plaintext)
+            });
+            k.authorizer.settings(authenticated)
+        }
         None => AuthzSettings::allow_all(),
     }
 }
