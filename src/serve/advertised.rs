@@ -47,7 +47,9 @@ pub fn point_coordinator_at(
     use kafka_protocol::messages::BrokerId;
     use kafka_protocol::protocol::StrBytes;
     let ours = BrokerId(crate::serve::NODE_ID);
-    if resp.node_id == ours {
+    // v0-3 answer in the top-level fields, v4+ in `coordinators` only (setting a top-level
+    // host there is refused by the encoder, and the default node id may equal ours).
+    if resp.coordinators.is_empty() && resp.node_id == ours {
         resp.host = StrBytes::from_string(host.to_owned());
         resp.port = port;
     }
@@ -60,6 +62,29 @@ pub fn point_coordinator_at(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A v4+ answer (transactional producers send v6) names its coordinators in the array only:
+    /// pointing it at a listener must leave the v0-3 fields alone so that it still encodes.
+    #[test]
+    fn a_v4_answer_still_encodes_after_pointing_it_at_a_listener() {
+        use kafka_protocol::messages::find_coordinator_response::Coordinator;
+        use kafka_protocol::messages::{BrokerId, FindCoordinatorResponse};
+        use kafka_protocol::protocol::{Encodable, StrBytes};
+        let mut r = FindCoordinatorResponse::default();
+        r.coordinators = vec![Coordinator::default()
+            .with_key(StrBytes::from_static_str("txn-1"))
+            .with_node_id(BrokerId(crate::serve::NODE_ID))];
+        point_coordinator_at(&mut r, "h2", 2);
+        assert_eq!(r.coordinators[0].host.as_str(), "h2");
+        let mut buf = bytes::BytesMut::new();
+        r.encode(&mut buf, 6).expect("a v6 answer encodes");
+        // v0-3: the top-level fields.
+        let mut old =
+            FindCoordinatorResponse::default().with_node_id(BrokerId(crate::serve::NODE_ID));
+        point_coordinator_at(&mut old, "h1", 1);
+        assert_eq!((old.host.as_str(), old.port), ("h1", 1));
+        old.encode(&mut buf, 3).expect("a v3 answer encodes");
+    }
 
     #[test]
     fn each_listener_has_its_address_and_unknown_names_get_the_first() {
