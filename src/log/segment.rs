@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::ids::{FilePosition, Offset, TimestampMs};
 use crate::log::config::LogConfig;
 use crate::log::index_pending::PendingIndex;
-use crate::log::io::{first_error, LogIo, WriteOp};
+use crate::log::io::{LogIo, WriteOp};
 use crate::log::lazy_file::{FileRef, Hold, LazyFile};
 use crate::log::offset_index::{relative, OffsetIndex};
 use crate::log::scan::{for_each_batch, read_header, BatchHeader, ScanEnd};
@@ -382,10 +382,18 @@ impl Segment {
     /// in-memory state is unchanged and its files are cut back to their old sizes.
     pub fn append(&mut self, io: &mut impl LogIo, bytes: &[u8]) -> Result<(), LogError> {
         let mark = self.stage_append(bytes)?;
-        let mut results = Vec::with_capacity(3);
-        let ops: Vec<WriteOp<'_>> = self.staged_writes(&mark, bytes).collect();
-        io.write_batch(&ops, &mut results);
-        self.finish_append(mark, first_error(&mut results))
+        // In order, stopping at the first failure (what `write_batch` of a plain `LogIo` does),
+        // without collecting the ops: an append on this path allocates nothing
+        // (tests/fetch_no_alloc.rs). The shards batch their appends on the ring instead
+        // (`runtime::mirror_shard_append`).
+        let mut written = Ok(());
+        for op in self.staged_writes(&mark, bytes) {
+            written = io.write_all_at(op.file, op.pos, op.data);
+            if written.is_err() {
+                break;
+            }
+        }
+        self.finish_append(mark, written)
     }
 
     /// The sans-IO half of `append`: applies `bytes` to the in-memory state (size, next offset,
