@@ -87,6 +87,10 @@ const TABLE: &[Row] = &[
     Row { key: 25, name: "AddOffsetsToTxn", min: 0, max: 4, librdkafka: &[], java: &[4], kafka_python: &[] },
     Row { key: 26, name: "EndTxn", min: 0, max: 4, librdkafka: &[1], java: &[4], kafka_python: &[] },
     Row { key: 28, name: "TxnOffsetCommit", min: 0, max: 4, librdkafka: &[], java: &[4], kafka_python: &[] },
+    // The ACL APIs (kafka-acls.sh; tests/serve_acls.rs): no client workload here sends them.
+    Row { key: 29, name: "DescribeAcls", min: 1, max: 3, librdkafka: &[], java: &[], kafka_python: &[] },
+    Row { key: 30, name: "CreateAcls", min: 1, max: 3, librdkafka: &[], java: &[], kafka_python: &[] },
+    Row { key: 31, name: "DeleteAcls", min: 1, max: 3, librdkafka: &[], java: &[], kafka_python: &[] },
     Row { key: 32, name: "DescribeConfigs", min: 1, max: 4, librdkafka: &[1], java: &[4], kafka_python: &[] },
 ];
 
