@@ -50,10 +50,9 @@ pub struct AuthorizerConfig {
     /// Kafka's `super.users`, as principals (`User:admin`).
     #[serde(default)]
     pub super_users: Vec<String>,
-    /// Kafka's `allow.everyone.if.no.acl.found`. Default: `false` once any listener
-    /// authenticates its clients (SSL or SASL), `true` while every listener is PLAINTEXT, so
-    /// that a plaintext deployment keeps working as before ACLs existed (every client there is
-    /// User:ANONYMOUS, and resources without ACLs stay open to it).
+    /// Kafka's `allow.everyone.if.no.acl.found`. Default: `true` (see `settings_for`: also with
+    /// SSL/SASL listeners for now), so that a deployment without ACLs keeps working as before
+    /// ACLs existed (resources without ACLs stay open).
     #[serde(default)]
     pub allow_everyone_if_no_acl_found: Option<bool>,
 }
