@@ -252,6 +252,43 @@ impl<S: OffsetStore> GroupCoordinator<S> {
         self.offsets.get(group)?.get(tp)
     }
 
+    /// Every group's committed offset of `tp` (a drill copies them for its clone).
+    pub fn committed_by_groups(&self, tp: &TopicPartition) -> Vec<(String, CommittedOffset)> {
+        self.offsets
+            .iter()
+            .filter_map(|(g, m)| m.get(tp).map(|o| (g.clone(), o.clone())))
+            .collect()
+    }
+
+    /// Deletes every group's committed offset of `tp` (a drill's clone, deleted with it);
+    /// returns how many there were. Each is deleted in the store before memory, so a failure
+    /// part-way leaves the rest in both and a repeat finishes the job.
+    pub fn delete_partition_offsets(
+        &mut self,
+        tp: &TopicPartition,
+    ) -> Result<usize, OffsetStoreError> {
+        let groups: Vec<String> = self
+            .offsets
+            .iter()
+            .filter(|(_, m)| m.contains_key(tp))
+            .map(|(g, _)| g.clone())
+            .collect();
+        for g in &groups {
+            let key = OffsetKey {
+                group: g.clone(),
+                tp: tp.clone(),
+            };
+            self.store.delete(&key)?;
+            if let Some(m) = self.offsets.get_mut(g) {
+                m.remove(tp);
+                if m.is_empty() {
+                    self.offsets.remove(g);
+                }
+            }
+        }
+        Ok(groups.len())
+    }
+
     pub fn group(&self, group: &str) -> Option<&Group> {
         self.groups.get(group)
     }
