@@ -54,16 +54,49 @@ fn dir_bytes(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-#[test]
-fn drill_clones_writable_while_mirroring_and_leaves_the_mirror_identical() {
-    let k = shared();
-    let topic = unique_topic("drill");
-    k.create_topic(&topic, 2, &[("segment.bytes", "1048576")]);
-    let opts = |seed| ProduceOpts {
+/// A new topic with 1 MiB segments (Kafka's least; copied to kmirror with the topic configs).
+fn topic_of_small_segments(k: &harness::Kafka, prefix: &str, partitions: i32) -> String {
+    let topic = unique_topic(prefix);
+    k.create_topic(&topic, partitions, &[("segment.bytes", "1048576")]);
+    topic
+}
+
+/// Records of 1,000 bytes (3,500 fill three and a half segments).
+fn opts(seed: u64) -> ProduceOpts {
+    ProduceOpts {
         seed,
         value_bytes: 1000,
         ..ProduceOpts::default()
+    }
+}
+
+/// Partition 0 of `clone` on kmirror holds `total` records, the first `mirrored` of them equal
+/// to the source's (offsets and values).
+fn assert_clone_holds(
+    k: &harness::Kafka,
+    kmirror: &str,
+    topic: &str,
+    clone: &str,
+    mirrored: usize,
+    total: usize,
+) {
+    let on_clone = harness::consume(kmirror, clone, 0, 0, total, Isolation::ReadCommitted);
+    assert_eq!(on_clone.len(), total);
+    let source = k.consume(topic, 0, 0, mirrored, Isolation::ReadCommitted);
+    let pairs = |rs: &[harness::ConsumedRecord]| -> Vec<(i64, Option<Vec<u8>>)> {
+        rs.iter().map(|r| (r.offset, r.value.clone())).collect()
     };
+    assert_eq!(
+        pairs(&on_clone[..mirrored]),
+        pairs(&source),
+        "the clone holds the mirrored records"
+    );
+}
+
+#[test]
+fn drill_clones_writable_while_mirroring_and_leaves_the_mirror_identical() {
+    let k = shared();
+    let topic = topic_of_small_segments(k, "drill", 2);
     for p in 0..2 {
         k.produce(&topic, p, 3500, &opts(1 + p as u64));
     }
@@ -173,20 +206,7 @@ fn drill_clones_writable_while_mirroring_and_leaves_the_mirror_identical() {
         (cloned_end..cloned_end + 100).collect::<Vec<i64>>(),
         "the clone continues at the mirrored end"
     );
-    let on_clone = harness::consume(&kmirror, &clone, 0, 0, 3600, Isolation::ReadCommitted);
-    assert_eq!(on_clone.len(), 3600);
-    let source = k.consume(&topic, 0, 0, 3500, Isolation::ReadCommitted);
-    assert_eq!(
-        on_clone[..3500]
-            .iter()
-            .map(|r| (r.offset, &r.value))
-            .collect::<Vec<_>>(),
-        source
-            .iter()
-            .map(|r| (r.offset, &r.value))
-            .collect::<Vec<_>>(),
-        "the clone holds the mirrored records"
-    );
+    assert_clone_holds(k, &kmirror, &topic, &clone, 3500, 3600);
     // The group rehearses: the same group id on the clone resumes at its committed offsets
     // and reads to the clone's ends (3,600 on partition 0, 3,500 on partition 1).
     assert_eq!(
@@ -288,13 +308,7 @@ fn a_drill_survives_kill_9_and_its_stop_after_the_restart_deletes_it() {
     use kmirror::control::json_records::JsonRecords;
 
     let k = shared();
-    let topic = unique_topic("drill-restart");
-    k.create_topic(&topic, 1, &[("segment.bytes", "1048576")]);
-    let opts = |seed| ProduceOpts {
-        seed,
-        value_bytes: 1000,
-        ..ProduceOpts::default()
-    };
+    let topic = topic_of_small_segments(k, "drill-restart", 1);
     k.produce(&topic, 0, 2500, &opts(1));
     let ControlPlane {
         data_dir,
@@ -377,16 +391,7 @@ fn a_drill_survives_kill_9_and_its_stop_after_the_restart_deletes_it() {
     );
     let after = harness::produce(&kmirror, &clone, 0, 10, &opts(8));
     assert_eq!(after.offsets, (2550..2560).collect::<Vec<i64>>());
-    let read = harness::consume(&kmirror, &clone, 0, 0, 2560, Isolation::ReadCommitted);
-    assert_eq!(read.len(), 2560);
-    let source = k.consume(&topic, 0, 0, 2500, Isolation::ReadCommitted);
-    assert!(
-        read[..2500]
-            .iter()
-            .zip(&source)
-            .all(|(a, b)| (a.offset, &a.value) == (b.offset, &b.value)),
-        "the clone still holds the mirrored records"
-    );
+    assert_clone_holds(k, &kmirror, &topic, &clone, 2500, 2560);
     // The half-started one is gone, directory and record.
     assert!(!data_dir.join(format!("{half}-0")).exists());
     assert!(!data_dir.join(RECORDS_DIR).join("half.json").exists());

@@ -91,39 +91,33 @@ fn two_sets(
     (cut_at, kept, full)
 }
 
-#[test]
-fn cut_at_timestamp_truncates_both_topics_and_quarantines_the_rest() {
-    let k = shared();
-    let topics = [unique_topic("cut-a"), unique_topic("cut-b")];
-    let first = [40usize, 25];
-    let second = [30usize, 45];
-    let (cut_at, kept, full) = two_sets(k, &topics, &first, &second);
-    let source_dirs: Vec<_> = topics.iter().map(|t| k.partition_dir(t, 0)).collect();
-
-    let ControlPlane {
-        data_dir,
-        admin,
-        mut serve,
-        // Holds the temp dir (data dir, serve log) until the test ends.
-        work: _work,
-        ..
-    } = ControlPlane::start(&k.bootstrap(), false, "sync.group.offsets.enabled=false\n");
-    let pattern = format!("{},{}", topics[0], topics[1]);
-    cli_ok(&admin, &["start", "--mirror", "m", "--topics", &pattern]);
+/// kmirror mirroring `topics` (partition 0 each) as mirror "m", every log equal to the
+/// source's; with our partition directories.
+fn mirror_all(k: &Kafka, topics: &[String]) -> (ControlPlane, Vec<std::path::PathBuf>) {
+    let mut cp = ControlPlane::start(&k.bootstrap(), false, "sync.group.offsets.enabled=false\n");
+    cli_ok(
+        &cp.admin,
+        &["start", "--mirror", "m", "--topics", &topics.join(",")],
+    );
     let ours: Vec<_> = topics
         .iter()
-        .map(|t| data_dir.join(format!("{t}-0")))
+        .map(|t| cp.data_dir.join(format!("{t}-0")))
         .collect();
-    let pairs: Vec<_> = source_dirs
+    let pairs: Vec<_> = topics
         .iter()
-        .cloned()
+        .map(|t| k.partition_dir(t, 0))
         .zip(ours.iter().cloned())
         .collect();
-    wait_all_mirrored(&mut serve, &pairs);
+    wait_all_mirrored(&mut cp.serve, &pairs);
+    (cp, ours)
+}
 
+/// `stop --cut-at-timestamp` of every topic, its JSON answer.
+fn stop_with_cut(admin: &str, topics: &[String], cut_at: i64) -> Value {
     let ts = cut_at.to_string();
+    let pattern = topics.join(",");
     let out = cli_ok(
-        &admin,
+        admin,
         &[
             "stop",
             "--mirror",
@@ -135,7 +129,28 @@ fn cut_at_timestamp_truncates_both_topics_and_quarantines_the_rest() {
             "--json",
         ],
     );
-    let answer: Value = serde_json::from_str(&out).unwrap();
+    serde_json::from_str(&out).unwrap()
+}
+
+#[test]
+fn cut_at_timestamp_truncates_both_topics_and_quarantines_the_rest() {
+    let k = shared();
+    let topics = [unique_topic("cut-a"), unique_topic("cut-b")];
+    let first = [40usize, 25];
+    let second = [30usize, 45];
+    let (cut_at, kept, full) = two_sets(k, &topics, &first, &second);
+    let (
+        ControlPlane {
+            data_dir,
+            admin,
+            serve,
+            // Holds the temp dir (data dir, serve log) until the test ends.
+            work: _work,
+            ..
+        },
+        ours,
+    ) = mirror_all(k, &topics);
+    let answer = stop_with_cut(&admin, &topics, cut_at);
     let cuts = answer["cut"]
         .as_array()
         .unwrap_or_else(|| panic!("{answer}"));
@@ -219,45 +234,21 @@ fn a_cut_under_way_when_kmirror_is_killed_is_finished_by_the_restart() {
     // Topic a has records newer than T (its cut must write the quarantine), topic b has none.
     let topics = [unique_topic("cutkill-a"), unique_topic("cutkill-b")];
     let (cut_at, kept, full) = two_sets(k, &topics, &[20, 30], &[35, 0]);
-    let source_dirs: Vec<_> = topics.iter().map(|t| k.partition_dir(t, 0)).collect();
-    let ControlPlane {
-        data_dir,
-        admin,
-        mut serve,
-        config,
-        work,
-    } = ControlPlane::start(&k.bootstrap(), false, "sync.group.offsets.enabled=false\n");
-    let pattern = format!("{},{}", topics[0], topics[1]);
-    cli_ok(&admin, &["start", "--mirror", "m", "--topics", &pattern]);
-    let ours: Vec<_> = topics
-        .iter()
-        .map(|t| data_dir.join(format!("{t}-0")))
-        .collect();
-    let pairs: Vec<_> = source_dirs
-        .iter()
-        .cloned()
-        .zip(ours.iter().cloned())
-        .collect();
-    wait_all_mirrored(&mut serve, &pairs);
+    let (
+        ControlPlane {
+            data_dir,
+            admin,
+            serve,
+            config,
+            work,
+        },
+        ours,
+    ) = mirror_all(k, &topics);
 
     // The quarantine cannot be written: a's cut fails (and is retried), b's needs none.
     let blocker = data_dir.join("kmirror-quarantine");
     std::fs::write(&blocker, b"not a directory").unwrap();
-    let ts = cut_at.to_string();
-    let out = cli_ok(
-        &admin,
-        &[
-            "stop",
-            "--mirror",
-            "m",
-            "--topics",
-            &pattern,
-            "--cut-at-timestamp",
-            &ts,
-            "--json",
-        ],
-    );
-    let answer: Value = serde_json::from_str(&out).unwrap();
+    let answer = stop_with_cut(&admin, &topics, cut_at);
     let state = |rows: &[Value], t: &str| {
         rows.iter()
             .find(|r| r["topic"] == t)

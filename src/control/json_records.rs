@@ -74,6 +74,23 @@ impl JsonRecords {
     }
 }
 
+impl JsonRecords {
+    /// `load_all` without the records that cannot be read: each is logged (as `what`) and
+    /// its file left for the operator.
+    pub fn load_readable<T: DeserializeOwned>(&self, what: &str) -> Vec<(String, T)> {
+        self.load_all()
+            .into_iter()
+            .filter_map(|(name, r)| match r {
+                Ok(v) => Some((name, v)),
+                Err(e) => {
+                    tracing::error!(%name, "{what} record unreadable, left as it is: {e}");
+                    None
+                }
+            })
+            .collect()
+    }
+}
+
 fn read<T: DeserializeOwned>(path: &Path) -> Result<T, String> {
     let err = |e: String| format!("{}: {e}", path.display());
     let len = std::fs::metadata(path)

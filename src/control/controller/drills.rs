@@ -14,12 +14,17 @@ use crate::control::json_records::JsonRecords;
 use crate::serve::groups::coordinator::SyncWriteError;
 
 impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
-    fn drill_records(&self) -> Result<JsonRecords, ControlError> {
+    /// The records in `dir_name` beside `__mirror_state` (drills here, cuts in `loss.rs`).
+    pub(super) fn json_records(&self, dir_name: &str) -> Result<JsonRecords, String> {
         self.store
             .dir()
             .parent()
-            .map(|d| JsonRecords::new(d, RECORDS_DIR))
-            .ok_or_else(|| ControlError::Drill("__mirror_state has no parent directory".into()))
+            .map(|d| JsonRecords::new(d, dir_name))
+            .ok_or_else(|| "__mirror_state has no parent directory".to_owned())
+    }
+
+    fn drill_records(&self) -> Result<JsonRecords, ControlError> {
+        self.json_records(RECORDS_DIR).map_err(ControlError::Drill)
     }
 
     fn drill_put(&self, phase: DrillPhase, summary: &DrillSummary) -> Result<(), ControlError> {
@@ -241,14 +246,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         let Ok(records) = self.drill_records() else {
             return;
         };
-        for (name, record) in records.load_all::<DrillRecord>() {
-            let record = match record {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(drill = %name, "drill record unreadable, left as it is: {e}");
-                    continue;
-                }
-            };
+        for (name, record) in records.load_readable::<DrillRecord>("drill") {
             let summary = record.summary;
             match record.phase {
                 DrillPhase::Running => {

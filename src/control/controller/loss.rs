@@ -58,11 +58,7 @@ struct CutRecord {
 
 impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
     fn cut_records(&self) -> Result<JsonRecords, ControlError> {
-        self.store
-            .dir()
-            .parent()
-            .map(|d| JsonRecords::new(d, CUTS_DIR))
-            .ok_or_else(|| ControlError::Cut("__mirror_state has no parent directory".into()))
+        self.json_records(CUTS_DIR).map_err(ControlError::Cut)
     }
 
     /// `stop --cut-at-timestamp T`, before the stop: every partition of the mirror that fails
@@ -139,15 +135,8 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         let Ok(records) = self.cut_records() else {
             return;
         };
-        for (mirror, record) in records.load_all::<CutRecord>() {
-            let record = match record {
-                Ok(r) => r,
-                Err(e) => {
-                    // Fail safe: without its T no partition of a cut may fail over uncut.
-                    tracing::error!(%mirror, "cut record unreadable, left as it is: {e}");
-                    continue;
-                }
-            };
+        // An unreadable record is left as it is, for the operator (logged).
+        for (mirror, record) in records.load_readable::<CutRecord>("consistent cut") {
             let Some(name) = self.mirrors.keys().find(|n| n.as_str() == mirror).cloned() else {
                 tracing::warn!(%mirror, "cut record of a mirror that does not exist: deleted");
                 let _ = records.remove(&mirror);

@@ -1099,6 +1099,33 @@ mod tests {
         GroupCoordinator::open(c, MemoryStore::default()).unwrap()
     }
 
+    #[test]
+    fn a_partitions_offsets_are_listed_by_group_and_deleted_in_the_store_too() {
+        let mut c = coord();
+        let a = TopicPartition::new("drill.d.t", 0);
+        let b = TopicPartition::new("t", 0);
+        c.sync_offset("g1", a.clone(), Offset(5), LeaderEpoch(1), "m")
+            .unwrap();
+        c.sync_offset("g2", a.clone(), Offset(7), LeaderEpoch(1), "")
+            .unwrap();
+        c.sync_offset("g2", b.clone(), Offset(9), LeaderEpoch(1), "")
+            .unwrap();
+        let listed: Vec<(String, i64)> = c
+            .committed_by_groups(&a)
+            .into_iter()
+            .map(|(g, o)| (g, o.offset.0))
+            .collect();
+        assert_eq!(listed, [("g1".to_owned(), 5), ("g2".to_owned(), 7)]);
+        assert_eq!(c.delete_partition_offsets(&a).unwrap(), 2);
+        assert!(c.committed_by_groups(&a).is_empty());
+        assert_eq!(c.committed("g2", &b).map(|o| o.offset), Some(Offset(9)));
+        // What a restart loads: only the other partition's offset.
+        let stored: Vec<_> = c.store().load().unwrap();
+        assert_eq!(stored.len(), 1, "{stored:?}");
+        assert_eq!(stored[0].0.tp, b);
+        assert_eq!(c.delete_partition_offsets(&a).unwrap(), 0);
+    }
+
     fn client() -> ClientInfo {
         ClientInfo {
             client_id: "app".into(),
