@@ -744,3 +744,7 @@ pub const QUARANTINE_READ_BYTES: u64 = 4 << 20;
 
 /// Longest drill topic name (`drill.<name>.<topic>`): Kafka's topic name limit.
 pub const DRILL_TOPIC_NAME_MAX: usize = 249;
+
+/// A drill or pending-cut record (`control::json_records`) larger than this is refused when
+/// read: a drill of 16,384 partitions is about 4 MB of JSON.
+pub const JSON_RECORD_BYTES_MAX: u64 = 64 << 20;

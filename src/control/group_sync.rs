@@ -150,6 +150,10 @@ pub trait OffsetSink {
     fn is_active(&self, group: &str) -> bool;
     /// Writes one offset; `Ok(false)` when it was already there.
     fn write(&mut self, group: &str, o: &SourceOffset) -> Result<bool, SyncWriteError>;
+    /// Every group's committed offset of `tp` here (a drill copies them for its clone).
+    fn committed_on(&self, tp: &TopicPartition) -> Vec<(String, SourceOffset)>;
+    /// Deletes every group's committed offset of `tp` (a drill's clone, deleted); how many.
+    fn forget(&mut self, tp: &TopicPartition) -> Result<usize, SyncWriteError>;
 }
 
 impl<S: OffsetStore> OffsetSink
@@ -168,6 +172,29 @@ impl<S: OffsetStore> OffsetSink
             o.leader_epoch,
             &o.metadata,
         )
+    }
+    fn committed_on(&self, tp: &TopicPartition) -> Vec<(String, SourceOffset)> {
+        let c = self.lock().unwrap_or_else(|p| p.into_inner());
+        c.committed_by_groups(tp)
+            .into_iter()
+            .map(|(g, o)| {
+                (
+                    g,
+                    SourceOffset {
+                        tp: tp.clone(),
+                        offset: o.offset,
+                        leader_epoch: o.leader_epoch,
+                        metadata: o.metadata,
+                    },
+                )
+            })
+            .collect()
+    }
+    fn forget(&mut self, tp: &TopicPartition) -> Result<usize, SyncWriteError> {
+        Ok(self
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .delete_partition_offsets(tp)?)
     }
 }
 
@@ -541,6 +568,28 @@ mod tests {
         fn write(&mut self, group: &str, o: &SourceOffset) -> Result<bool, SyncWriteError> {
             let new = (o.offset, o.leader_epoch);
             Ok(self.written.insert((group.to_owned(), o.tp.clone()), new) != Some(new))
+        }
+        fn committed_on(&self, tp: &TopicPartition) -> Vec<(String, SourceOffset)> {
+            self.written
+                .iter()
+                .filter(|((_, t), _)| t == tp)
+                .map(|((g, _), (offset, leader_epoch))| {
+                    (
+                        g.clone(),
+                        SourceOffset {
+                            tp: tp.clone(),
+                            offset: *offset,
+                            leader_epoch: *leader_epoch,
+                            metadata: String::new(),
+                        },
+                    )
+                })
+                .collect()
+        }
+        fn forget(&mut self, tp: &TopicPartition) -> Result<usize, SyncWriteError> {
+            let before = self.written.len();
+            self.written.retain(|(_, t), _| t != tp);
+            Ok(before - self.written.len())
         }
     }
 

@@ -23,6 +23,7 @@
 //! | `control_run` | `kmirror serve` with `[admin]`: controller, shards and admin API     |
 //! | `topic_configs` | which source topic configs are copied, and how they apply locally  |
 //! | `audit` | continuous integrity audit: local scrub, comparison with the source, verified marks |
+//! | `json_records` | durable JSON records of drills and consistent cuts under way, one file each |
 
 pub mod admin;
 pub mod admin_guard;
@@ -35,6 +36,7 @@ pub mod controller;
 pub mod drill;
 pub mod fault;
 pub mod group_sync;
+pub mod json_records;
 pub mod leader_refresh;
 pub mod leader_store;
 pub mod loss_report;

@@ -203,6 +203,9 @@ pub enum ControlError {
     Drill(String),
     #[error("no drill named {0:?}")]
     UnknownDrill(String),
+    /// A consistent cut could not be recorded; the stop was not begun.
+    #[error("{0}")]
+    Cut(String),
 }
 
 impl ControlError {
@@ -226,6 +229,7 @@ impl ControlError {
             ControlError::LossReports(_) => 500,
             ControlError::Drill(_) => 409,
             ControlError::UnknownDrill(_) => 404,
+            ControlError::Cut(_) => 500,
         }
     }
 }
@@ -306,7 +310,7 @@ pub struct Controller<S, D> {
 
     /// `stop --cut-at-timestamp`: the mirror's cut while its partitions fail over (`loss.rs`).
     cuts: BTreeMap<MirrorName, loss::PendingCut>,
-    /// Failover drills in progress, by name (`drills.rs`; memory only).
+    /// Failover drills in progress, by name (`drills.rs`; recorded in `kmirror-drills/`).
     drills: BTreeMap<String, crate::control::drill::DrillSummary>,
 }
 
@@ -447,6 +451,8 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             cuts: BTreeMap::new(),
             drills: BTreeMap::new(),
         };
+        // Before the reconcile: a cut under way applies to the failovers it finishes.
+        c.restore_cuts();
         let names: Vec<MirrorName> = c.mirrors.keys().cloned().collect();
         for name in names {
             c.bump_epoch(&name)?;
@@ -454,6 +460,9 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             c.apply_stored_configs(&name);
             c.reconcile(&name)?;
         }
+        c.settle_cuts();
+        // After the mirrors: a drill's clones take their drilled topics' copied configs.
+        c.restore_drills();
         Ok(c)
     }
 
@@ -772,6 +781,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 self.reconcile(&name)?;
             }
         }
+        self.settle_cuts();
         Ok(())
     }
 
