@@ -17,24 +17,12 @@ mod harness;
 
 use harness::mirrors_cli::serve_mirroring;
 use harness::python_clients::librdkafka;
-use harness::{kafka_acls, ProduceOpts};
+use harness::{acl_lines, kafka_acls, ProduceOpts};
 
 const RECORDS: usize = 20;
 
 fn s(x: &str) -> String {
     x.to_string()
-}
-
-/// The ACL lines `kafka-acls.sh --list` printed (one per ACL, Kafka's `(principal=..., ...)`).
-fn acl_lines(out: &str) -> Vec<String> {
-    let mut lines: Vec<String> = out
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("(principal="))
-        .map(str::to_string)
-        .collect();
-    lines.sort();
-    lines
 }
 
 /// Reads `topic`-0 with the Java consumer; the tool's stderr when it failed.

@@ -662,6 +662,19 @@ pub fn kafka_acls(bootstrap: &str, args: &[&str]) -> String {
     )
 }
 
+/// The ACL lines `kafka-acls.sh --list` printed (one per ACL, Kafka's `(principal=..., ...)`),
+/// sorted.
+pub fn acl_lines(out: &str) -> Vec<String> {
+    let mut lines: Vec<String> = out
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("(principal="))
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
+}
+
 /// `kafka-topics.sh` (e.g. `--alter --topic T --partitions N`) against `bootstrap`.
 pub fn kafka_topics(bootstrap: &str, args: &[&str]) -> String {
     kafka_admin_tool(
