@@ -76,6 +76,33 @@ fn login(work: &Path, user: &str) -> PathBuf {
     path
 }
 
+/// `kafka-acls.sh ACTION --allow-principal P --operation OP... RESOURCE NAME` against
+/// `bootstrap` (`login`: a client properties file for an authenticating listener).
+fn allow(
+    bootstrap: &str,
+    login: Option<&Path>,
+    action: &str,
+    principal: &str,
+    ops: &[&str],
+    resource: &str,
+    name: &str,
+) {
+    let mut args: Vec<&str> = Vec::new();
+    if let Some(l) = login {
+        args.extend(["--command-config", l.to_str().unwrap()]);
+    }
+    args.push(action);
+    if action == "--remove" {
+        args.push("--force");
+    }
+    args.extend(["--allow-principal", principal]);
+    for op in ops {
+        args.extend(["--operation", op]);
+    }
+    args.extend([resource, name]);
+    kafka_acls(bootstrap, &args);
+}
+
 /// `kafka-acls.sh --list` against kmirror as the super user, as sorted ACL lines.
 fn kmirror_acls(kmirror: &str, admin_login: &Path) -> Vec<String> {
     let cfg = admin_login.to_str().unwrap();
@@ -124,34 +151,9 @@ fn principals(lines: &[String]) -> Vec<String> {
     p
 }
 
-/// The Java consumer (assigned partition 0, no group) as the client of `props`: the stderr
-/// when it failed.
+/// The Java consumer (assigned partition 0, no group) logged in with `props`.
 fn java_consume(props: &Path, kmirror: &str, topic: &str, max: usize) -> Result<usize, String> {
-    let out = harness::with_client_config(props, || {
-        harness::run_tool_unchecked(&[
-            s("consume"),
-            s("--bootstrap"),
-            s(kmirror),
-            s("--topic"),
-            s(topic),
-            s("--partition"),
-            s("0"),
-            s("--from"),
-            s("0"),
-            s("--max"),
-            max.to_string(),
-            s("--timeout-ms"),
-            s("30000"),
-        ])
-    });
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.starts_with('{'))
-            .count())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    harness::with_client_config(props, || harness::try_consume_count(kmirror, topic, max))
 }
 
 /// The Java producer as the client of `props`, 5 records to partition 0: stderr on failure.
@@ -195,58 +197,34 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
     source.create_topic(&t, 1, &[]);
     source.produce(&t, 0, RECORDS, &ProduceOpts::default());
     let src = source.bootstrap();
-    kafka_acls(
+    allow(
         &src,
-        &[
-            "--add",
-            "--allow-principal",
-            "User:alice",
-            "--operation",
-            "Read",
-            "--operation",
-            "Write",
-            "--operation",
-            "Describe",
-            "--topic",
-            &t,
-        ],
+        None,
+        "--add",
+        "User:alice",
+        &["Read", "Write", "Describe"],
+        "--topic",
+        &t,
     );
-    kafka_acls(
+    allow(
         &src,
-        &[
-            "--add",
-            "--allow-principal",
-            "User:alice",
-            "--operation",
-            "Read",
-            "--group",
-            &group,
-        ],
+        None,
+        "--add",
+        "User:alice",
+        &["Read"],
+        "--group",
+        &group,
     );
     // Removed on the source later; and one on a topic the mirror does not mirror.
-    kafka_acls(
+    allow(&src, None, "--add", "User:dave", &["Read"], "--topic", &t);
+    allow(
         &src,
-        &[
-            "--add",
-            "--allow-principal",
-            "User:dave",
-            "--operation",
-            "Read",
-            "--topic",
-            &t,
-        ],
-    );
-    kafka_acls(
-        &src,
-        &[
-            "--add",
-            "--allow-principal",
-            "User:carol",
-            "--operation",
-            "Read",
-            "--topic",
-            &other,
-        ],
+        None,
+        "--add",
+        "User:carol",
+        &["Read"],
+        "--topic",
+        &other,
     );
     let on_source = acl_lines(&kafka_acls(&src, &["--list"]));
     assert_eq!(on_source.len(), 6, "{on_source:#?}");
@@ -286,33 +264,23 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
     );
 
     // An ACL made on kmirror directly, and dave's removed on the source.
-    let cfg = admin_login.to_str().unwrap();
-    kafka_acls(
+    allow(
         &kmirror,
-        &[
-            "--command-config",
-            cfg,
-            "--add",
-            "--allow-principal",
-            "User:erin",
-            "--operation",
-            "Read",
-            "--topic",
-            &t,
-        ],
+        Some(&admin_login),
+        "--add",
+        "User:erin",
+        &["Read"],
+        "--topic",
+        &t,
     );
-    kafka_acls(
+    allow(
         &src,
-        &[
-            "--remove",
-            "--force",
-            "--allow-principal",
-            "User:dave",
-            "--operation",
-            "Read",
-            "--topic",
-            &t,
-        ],
+        None,
+        "--remove",
+        "User:dave",
+        &["Read"],
+        "--topic",
+        &t,
     );
     wait_sync(&mut serve, &admin, "dave's ACL removed", |s| {
         s["synced"] == 4
@@ -333,18 +301,7 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
     });
     assert_eq!(st["synced"], 4, "{st}");
     let last_sync = st["lastSyncMs"].clone();
-    kafka_acls(
-        &src,
-        &[
-            "--add",
-            "--allow-principal",
-            "User:bob",
-            "--operation",
-            "Read",
-            "--topic",
-            &t,
-        ],
-    );
+    allow(&src, None, "--add", "User:bob", &["Read"], "--topic", &t);
 
     // alice produces and consumes (with her group G); bob is refused with Kafka's error.
     java_produce(&alice, &kmirror, &t).expect("alice produces to T");

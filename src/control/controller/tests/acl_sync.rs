@@ -32,6 +32,25 @@ fn allow(rt: ResourceType, name: &str, pt: PatternType, user: &str, op: Operatio
     )
 }
 
+impl FakeAcls {
+    fn new(answer: Result<SourceAcls, String>) -> FakeAcls {
+        FakeAcls {
+            answer: Arc::new(Mutex::new(answer)),
+            rounds: Arc::default(),
+        }
+    }
+
+    /// Attaches ACL sync from this source to `c`, into a fresh deny-by-default authorizer.
+    fn attach(&self, c: &mut Controller<FakeSource, FakeData>) -> Arc<Authz> {
+        let authz = deny_by_default();
+        c.attach_acl_sync(AclSyncPlane {
+            authz: Arc::clone(&authz),
+            source: Arc::new(self.clone()),
+        });
+        authz
+    }
+}
+
 fn source_has(acls: &[AclBinding]) -> Result<SourceAcls, String> {
     Ok(SourceAcls::Acls {
         acls: acls.iter().cloned().collect(),
@@ -53,6 +72,11 @@ fn may(a: &Authz, user: &str, op: Operation, rt: ResourceType, name: &str) -> bo
     let mut s = Session::plaintext(Some("10.0.0.1:5000".parse().unwrap()));
     s.principal = KafkaPrincipal::user(user);
     a.authorize(&s, op, rt, name)
+}
+
+/// May `user` READ topic `topic`?
+fn reads(a: &Authz, user: &str, topic: &str) -> bool {
+    may(a, user, Operation::Read, ResourceType::Topic, topic)
 }
 
 fn status(c: &mut Controller<FakeSource, FakeData>) -> super::acl_schedule::AclSyncStatus {
@@ -100,21 +124,14 @@ fn source_acls_sync_on_the_tick_keep_provenance_and_survive_restart_and_failover
         "dave",
         Operation::Alter,
     );
-    let source = FakeAcls {
-        answer: Arc::new(Mutex::new(source_has(&[
-            alice_read.clone(),
-            alice_group.clone(),
-            bob_prefixed.clone(),
-            carol_other.clone(),
-            cluster.clone(),
-        ]))),
-        rounds: Arc::default(),
-    };
-    let authz = deny_by_default();
-    c.attach_acl_sync(AclSyncPlane {
-        authz: Arc::clone(&authz),
-        source: Arc::new(source.clone()),
-    });
+    let source = FakeAcls::new(source_has(&[
+        alice_read.clone(),
+        alice_group.clone(),
+        bob_prefixed.clone(),
+        carol_other.clone(),
+        cluster.clone(),
+    ]));
+    let authz = source.attach(&mut c);
     c.tick(1_000).unwrap();
     let want: BTreeSet<AclBinding> = [
         alice_read.clone(),
@@ -127,20 +144,8 @@ fn source_acls_sync_on_the_tick_keep_provenance_and_survive_restart_and_failover
         want,
         "topics of the mirror and groups only"
     );
-    assert!(may(
-        &authz,
-        "alice",
-        Operation::Read,
-        ResourceType::Topic,
-        "orders"
-    ));
-    assert!(!may(
-        &authz,
-        "carol",
-        Operation::Read,
-        ResourceType::Topic,
-        "payments"
-    ));
+    assert!(reads(&authz, "alice", "orders"));
+    assert!(!reads(&authz, "carol", "payments"));
     let s = status(&mut c);
     assert_eq!((s.state.as_str(), s.synced, s.error), ("syncing", 3, None));
     assert!(s.last_sync_ms.is_some());
@@ -166,26 +171,8 @@ fn source_acls_sync_on_the_tick_keep_provenance_and_survive_restart_and_failover
         authz.synced("m1"),
         [alice_read.clone(), alice_group.clone()].into()
     );
-    assert!(
-        !may(
-            &authz,
-            "bob",
-            Operation::Read,
-            ResourceType::Topic,
-            "orders"
-        ),
-        "removed on the source"
-    );
-    assert!(
-        may(
-            &authz,
-            "erin",
-            Operation::Read,
-            ResourceType::Topic,
-            "orders"
-        ),
-        "local ACL kept"
-    );
+    assert!(!reads(&authz, "bob", "orders"), "removed on the source");
+    assert!(reads(&authz, "erin", "orders"), "local ACL kept");
 
     // No authorizer on the source, then an error: the synced set stays, describe says why.
     *source.answer.lock().unwrap() = Ok(SourceAcls::NoAuthorizer);
@@ -208,15 +195,8 @@ fn source_acls_sync_on_the_tick_keep_provenance_and_survive_restart_and_failover
     // Restart: the stored set is in force as soon as sync is attached, before any round.
     drop(c);
     let mut c = rig.open();
-    let authz = deny_by_default();
-    let source = FakeAcls {
-        answer: Arc::new(Mutex::new(source_has(std::slice::from_ref(&alice_read)))),
-        rounds: Arc::default(),
-    };
-    c.attach_acl_sync(AclSyncPlane {
-        authz: Arc::clone(&authz),
-        source: Arc::new(source.clone()),
-    });
+    let source = FakeAcls::new(source_has(std::slice::from_ref(&alice_read)));
+    let authz = source.attach(&mut c);
     assert_eq!(
         authz.synced("m1"),
         [alice_read.clone(), alice_group.clone()].into()
@@ -235,24 +215,14 @@ fn source_acls_sync_on_the_tick_keep_provenance_and_survive_restart_and_failover
     assert_eq!(authz.synced("m1").len(), 2);
     drop(c);
     let mut c = rig.open();
-    let authz = deny_by_default();
-    c.attach_acl_sync(AclSyncPlane {
-        authz: Arc::clone(&authz),
-        source: Arc::new(source.clone()),
-    });
+    let authz = source.attach(&mut c);
     assert_eq!(authz.synced("m1").len(), 2);
 
     // Delete: the synced ACLs become kmirror's own and stay in force.
     c.delete("m1").unwrap();
     assert!(authz.synced("m1").is_empty());
     assert_eq!(authz.describe(&AclFilter::any()).len(), 2);
-    assert!(may(
-        &authz,
-        "alice",
-        Operation::Read,
-        ResourceType::Topic,
-        "orders"
-    ));
+    assert!(reads(&authz, "alice", "orders"));
     drop(c);
     let c = rig.open();
     assert!(c.synced_acls.is_empty(), "records tombstoned");
@@ -266,15 +236,8 @@ fn include_none_never_asks_the_source() {
     p.insert("mirror.acls.include".into(), "none".into());
     c.create("m1", &p).unwrap();
     c.start("m1", "orders", None).unwrap();
-    let source = FakeAcls {
-        answer: Arc::new(Mutex::new(source_has(&[]))),
-        rounds: Arc::default(),
-    };
-    let authz = deny_by_default();
-    c.attach_acl_sync(AclSyncPlane {
-        authz,
-        source: Arc::new(source.clone()),
-    });
+    let source = FakeAcls::new(source_has(&[]));
+    source.attach(&mut c);
     c.tick(1_000).unwrap();
     assert_eq!(*source.rounds.lock().unwrap(), 0);
     assert_eq!(status(&mut c).state, "off");
