@@ -226,8 +226,31 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
         "--topic",
         &other,
     );
+    // Patterns that apply to T (a prefix of its name, the wildcard) and one that does not.
+    let prefixed = |user: &str, prefix: &str| {
+        let args = [
+            "--add",
+            "--allow-principal",
+            user,
+            "--operation",
+            "Describe",
+        ];
+        let pattern = ["--topic", prefix, "--resource-pattern-type", "prefixed"];
+        kafka_acls(&src, &[&args[..], &pattern[..]].concat());
+    };
+    prefixed("User:gina", &t[..t.len() - 2]);
+    prefixed("User:ivan", "zz-not-a-prefix-of-t");
+    allow(
+        &src,
+        None,
+        "--add",
+        "User:hank",
+        &["Describe"],
+        "--topic",
+        "*",
+    );
     let on_source = acl_lines(&kafka_acls(&src, &["--list"]));
-    assert_eq!(on_source.len(), 6, "{on_source:#?}");
+    assert_eq!(on_source.len(), 9, "{on_source:#?}");
 
     let work = tempfile::tempdir().unwrap();
     let (mut serve, admin, kmirror, config) = start_kmirror(work.path());
@@ -239,18 +262,21 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
     let data = work.path().join("data");
     wait_all_mirrored(&mut serve, &source.mirror_pairs(&t, 1, &data));
 
-    // The five ACLs on T and on groups are synced; carol's (another topic) is not.
-    let st = wait_sync(&mut serve, &admin, "five ACLs synced", |s| s["synced"] == 5);
+    // The seven ACLs that apply to T and the group's are synced; carol's (another topic) and
+    // ivan's (a prefix of another name) are not.
+    let st = wait_sync(&mut serve, &admin, "seven ACLs synced", |s| {
+        s["synced"] == 7
+    });
     assert_eq!(st["state"], "syncing", "{st}");
     assert!(
         st["lastSyncMs"].as_i64().is_some() && st["error"].is_null(),
         "{st}"
     );
     let listed = kmirror_acls(&kmirror, &admin_login);
-    assert_eq!(listed.len(), 5, "{listed:#?}");
+    assert_eq!(listed.len(), 7, "{listed:#?}");
     assert_eq!(
         principals(&listed),
-        ["User:alice", "User:dave"],
+        ["User:alice", "User:dave", "User:gina", "User:hank"],
         "{listed:#?}"
     );
     assert!(
@@ -259,7 +285,7 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
     );
     let describe = cli_ok(&admin, &["describe", "--mirror", "m"]);
     assert!(
-        describe.contains("ACL sync of m: syncing, 5 synced ACLs in force"),
+        describe.contains("ACL sync of m: syncing, 7 synced ACLs in force"),
         "{describe}"
     );
 
@@ -283,15 +309,15 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
         &t,
     );
     wait_sync(&mut serve, &admin, "dave's ACL removed", |s| {
-        s["synced"] == 4
+        s["synced"] == 6
     });
     let listed = kmirror_acls(&kmirror, &admin_login);
     assert_eq!(
         principals(&listed),
-        ["User:alice", "User:erin"],
+        ["User:alice", "User:erin", "User:gina", "User:hank"],
         "dave's gone, erin's (made on kmirror) kept: {listed:#?}"
     );
-    assert_eq!(listed.len(), 5, "{listed:#?}");
+    assert_eq!(listed.len(), 7, "{listed:#?}");
 
     // Failover: sync stops, the synced ACLs stay. An ACL added on the source afterwards is
     // not taken (checked at the end, after the clients' runs gave many intervals' time).
@@ -299,7 +325,7 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
     let st = wait_sync(&mut serve, &admin, "sync stopped", |s| {
         s["state"] == "stopped"
     });
-    assert_eq!(st["synced"], 4, "{st}");
+    assert_eq!(st["synced"], 6, "{st}");
     let last_sync = st["lastSyncMs"].clone();
     allow(&src, None, "--add", "User:bob", &["Read"], "--topic", &t);
 
@@ -328,7 +354,7 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
     );
     assert_eq!(
         principals(&kmirror_acls(&kmirror, &admin_login)),
-        ["User:alice", "User:erin"]
+        ["User:alice", "User:erin", "User:gina", "User:hank"]
     );
 
     // kill -9 and restart: the synced ACLs (in __mirror_state) and erin's are in force again.
