@@ -6,8 +6,10 @@
 //! source without an authorizer is reported in `describe` and mirroring carries on.
 //!
 //! Method: a dedicated 4.1.1 KRaft source with StandardAuthorizer (`super.users` is
-//! User:ANONYMOUS: the principal of its PLAINTEXT listener, which the broker itself, the test
-//! tools and kmirror's mirror use). kmirror serves a SASL_PLAINTEXT listener with PLAIN users
+//! User:ANONYMOUS: the principal of its PLAINTEXT listener, which the broker itself and the
+//! test tools use) and a SASL_SSL listener where the mirror logs in with SCRAM-SHA-512 as
+//! User:mirror, which is no super user: its own ACLs on the source let it mirror T, and
+//! DescribeAcls is refused (and shown) until it may DESCRIBE the cluster. kmirror serves a SASL_PLAINTEXT listener with PLAIN users
 //! admin (a super user), alice and bob, and `allow.everyone.if.no.acl.found = false` set
 //! explicitly (the test holds under either default). Every ACL is set explicitly.
 
@@ -22,7 +24,7 @@ use harness::mirrors_cli::{
     wait_admin, write_serving_config,
 };
 use harness::serve::{wait_all_mirrored, Serve};
-use harness::{acl_lines, kafka_acls, Kafka, KafkaVersion, ProduceOpts};
+use harness::{acl_lines, kafka_acls, Kafka, ProduceOpts, SaslSslSetup};
 
 const RECORDS: usize = 20;
 /// Failure guard for a sync round to show up, not a performance claim (rounds run every
@@ -180,9 +182,14 @@ fn java_produce(props: &Path, kmirror: &str, topic: &str) -> Result<(), String> 
 
 #[test]
 fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clients() {
-    let source = Kafka::start_with(
-        KafkaVersion::DEFAULT,
-        &[
+    let work = tempfile::tempdir().unwrap();
+    let certs = harness::certs::make(work.path());
+    let source = Kafka::start_sasl_ssl(&SaslSslSetup {
+        keystore: &certs.broker_p12,
+        keystore_password: certs.password,
+        scram_users: &[("SCRAM-SHA-512", "mirror", "mirror-secret")],
+        plain_users: &[],
+        extra: &[
             (
                 "authorizer.class.name",
                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -190,7 +197,7 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
             ("super.users", "User:ANONYMOUS"),
             ("allow.everyone.if.no.acl.found", "false"),
         ],
-    );
+    });
     let t = harness::unique_topic("aclsync-t");
     let group = format!("{t}-g");
     let other = format!("{t}-not-mirrored");
@@ -238,6 +245,17 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
         let pattern = ["--topic", prefix, "--resource-pattern-type", "prefixed"];
         kafka_acls(&src, &[&args[..], &pattern[..]].concat());
     };
+    // The mirror's own principal on the source: enough to mirror T, not yet to list ACLs.
+    let mirror_ops = ["Read", "Describe", "DescribeConfigs"];
+    allow(
+        &src,
+        None,
+        "--add",
+        "User:mirror",
+        &mirror_ops,
+        "--topic",
+        &t,
+    );
     prefixed("User:gina", &t[..t.len() - 2]);
     prefixed("User:ivan", "zz-not-a-prefix-of-t");
     allow(
@@ -250,33 +268,61 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
         "*",
     );
     let on_source = acl_lines(&kafka_acls(&src, &["--list"]));
-    assert_eq!(on_source.len(), 9, "{on_source:#?}");
+    assert_eq!(on_source.len(), 12, "{on_source:#?}");
 
-    let work = tempfile::tempdir().unwrap();
     let (mut serve, admin, kmirror, config) = start_kmirror(work.path());
     let admin_login = login(work.path(), "admin");
     let alice = login(work.path(), "alice");
     let bob = login(work.path(), "bob");
-    create_mirror(&admin, work.path(), "m", &src, MIRROR_PROPS);
+    // The mirror logs in to the source's SASL_SSL listener as User:mirror (not a super user).
+    let mirror_login = format!(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n\
+         sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \
+         username=\"mirror\" password=\"mirror-secret\";\n\
+         ssl.truststore.type=PEM\nssl.truststore.location={}\n{MIRROR_PROPS}",
+        certs.ca_pem.display()
+    );
+    let secure = source.secure_bootstrap();
+    create_mirror(&admin, work.path(), "m", &secure, &mirror_login);
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", &t]);
     let data = work.path().join("data");
     wait_all_mirrored(&mut serve, &source.mirror_pairs(&t, 1, &data));
 
-    // The seven ACLs that apply to T and the group's are synced; carol's (another topic) and
-    // ivan's (a prefix of another name) are not.
-    let st = wait_sync(&mut serve, &admin, "seven ACLs synced", |s| {
-        s["synced"] == 7
+    // DescribeAcls goes out with the mirror's credentials: refused until User:mirror may
+    // DESCRIBE the source cluster; the error is shown and mirroring is not affected.
+    let st = wait_sync(&mut serve, &admin, "a refused DescribeAcls", |s| {
+        s["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("ClusterAuthorizationFailed"))
     });
+    assert_eq!(st["synced"], 0, "{st}");
+    let grant = [
+        "--add",
+        "--allow-principal",
+        "User:mirror",
+        "--operation",
+        "Describe",
+    ];
+    kafka_acls(&src, &[&grant[..], &["--cluster"][..]].concat());
+    // The ten ACLs that apply to T and the group's are synced; carol's (another topic),
+    // ivan's (a prefix of another name) and the cluster one are not.
+    let st = wait_sync(&mut serve, &admin, "ten ACLs synced", |s| s["synced"] == 10);
     assert_eq!(st["state"], "syncing", "{st}");
     assert!(
         st["lastSyncMs"].as_i64().is_some() && st["error"].is_null(),
         "{st}"
     );
     let listed = kmirror_acls(&kmirror, &admin_login);
-    assert_eq!(listed.len(), 7, "{listed:#?}");
+    assert_eq!(listed.len(), 10, "{listed:#?}");
     assert_eq!(
         principals(&listed),
-        ["User:alice", "User:dave", "User:gina", "User:hank"],
+        [
+            "User:alice",
+            "User:dave",
+            "User:gina",
+            "User:hank",
+            "User:mirror"
+        ],
         "{listed:#?}"
     );
     assert!(
@@ -285,7 +331,7 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
     );
     let describe = cli_ok(&admin, &["describe", "--mirror", "m"]);
     assert!(
-        describe.contains("ACL sync of m: syncing, 7 synced ACLs in force"),
+        describe.contains("ACL sync of m: syncing, 10 synced ACLs in force"),
         "{describe}"
     );
 
@@ -309,15 +355,21 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
         &t,
     );
     wait_sync(&mut serve, &admin, "dave's ACL removed", |s| {
-        s["synced"] == 6
+        s["synced"] == 9
     });
     let listed = kmirror_acls(&kmirror, &admin_login);
     assert_eq!(
         principals(&listed),
-        ["User:alice", "User:erin", "User:gina", "User:hank"],
+        [
+            "User:alice",
+            "User:erin",
+            "User:gina",
+            "User:hank",
+            "User:mirror"
+        ],
         "dave's gone, erin's (made on kmirror) kept: {listed:#?}"
     );
-    assert_eq!(listed.len(), 7, "{listed:#?}");
+    assert_eq!(listed.len(), 10, "{listed:#?}");
 
     // Failover: sync stops, the synced ACLs stay. An ACL added on the source afterwards is
     // not taken (checked at the end, after the clients' runs gave many intervals' time).
@@ -325,7 +377,7 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
     let st = wait_sync(&mut serve, &admin, "sync stopped", |s| {
         s["state"] == "stopped"
     });
-    assert_eq!(st["synced"], 6, "{st}");
+    assert_eq!(st["synced"], 9, "{st}");
     let last_sync = st["lastSyncMs"].clone();
     allow(&src, None, "--add", "User:bob", &["Read"], "--topic", &t);
 
@@ -354,7 +406,13 @@ fn source_acls_are_synced_followed_kept_after_failover_and_enforced_on_java_clie
     );
     assert_eq!(
         principals(&kmirror_acls(&kmirror, &admin_login)),
-        ["User:alice", "User:erin", "User:gina", "User:hank"]
+        [
+            "User:alice",
+            "User:erin",
+            "User:gina",
+            "User:hank",
+            "User:mirror"
+        ]
     );
 
     // kill -9 and restart: the synced ACLs (in __mirror_state) and erin's are in force again.

@@ -83,7 +83,9 @@ impl SourceAcls {
                 "the source has no authorizer (SECURITY_DISABLED): no ACLs to sync".into()
             }
             SourceAcls::Error { code, message } => {
-                format!("DescribeAcls on the source failed: error {code} {message}")
+                let name = kafka_protocol::ResponseError::try_from_code(*code)
+                    .map_or_else(|| "unknown error".to_owned(), |e| format!("{e:?}"));
+                format!("DescribeAcls on the source failed: error {code} ({name}) {message}")
             }
         }
     }
@@ -171,9 +173,13 @@ mod tests {
         assert_eq!(r, SourceAcls::NoAuthorizer);
         assert!(r.describe().contains("no authorizer"), "{}", r.describe());
         resp.error_code = 31;
-        assert!(matches!(
-            SourceAcls::from_response(&resp),
-            SourceAcls::Error { code: 31, .. }
-        ));
+        let r = SourceAcls::from_response(&resp);
+        assert!(matches!(r, SourceAcls::Error { code: 31, .. }));
+        assert!(
+            r.describe()
+                .contains("error 31 (ClusterAuthorizationFailed)"),
+            "{}",
+            r.describe()
+        );
     }
 }
