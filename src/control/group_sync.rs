@@ -369,7 +369,8 @@ fn left(deadline: Instant) -> Result<Duration, String> {
     }
 }
 
-fn connect(
+/// A blocking connection to `addr` that gives up at `deadline` (every read and write too).
+pub(crate) fn connect_source(
     addr: &str,
     client_id: &str,
     security: &SourceSecurity,
@@ -382,7 +383,7 @@ fn connect(
 }
 
 /// The highest version of `key` both the broker and we speak, if any.
-fn pick(
+pub(crate) fn pick_version(
     client: &mut BlockingClient,
     key: ApiKey,
     ours: (i16, i16),
@@ -418,7 +419,7 @@ impl SourceGroups for BlockingSourceGroups {
         let mut errors = Vec::new();
         let mut brokers = None;
         for addr in &mirror.source.bootstrap_servers {
-            match connect(addr, client_id, &security, deadline)
+            match connect_source(addr, client_id, &security, deadline)
                 .and_then(|mut c| c.metadata(Some(&[])).map_err(|e| e.to_string()))
             {
                 Ok(md) => {
@@ -433,11 +434,11 @@ impl SourceGroups for BlockingSourceGroups {
         // Each broker lists the groups it coordinates and answers OffsetFetch for them.
         for b in brokers {
             let addr = format!("{}:{}", b.host, b.port);
-            let mut c = connect(&addr, client_id, &security, deadline)?;
-            let list_v = pick(&mut c, ApiKey::ListGroups, LIST_GROUPS)
+            let mut c = connect_source(&addr, client_id, &security, deadline)?;
+            let list_v = pick_version(&mut c, ApiKey::ListGroups, LIST_GROUPS)
                 .map_err(|e| format!("{addr}: {e}"))?
                 .ok_or_else(|| format!("{addr} does not offer ListGroups"))?;
-            let fetch_v = pick(&mut c, ApiKey::OffsetFetch, OFFSET_FETCH)
+            let fetch_v = pick_version(&mut c, ApiKey::OffsetFetch, OFFSET_FETCH)
                 .map_err(|e| format!("{addr}: {e}"))?
                 .ok_or_else(|| format!("{addr} does not offer OffsetFetch v2+"))?;
             let listed = c

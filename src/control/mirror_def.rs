@@ -364,6 +364,9 @@ pub struct MirrorDefinition {
     /// Continuous integrity audit (`mirror.audit.*`, `control::audit::settings`).
     #[serde(default)]
     pub audit: crate::control::audit::AuditSettings,
+    /// ACL sync from the source (`mirror.acls.*`, `control::acl_sync`).
+    #[serde(default)]
+    pub acls: crate::control::acl_sync::AclSyncSettings,
 }
 
 /// Which consumer groups' committed offsets are copied from the source, and how often:
@@ -575,6 +578,7 @@ impl MirrorDefinition {
             .keys()
             // `mirror.audit.*` keys are checked by their own settings (below).
             .filter(|k| !k.starts_with(crate::control::audit::settings::PREFIX))
+            .filter(|k| !k.starts_with(crate::control::acl_sync::PREFIX))
             .find(|k| !KNOWN.contains(&k.as_str()) && !ACCEPTED_UNUSED.contains(&k.as_str()))
         {
             return Err(DefinitionError::UnknownProperty(unknown.clone()));
@@ -699,6 +703,7 @@ impl MirrorDefinition {
             topic_properties_exclude,
             groups: GroupSyncSettings::from_properties(props)?,
             audit: crate::control::audit::AuditSettings::from_properties(props)?,
+            acls: crate::control::acl_sync::AclSyncSettings::from_properties(props)?,
         })
     }
 

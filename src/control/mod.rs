@@ -22,9 +22,11 @@
 //! | `mirror_run` | resolving a configured mirror against the source and driving shards  |
 //! | `control_run` | `kmirror serve` with `[admin]`: controller, shards and admin API     |
 //! | `topic_configs` | which source topic configs are copied, and how they apply locally  |
+//! | `acl_sync` | which source ACLs a mirror takes (`mirror.acls.*`), DescribeAcls on the source |
 //! | `audit` | continuous integrity audit: local scrub, comparison with the source, verified marks |
 //! | `json_records` | durable JSON records of drills and consistent cuts under way, one file each |
 
+pub mod acl_sync;
 pub mod admin;
 pub mod admin_guard;
 pub mod admin_tls;

@@ -873,6 +873,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                     &cells,
                 )?;
             } else {
+                let acl_lines = acl_sync_lines(&rows);
                 let cells: Vec<Vec<String>> = rows
                     .into_iter()
                     .map(|r| {
@@ -908,6 +909,9 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                     ],
                     &cells,
                 )?;
+                for line in acl_lines {
+                    writeln!(out, "{line}")?;
+                }
                 // Drills in progress, with their disk use (an older kmirror has no /drills).
                 if let Ok(Some(drills)) = client.get::<Vec<DrillSummary>>("/drills") {
                     if !drills.is_empty() {
@@ -919,6 +923,32 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// One line per mirror about its ACL sync from the source (from the first row of each).
+fn acl_sync_lines(rows: &[PartitionRow]) -> Vec<String> {
+    let mut seen = std::collections::BTreeMap::new();
+    for r in rows {
+        if let Some(a) = &r.acl_sync {
+            seen.entry(r.mirror.clone()).or_insert_with(|| {
+                let mut line = format!(
+                    "ACL sync of {}: {}, {} synced ACLs in force",
+                    r.mirror, a.state, a.synced
+                );
+                if let Some(ms) = a.last_sync_ms {
+                    line.push_str(&format!(", last sync at {ms} ms"));
+                }
+                if let Some(m) = &a.message {
+                    line.push_str(&format!("; {m}"));
+                }
+                if let Some(e) = &a.error {
+                    line.push_str(&format!("; last error: {e}"));
+                }
+                line
+            });
+        }
+    }
+    seen.into_values().collect()
 }
 
 #[cfg(test)]
