@@ -78,6 +78,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         let record = MirrorRecord {
             definition,
             source_cluster_id: view.cluster_id,
+            lineage: Vec::new(),
         };
         self.store.put(
             &StateKey::Mirror(name.clone()),

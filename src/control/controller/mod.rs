@@ -28,6 +28,7 @@ mod drills;
 mod group_schedule;
 mod lifecycle;
 mod loss;
+mod repoint;
 mod reporting;
 mod source_sync;
 #[cfg(test)]
@@ -59,6 +60,7 @@ pub use crate::control::source_catalog::{SourceCatalog, SourceTopic, SourceView}
 pub use group_schedule::{FinalSync, GroupSyncPlane};
 pub use lifecycle::{PromotePlan, StartAnswer, StartPlan};
 pub use loss::{LossListing, LossPlan};
+pub use repoint::{RepointAnswer, RepointPlan, RepointReport};
 pub use reporting::{CommandReport, MirrorSummary, PartitionRow, SourceCheck};
 
 /// What the data plane knows about one partition it fetches (or fetched).
@@ -131,6 +133,15 @@ pub trait DataPlane {
         let _ = clone_tp;
         Err("this data plane cannot clone logs".to_owned())
     }
+    /// Our tail of `tp` for a re-point's history check (`control::lineage`): `None` when no
+    /// local log exists, `Err` when its last batch cannot be read back.
+    fn local_tail(
+        &self,
+        tp: &TopicPartition,
+    ) -> Option<Result<crate::control::lineage::LocalTail, String>> {
+        let _ = tp;
+        None
+    }
     /// Partitions whose fetching stopped on its own since the last call, with the reason.
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         Vec::new()
@@ -170,6 +181,10 @@ pub enum ControlError {
         stored: String,
         seen: String,
     },
+    /// `repoint` found a partition whose history the new source does not hold (or could not
+    /// tell); nothing was changed.
+    #[error("repoint of mirror {mirror} refused, nothing changed: {partitions}")]
+    RepointRefused { mirror: String, partitions: String },
     #[error("--topics is required")]
     NoTopics,
     #[error("topic {topic} is already mirrored by {other}")]
@@ -213,7 +228,8 @@ impl ControlError {
             ControlError::MirrorExists(_)
             | ControlError::TopicInOtherMirror { .. }
             | ControlError::NotEmpty { .. }
-            | ControlError::State { .. } => 409,
+            | ControlError::State { .. }
+            | ControlError::RepointRefused { .. } => 409,
             ControlError::Definition(_) | ControlError::NoTopics => 400,
             ControlError::Source { .. } | ControlError::ClusterChanged { .. } => 502,
             ControlError::Refused { .. } => 401,
