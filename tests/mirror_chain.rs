@@ -4,7 +4,8 @@
 //! kmirror C holds A's segment bytes exactly; and when B dies, C is re-pointed straight at A
 //! (`mirrors repoint`) and resumes from its own log end, fetching nothing it already holds,
 //! while a source whose topic of the same name holds another history is refused with the
-//! reason and C's log is left as it was.
+//! reason (by `repoint`, and by `start` of a new mirror over C's existing logs) and C's log is
+//! left as it was.
 //!
 //! Method: two `kmirror serve` control planes (B with a `[kafka]` listener), the Java
 //! producer on A, our `.log` bytes compared with the broker's files; the re-copy figure is
@@ -219,6 +220,30 @@ fn a_chain_is_byte_identical_and_a_repoint_resumes_without_a_recopy() {
             .len(),
         1
     );
+
+    // Nor does a new mirror take over C's logs of that topic (left by the failed-over "up")
+    // from a source holding another history: `start` checks them the same way.
+    cli_ok(&admin_c, &["stop", "--mirror", "up", "--topics", &topic]);
+    create_mirror(&admin_c, work_c.path(), "other", &a.bootstrap(), "");
+    let taken = cli(
+        &admin_c,
+        &["start", "--mirror", "other", "--topics", &topic],
+    );
+    println!("{}", taken.stderr);
+    assert!(!taken.ok, "a foreign history was adopted: {}", taken.stdout);
+    assert!(
+        taken
+            .stderr
+            .contains("start of mirror other refused, nothing changed")
+            && taken.stderr.contains("local data from an earlier mirror")
+            && taken.stderr.contains("differs from the new source's"),
+        "{}",
+        taken.stderr
+    );
+    assert!(describe_rows(&admin_c, "other").is_empty());
+    for (i, (_, ours)) in pairs_c.iter().enumerate() {
+        assert_eq!(log_bytes(ours), held[i], "{} changed", ours.display());
+    }
     let text = c.sigterm_and_wait();
     assert!(text.contains("stopped cleanly"), "{text}");
 }

@@ -883,6 +883,13 @@ impl DataPlane for ShardDataPlane {
         Ok(report)
     }
 
+    fn local_partitions(&self) -> Vec<TopicPartition> {
+        self.drill_catalog
+            .as_ref()
+            .map(|c| c.snapshot().keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     fn local_tail(
         &self,
         tp: &TopicPartition,

@@ -58,7 +58,7 @@ use crate::log::partition_log::Promotion;
 pub use crate::control::fault::Fault;
 pub use crate::control::source_catalog::{SourceCatalog, SourceTopic, SourceView};
 pub use group_schedule::{FinalSync, GroupSyncPlane};
-pub use lifecycle::{PromotePlan, StartAnswer, StartPlan};
+pub use lifecycle::{PromotePlan, StartAnswer, StartPlan, StartReply};
 pub use loss::{LossListing, LossPlan};
 pub use repoint::{RepointAnswer, RepointPlan, RepointReport};
 pub use reporting::{CommandReport, MirrorSummary, PartitionRow, SourceCheck};
@@ -142,6 +142,10 @@ pub trait DataPlane {
         let _ = tp;
         None
     }
+    /// Every partition with a local log (mirrored, failed over or left by an earlier mirror).
+    fn local_partitions(&self) -> Vec<TopicPartition> {
+        Vec::new()
+    }
     /// Partitions whose fetching stopped on its own since the last call, with the reason.
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         Vec::new()
@@ -181,10 +185,14 @@ pub enum ControlError {
         stored: String,
         seen: String,
     },
-    /// `repoint` found a partition whose history the new source does not hold (or could not
-    /// tell); nothing was changed.
-    #[error("repoint of mirror {mirror} refused, nothing changed: {partitions}")]
-    RepointRefused { mirror: String, partitions: String },
+    /// `repoint` (or a `start` taking over local data) found a partition whose history the
+    /// source does not hold, or could not tell; nothing was changed.
+    #[error("{action} of mirror {mirror} refused, nothing changed: {partitions}")]
+    HistoryRefused {
+        action: &'static str,
+        mirror: String,
+        partitions: String,
+    },
     #[error("--topics is required")]
     NoTopics,
     #[error("topic {topic} is already mirrored by {other}")]
@@ -229,7 +237,7 @@ impl ControlError {
             | ControlError::TopicInOtherMirror { .. }
             | ControlError::NotEmpty { .. }
             | ControlError::State { .. }
-            | ControlError::RepointRefused { .. } => 409,
+            | ControlError::HistoryRefused { .. } => 409,
             ControlError::Definition(_) | ControlError::NoTopics => 400,
             ControlError::Source { .. } | ControlError::ClusterChanged { .. } => 502,
             ControlError::Refused { .. } => 401,

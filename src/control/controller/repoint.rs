@@ -66,7 +66,8 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             }
         }
         if !unreadable.is_empty() {
-            return Err(ControlError::RepointRefused {
+            return Err(ControlError::HistoryRefused {
+                action: "repoint",
                 mirror: name.to_string(),
                 partitions: unreadable.join("; "),
             });
@@ -125,7 +126,8 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             }
         }
         if !refused.is_empty() {
-            return Err(ControlError::RepointRefused {
+            return Err(ControlError::HistoryRefused {
+                action: "repoint",
                 mirror: name.to_string(),
                 partitions: refused.join("; "),
             });
@@ -154,7 +156,8 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         }
         if !moved.is_empty() {
             self.batched(|c| c.reconcile(&name))?;
-            return Err(ControlError::RepointRefused {
+            return Err(ControlError::HistoryRefused {
+                action: "repoint",
                 mirror: name.to_string(),
                 partitions: moved.join("; "),
             });
