@@ -132,16 +132,14 @@ fn a_chain_is_byte_identical_and_a_repoint_resumes_without_a_recopy() {
     // C follows A directly: its history agrees, it resumes from its log end.
     let props_a = work_c.path().join("a.properties");
     std::fs::write(&props_a, format!("bootstrap.servers={}\n", a.bootstrap())).unwrap();
-    let out = cli_ok(
-        &admin_c,
-        &[
-            "repoint",
-            "--mirror",
-            "up",
-            "--mirror-config",
-            props_a.to_str().unwrap(),
-        ],
-    );
+    let repoint = [
+        "repoint",
+        "--mirror",
+        "up",
+        "--mirror-config",
+        props_a.to_str().unwrap(),
+    ];
+    let out = cli_ok(&admin_c, &repoint);
     println!("{out}");
     assert!(out.contains("history agrees; resumes from offset"), "{out}");
     wait_all_mirrored(&mut c, &pairs_c);
@@ -187,16 +185,7 @@ fn a_chain_is_byte_identical_and_a_repoint_resumes_without_a_recopy() {
             ..spread.clone()
         },
     );
-    let refused = cli(
-        &admin_c,
-        &[
-            "repoint",
-            "--mirror",
-            "up",
-            "--mirror-config",
-            props_a.to_str().unwrap(),
-        ],
-    );
+    let refused = cli(&admin_c, &repoint);
     println!("{}", refused.stderr);
     assert!(
         !refused.ok,
