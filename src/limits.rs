@@ -760,3 +760,14 @@ pub const DRILL_TOPIC_NAME_MAX: usize = 249;
 /// A drill or pending-cut record (`control::json_records`) larger than this is refused when
 /// read: a drill of 16,384 partitions is about 4 MB of JSON.
 pub const JSON_RECORD_BYTES_MAX: u64 = 64 << 20;
+
+// --- Chained and re-pointed mirrors (issue 14 item 3, control/lineage) ---
+
+/// `partition_max_bytes` of the re-point check's Fetch at our last batch's offset: the source
+/// returns at least that one whole batch however large (KIP-74), so this only bounds what
+/// comes after it.
+pub const LINEAGE_PROBE_FETCH_BYTES: i32 = 64 * 1024;
+
+/// Sources kept in a mirror's lineage (`control::lineage::Hop`); the oldest are dropped first,
+/// so a mirror re-pointed back and forth keeps its record small.
+pub const LINEAGE_HOPS_MAX: usize = 32;

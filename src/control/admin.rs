@@ -60,6 +60,12 @@ pub struct CreateBody {
     pub properties: BTreeMap<String, String>,
 }
 
+/// `POST /mirrors/{name}/repoint`: the mirror's new source connection properties.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RepointBody {
+    pub properties: BTreeMap<String, String>,
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 pub struct TopicsBody {
     pub topics: String,
@@ -144,6 +150,7 @@ where
         .route("/mirrors", get(list::<S, D>).post(create::<S, D>))
         .route("/mirrors/{name}", axum::routing::delete(delete::<S, D>))
         .route("/mirrors/{name}/{action}", post(action::<S, D>))
+        .route("/mirrors/{name}/repoint", post(repoint::<S, D>))
         .route("/mirrors/{name}/source", get(check_source::<S, D>))
         .route("/mirrors/{name}/audit", get(audit_report::<S, D>))
         .route("/mirrors/{name}/loss-report", get(loss_reports::<S, D>))
@@ -215,6 +222,26 @@ async fn create<S: SourceCatalog, D: DataPlane>(
         .ok_or_else(|| no_answer(&body.name, ms))?;
     let summary = lock(&c).create_finish(def, view).map_err(ApiError)?;
     Ok((StatusCode::CREATED, Json(summary)).into_response())
+}
+
+/// `repoint`: the history check runs on a source worker; the controller is held only to read
+/// our tails and to apply the answer (`controller/repoint.rs`).
+async fn repoint<S: SourceCatalog, D: DataPlane>(
+    State(c): State<SharedController<S, D>>,
+    Path(name): Path<String>,
+    Json(body): Json<RepointBody>,
+) -> ApiResult {
+    let (plan, ask, workers) = {
+        let c = lock(&c);
+        let (plan, ask) = c.repoint_ask(&name, &body.properties).map_err(ApiError)?;
+        (plan, ask, c.workers().clone())
+    };
+    let ms = ask.timeout_ms;
+    let answer = answer_of(&workers, &name, ask)
+        .await?
+        .ok_or_else(|| no_answer(&name, ms))?;
+    let report = lock(&c).repoint_finish(plan, answer).map_err(ApiError)?;
+    Ok(Json(report).into_response())
 }
 
 async fn delete<S: SourceCatalog, D: DataPlane>(

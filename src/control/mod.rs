@@ -41,6 +41,7 @@ pub mod group_sync;
 pub mod json_records;
 pub mod leader_refresh;
 pub mod leader_store;
+pub mod lineage;
 pub mod loss_report;
 pub mod mirror_def;
 pub mod mirror_run;

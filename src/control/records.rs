@@ -205,8 +205,13 @@ impl StateKey {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MirrorRecord {
     pub definition: MirrorDefinition,
-    /// The source cluster id seen at the first successful connection; a change is fatal.
+    /// The source cluster id seen at the first successful connection; a change is fatal
+    /// (except through `mirrors repoint`, which checks the new source's history first).
     pub source_cluster_id: Option<String>,
+    /// The sources followed before the current one, oldest first (`control::lineage`); empty
+    /// for a mirror never re-pointed (records written before lineage existed read so too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lineage: Vec<crate::control::lineage::Hop>,
 }
 
 /// Type 1 value: where the partition stood when it was stopped.

@@ -883,6 +883,22 @@ impl DataPlane for ShardDataPlane {
         Ok(report)
     }
 
+    fn local_partitions(&self) -> Vec<TopicPartition> {
+        self.drill_catalog
+            .as_ref()
+            .map(|c| c.snapshot().keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn local_tail(
+        &self,
+        tp: &TopicPartition,
+    ) -> Option<Result<crate::control::lineage::LocalTail, String>> {
+        // The published view: a log a shard is appending to is read without asking it.
+        let view = self.drill_catalog.as_ref()?.get(tp)?.view();
+        Some(crate::control::lineage::probe::local_tail(&view))
+    }
+
     fn drill_clone(
         &mut self,
         tp: &TopicPartition,

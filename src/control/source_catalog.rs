@@ -141,6 +141,19 @@ pub trait SourceCatalog: Clone + Send + Sync + 'static {
         query: OffsetQuery,
         by: Deadline,
     ) -> Result<Vec<(TopicPartition, Listed)>, Fault>;
+    /// The source's tail of each partition, for a re-point's history check
+    /// (`control::lineage`).
+    fn history(
+        &self,
+        mirror: &MirrorDefinition,
+        tails: &[(TopicPartition, crate::control::lineage::LocalTail)],
+        by: Deadline,
+    ) -> Result<BTreeMap<TopicPartition, crate::control::lineage::SourceTail>, Fault> {
+        let _ = (mirror, tails, by);
+        Err(Fault::from(
+            "this source cannot be asked for its history".to_owned(),
+        ))
+    }
 }
 
 /// Reads source metadata with a fresh blocking connection per call.
@@ -171,6 +184,15 @@ impl BlockingSourceCatalog {
 }
 
 impl SourceCatalog for BlockingSourceCatalog {
+    fn history(
+        &self,
+        mirror: &MirrorDefinition,
+        tails: &[(TopicPartition, crate::control::lineage::LocalTail)],
+        by: Deadline,
+    ) -> Result<BTreeMap<TopicPartition, crate::control::lineage::SourceTail>, Fault> {
+        crate::control::lineage::probe::source_tails(mirror, tails, by)
+    }
+
     fn topic_configs(
         &self,
         mirror: &MirrorDefinition,

@@ -131,11 +131,23 @@ impl PartitionHandle {
 #[derive(Debug, Default)]
 pub struct ReadCatalog {
     partitions: ArcSwap<BTreeMap<TopicPartition, Arc<PartitionHandle>>>,
+    /// The cluster id of the data dir these partitions live in (`serve::cluster_id`), told
+    /// to clients in Metadata; set once at start.
+    cluster_id: std::sync::OnceLock<String>,
 }
 
 impl ReadCatalog {
     pub fn new() -> Arc<ReadCatalog> {
         Arc::new(ReadCatalog::default())
+    }
+
+    /// Sets the cluster id once; a second call keeps the first (one data dir, one id).
+    pub fn set_cluster_id(&self, id: String) {
+        let _ = self.cluster_id.set(id);
+    }
+
+    pub fn cluster_id(&self) -> Option<&str> {
+        self.cluster_id.get().map(String::as_str)
     }
 
     pub fn snapshot(&self) -> Arc<BTreeMap<TopicPartition, Arc<PartitionHandle>>> {

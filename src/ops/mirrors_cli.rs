@@ -14,8 +14,10 @@ use clap::{Args, Subcommand};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::control::admin::{CreateBody, DrillBody, ErrorBody, StopAnswer, TopicsBody};
-use crate::control::controller::{CommandReport, MirrorSummary, PartitionRow};
+use crate::control::admin::{
+    CreateBody, DrillBody, ErrorBody, RepointBody, StopAnswer, TopicsBody,
+};
+use crate::control::controller::{CommandReport, MirrorSummary, PartitionRow, RepointReport};
 use crate::control::drill::DrillSummary;
 use crate::control::loss_report::LossReport;
 use crate::control::mirror_def::{parse_properties, StartFrom};
@@ -60,6 +62,16 @@ pub enum Action {
         /// earliest, latest or a timestamp in ms (overrides mirror.start.from).
         #[arg(long)]
         start_from: Option<String>,
+    },
+    /// Point a mirror at another source holding the same history (a re-point): every partition
+    /// not STOPPED resumes from its local log end once the new source is shown to hold its last
+    /// batch byte for byte with agreeing leader epochs; otherwise nothing changes.
+    Repoint {
+        #[arg(long, visible_alias = "mirror-name")]
+        mirror: String,
+        /// The new source's connection properties (as for `create`; the topics stay).
+        #[arg(long)]
+        mirror_config: PathBuf,
     },
     /// Start mirroring the source topics matching comma-separated regexes.
     Start {
@@ -589,6 +601,28 @@ fn print_loss(out: &mut impl Write, r: &LossReport) -> Result<(), CliError> {
     Ok(())
 }
 
+/// A mirror's Kafka-style properties file, bounded and parsed.
+fn read_properties(path: &std::path::Path) -> Result<BTreeMap<String, String>, CliError> {
+    let meta = std::fs::metadata(path).map_err(|source| CliError::ReadConfig {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if meta.len() > MIRROR_PROPERTIES_BYTES_MAX as u64 {
+        return Err(CliError::BadConfig {
+            path: path.to_path_buf(),
+            reason: format!("larger than {MIRROR_PROPERTIES_BYTES_MAX} bytes"),
+        });
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| CliError::ReadConfig {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_properties(&text).map_err(|e| CliError::BadConfig {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
 /// Runs one `mirrors` action, writing its result to `out`.
 pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
     let client = Client::new(args)?;
@@ -599,26 +633,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
             mirror_config,
             start_from,
         } => {
-            let meta = std::fs::metadata(mirror_config).map_err(|source| CliError::ReadConfig {
-                path: mirror_config.clone(),
-                source,
-            })?;
-            if meta.len() > MIRROR_PROPERTIES_BYTES_MAX as u64 {
-                return Err(CliError::BadConfig {
-                    path: mirror_config.clone(),
-                    reason: format!("larger than {MIRROR_PROPERTIES_BYTES_MAX} bytes"),
-                });
-            }
-            let text =
-                std::fs::read_to_string(mirror_config).map_err(|source| CliError::ReadConfig {
-                    path: mirror_config.clone(),
-                    source,
-                })?;
-            let mut properties: BTreeMap<String, String> =
-                parse_properties(&text).map_err(|e| CliError::BadConfig {
-                    path: mirror_config.clone(),
-                    reason: e.to_string(),
-                })?;
+            let mut properties = read_properties(mirror_config)?;
             if let Some(s) = start_from {
                 StartFrom::parse(s)
                     .map_err(|e| CliError::BadArgument(format!("--start-from: {e}")))?;
@@ -639,6 +654,46 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                 )?;
                 Ok(())
             })?;
+        }
+        Action::Repoint {
+            mirror,
+            mirror_config,
+        } => {
+            let body = RepointBody {
+                properties: read_properties(mirror_config)?,
+            };
+            let r: RepointReport = required(
+                client.post(&format!("/mirrors/{mirror}/repoint"), &body)?,
+                addr,
+            )?;
+            if args.json {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&r).unwrap_or_default()
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "Re-pointed mirror {} at source cluster {} ({}), mirror epoch {}.",
+                    r.mirror,
+                    opt(r.source_cluster_id),
+                    r.source_bootstrap_servers,
+                    r.mirror_epoch
+                )?;
+                for (tp, end) in &r.partitions {
+                    writeln!(out, "  {tp}: history agrees; resumes from offset {end}")?;
+                }
+                for hop in &r.lineage {
+                    writeln!(
+                        out,
+                        "  lineage: {} ({}) until mirror epoch {}",
+                        opt(hop.cluster_id.clone()),
+                        hop.bootstrap_servers,
+                        hop.until_mirror_epoch
+                    )?;
+                }
+            }
         }
         Action::Start {
             mirror,

@@ -28,7 +28,8 @@ pub use crate::serve::authz::TOPIC_AUTHORIZATION_FAILED;
 /// UNKNOWN_TOPIC_ID.
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 
-/// The cluster id kmirror reports (it is its own one-broker cluster).
+/// The cluster id of an endpoint with no data dir of its own (tests, fuzzing); `kmirror serve`
+/// tells the one `serve::cluster_id` keeps under its data dir.
 pub const CLUSTER_ID: &str = "kmirror";
 
 /// The catalog grouped by topic: name → (topic id, partitions in order).
@@ -108,7 +109,9 @@ impl ApiHandler for MetadataApi {
         broker.host = StrBytes::from_string(host.to_owned());
         broker.port = port;
         resp.brokers = vec![broker];
-        resp.cluster_id = Some(StrBytes::from_static_str(CLUSTER_ID));
+        resp.cluster_id = Some(StrBytes::from_string(
+            self.catalog.cluster_id().unwrap_or(CLUSTER_ID).to_owned(),
+        ));
         resp.controller_id = BrokerId(NODE_ID);
         // v0: an empty list means every topic; v1+: null does.
         let wanted: Option<Vec<(Option<String>, Uuid)>> = match request.topics {

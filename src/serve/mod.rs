@@ -33,6 +33,7 @@ pub mod admission;
 pub mod advertised;
 pub mod authz;
 pub mod catalog_apis;
+pub mod cluster_id;
 pub mod conn;
 pub mod credentials;
 pub mod describe_configs;
@@ -86,6 +87,7 @@ pub fn start_configured(
     let listeners = k
         .listener_configs()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    catalog.set_cluster_id(cluster_id::load_or_create(&config.storage.data_dir)?);
     KafkaListener::start(
         &listeners,
         k.conn_limits(),

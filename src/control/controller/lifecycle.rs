@@ -22,6 +22,16 @@ pub struct StartPlan {
     extra_exclude: Vec<String>,
     /// This start's patterns with the mirror's and the extra excludes.
     this_start: TopicFilter,
+    /// Local logs holding data that this start may take into the mirror (left by an earlier
+    /// mirror): they join only if the source holds their history (`control::lineage`).
+    adopt: Vec<(TopicPartition, crate::control::lineage::LocalTail)>,
+}
+
+/// `start`'s source answer: the scan, and the source's tails of the logs it may adopt.
+pub struct StartReply {
+    pub scan: StartAnswer,
+    pub history:
+        Option<Result<BTreeMap<TopicPartition, crate::control::lineage::SourceTail>, Fault>>,
 }
 
 /// The source's answer for `start` (and the periodic sync): its topics, and the configs of
@@ -78,6 +88,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         let record = MirrorRecord {
             definition,
             source_cluster_id: view.cluster_id,
+            lineage: Vec::new(),
         };
         self.store.put(
             &StateKey::Mirror(name.clone()),
@@ -236,7 +247,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         mirror: &str,
         topics: &str,
         exclude: Option<&str>,
-    ) -> Result<(StartPlan, SourceAsk<StartAnswer>), ControlError> {
+    ) -> Result<(StartPlan, SourceAsk<StartReply>), ControlError> {
         let name = self.entry(mirror)?.0.clone();
         let include = split_patterns(topics);
         if include.is_empty() {
@@ -253,13 +264,24 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 .chain(extra_exclude.clone())
                 .collect(),
         )?;
-        let ask = self.scan_ask(&name, JobKind::Describe, Some(this_start.clone()));
+        let scan = self.scan_ask(&name, JobKind::Describe, Some(this_start.clone()));
+        let adopt = self.adoptable(&name, &this_start)?;
+        let source = self.source.clone();
+        let def = self.mirrors[&name].record.definition.clone();
+        let asked = adopt.clone();
+        let ask = SourceAsk::new(scan.key.clone(), scan.timeout_ms, move |by| {
+            let scan = (scan.job)(by);
+            let history =
+                (!asked.is_empty() && scan.view.is_ok()).then(|| source.history(&def, &asked, by));
+            StartReply { scan, history }
+        });
         Ok((
             StartPlan {
                 name,
                 include,
                 extra_exclude,
                 this_start,
+                adopt,
             },
             ask,
         ))
@@ -270,17 +292,23 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
     pub fn start_finish(
         &mut self,
         plan: StartPlan,
-        answer: StartAnswer,
+        reply: StartReply,
     ) -> Result<CommandReport, ControlError> {
         let StartPlan {
             name,
             include,
             extra_exclude,
             this_start,
+            adopt,
         } = plan;
+        let StartReply {
+            scan: answer,
+            history,
+        } = reply;
         self.entry_mut(&name)?;
         let this_start = this_start.compile()?;
         let view = self.check_view(&name, answer.view)?;
+        self.check_adopted(&name, &view, &adopt, history)?;
         let mut filter = self.mirrors[&name].record.definition.topics.clone();
         for p in include {
             if !filter.include.contains(&p) {
@@ -361,6 +389,89 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         let (plan, ask) = self.start_ask(mirror, topics, exclude)?;
         let answer = ask.run_here();
         self.start_finish(plan, answer)
+    }
+
+    /// Local logs with data whose topic this start matches and which this mirror does not
+    /// hold yet: what it would take over from an earlier mirror.
+    fn adoptable(
+        &self,
+        name: &MirrorName,
+        this_start: &TopicFilter,
+    ) -> Result<Vec<(TopicPartition, crate::control::lineage::LocalTail)>, ControlError> {
+        let matcher = this_start.compile()?;
+        let mine = &self.mirrors[name].partitions;
+        let mut out = Vec::new();
+        for tp in self.data.local_partitions() {
+            if mine.contains_key(&tp) || !matcher.matches(&tp.topic) {
+                continue;
+            }
+            match self.data.local_tail(&tp) {
+                Some(Ok(t)) if t.last_batch.is_some() => out.push((tp, t)),
+                Some(Err(why)) => {
+                    return Err(ControlError::HistoryRefused {
+                        action: "start",
+                        mirror: name.to_string(),
+                        partitions: format!("{tp}: {why}"),
+                    })
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every adopted log the source's topics include must hold a history the source holds;
+    /// otherwise the start is refused with the reasons before anything changes.
+    fn check_adopted(
+        &self,
+        name: &MirrorName,
+        view: &SourceView,
+        adopt: &[(TopicPartition, crate::control::lineage::LocalTail)],
+        history: Option<
+            Result<BTreeMap<TopicPartition, crate::control::lineage::SourceTail>, Fault>,
+        >,
+    ) -> Result<(), ControlError> {
+        let adopted: Vec<&(TopicPartition, crate::control::lineage::LocalTail)> = adopt
+            .iter()
+            .filter(|(tp, _)| {
+                view.topics
+                    .iter()
+                    .any(|t| t.name == tp.topic && !t.internal && tp.partition < t.partitions)
+                    // Another mirror fetching it: `start` refuses that on its own.
+                    && self.active_elsewhere(name, &tp.topic).is_none()
+            })
+            .collect();
+        if adopted.is_empty() {
+            return Ok(());
+        }
+        let history = match history {
+            Some(Ok(h)) => h,
+            Some(Err(fault)) => return Err(self.source_error(name, fault)),
+            None => BTreeMap::new(),
+        };
+        let refused: Vec<String> = adopted
+            .iter()
+            .filter_map(|(tp, local)| {
+                let theirs = history.get(tp).cloned().unwrap_or_else(|| {
+                    crate::control::lineage::SourceTail {
+                        error: Some("the source did not answer for it".into()),
+                        ..Default::default()
+                    }
+                });
+                crate::control::lineage::agree(local, &theirs)
+                    .err()
+                    .map(|why| format!("{tp} (local data from an earlier mirror): {why}"))
+            })
+            .collect();
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(ControlError::HistoryRefused {
+                action: "start",
+                mirror: name.to_string(),
+                partitions: refused.join("; "),
+            })
+        }
     }
 
     pub(super) fn active_elsewhere(&self, mirror: &MirrorName, topic: &str) -> Option<String> {

@@ -30,6 +30,7 @@ mod drills;
 mod group_schedule;
 mod lifecycle;
 mod loss;
+mod repoint;
 mod reporting;
 mod source_sync;
 #[cfg(test)]
@@ -60,8 +61,9 @@ pub use crate::control::fault::Fault;
 pub use crate::control::source_catalog::{SourceCatalog, SourceTopic, SourceView};
 pub use acl_schedule::{AclSyncPlane, AclSyncStatus};
 pub use group_schedule::{FinalSync, GroupSyncPlane};
-pub use lifecycle::{PromotePlan, StartAnswer, StartPlan};
+pub use lifecycle::{PromotePlan, StartAnswer, StartPlan, StartReply};
 pub use loss::{LossListing, LossPlan};
+pub use repoint::{RepointAnswer, RepointPlan, RepointReport};
 pub use reporting::{CommandReport, MirrorSummary, PartitionRow, SourceCheck};
 
 /// What the data plane knows about one partition it fetches (or fetched).
@@ -134,6 +136,19 @@ pub trait DataPlane {
         let _ = clone_tp;
         Err("this data plane cannot clone logs".to_owned())
     }
+    /// Our tail of `tp` for a re-point's history check (`control::lineage`): `None` when no
+    /// local log exists, `Err` when its last batch cannot be read back.
+    fn local_tail(
+        &self,
+        tp: &TopicPartition,
+    ) -> Option<Result<crate::control::lineage::LocalTail, String>> {
+        let _ = tp;
+        None
+    }
+    /// Every partition with a local log (mirrored, failed over or left by an earlier mirror).
+    fn local_partitions(&self) -> Vec<TopicPartition> {
+        Vec::new()
+    }
     /// Partitions whose fetching stopped on its own since the last call, with the reason.
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         Vec::new()
@@ -172,6 +187,14 @@ pub enum ControlError {
         mirror: String,
         stored: String,
         seen: String,
+    },
+    /// `repoint` (or a `start` taking over local data) found a partition whose history the
+    /// source does not hold, or could not tell; nothing was changed.
+    #[error("{action} of mirror {mirror} refused, nothing changed: {partitions}")]
+    HistoryRefused {
+        action: &'static str,
+        mirror: String,
+        partitions: String,
     },
     #[error("--topics is required")]
     NoTopics,
@@ -222,7 +245,8 @@ impl ControlError {
             ControlError::MirrorExists(_)
             | ControlError::TopicInOtherMirror { .. }
             | ControlError::NotEmpty { .. }
-            | ControlError::State { .. } => 409,
+            | ControlError::State { .. }
+            | ControlError::HistoryRefused { .. } => 409,
             ControlError::Definition(_) | ControlError::NoTopics => 400,
             ControlError::Source { .. } | ControlError::ClusterChanged { .. } => 502,
             ControlError::Refused { .. } => 401,

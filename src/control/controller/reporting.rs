@@ -12,6 +12,10 @@ pub struct MirrorSummary {
     pub source_cluster_id: Option<String>,
     pub source_bootstrap_servers: String,
     pub mirror_epoch: i32,
+    /// The sources followed before this one, oldest first (`mirrors repoint`; absent when
+    /// never re-pointed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lineage: Vec<crate::control::lineage::Hop>,
 }
 
 /// The answer of `check_source`: whether the source answered Metadata over the mirror's own
@@ -102,6 +106,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             source_cluster_id: e.record.source_cluster_id.clone(),
             source_bootstrap_servers: e.record.definition.source.bootstrap_servers.join(","),
             mirror_epoch: e.epoch.0,
+            lineage: e.record.lineage.clone(),
         }
     }
 

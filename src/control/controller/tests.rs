@@ -22,6 +22,8 @@ struct FakeSource(
     Arc<Mutex<Result<SourceView, Fault>>>,
     /// Each topic's DescribeConfigs entries (a topic not here: the source's error).
     Arc<Mutex<BTreeMap<String, Vec<SourceConfigEntry>>>>,
+    /// Its tail of each partition, for re-point checks.
+    Arc<Mutex<BTreeMap<TopicPartition, crate::control::lineage::SourceTail>>>,
 );
 
 impl SourceCatalog for FakeSource {
@@ -60,6 +62,18 @@ impl SourceCatalog for FakeSource {
             .map(|tp| (tp.clone(), Listed::At(Offset(120))))
             .collect())
     }
+    fn history(
+        &self,
+        _: &MirrorDefinition,
+        tails: &[(TopicPartition, crate::control::lineage::LocalTail)],
+        _: Deadline,
+    ) -> Result<BTreeMap<TopicPartition, crate::control::lineage::SourceTail>, Fault> {
+        let known = self.2.lock().unwrap();
+        Ok(tails
+            .iter()
+            .filter_map(|(tp, _)| known.get(tp).map(|t| (tp.clone(), t.clone())))
+            .collect())
+    }
 }
 
 /// Records which partitions have a fetcher; each removal reports log end 100.
@@ -74,6 +88,8 @@ struct FakeData {
     writable: Rc<RefCell<BTreeSet<TopicPartition>>>,
     /// The config each topic was last given.
     configs: Rc<RefCell<BTreeMap<String, LogConfig>>>,
+    /// Local logs' tails, for re-point checks.
+    tails: Rc<RefCell<BTreeMap<TopicPartition, crate::control::lineage::LocalTail>>>,
 }
 
 impl DataPlane for FakeData {
@@ -115,6 +131,15 @@ impl DataPlane for FakeData {
     fn writable(&mut self, tp: &TopicPartition) -> Result<(), String> {
         self.writable.borrow_mut().insert(tp.clone());
         Ok(())
+    }
+    fn local_partitions(&self) -> Vec<TopicPartition> {
+        self.tails.borrow().keys().cloned().collect()
+    }
+    fn local_tail(
+        &self,
+        tp: &TopicPartition,
+    ) -> Option<Result<crate::control::lineage::LocalTail, String>> {
+        self.tails.borrow().get(tp).cloned().map(Ok)
     }
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
         std::mem::take(&mut *self.failures.borrow_mut())
@@ -174,6 +199,7 @@ impl Rig {
                         .map(|t| (t.to_owned(), Vec::new()))
                         .collect(),
                 )),
+                Arc::default(),
             ),
             data: FakeData::default(),
         }
@@ -1036,6 +1062,93 @@ fn lifecycle_commands_write_mirror_state_per_step_not_per_partition() {
             "{what} of {N} partitions took {writes} __mirror_state writes: {steps:?}"
         );
     }
+}
+
+/// Goal: `repoint` moves a mirror to a new source only when every partition's history agrees,
+/// and otherwise changes nothing; the lineage survives a restart. Method: fake tails (ours
+/// ending at 100 with batch 90..=99) and fake source tails, one partition first disagreeing.
+#[test]
+fn repoint_moves_only_when_every_history_agrees_and_keeps_the_lineage() {
+    use crate::control::audit::scrub::BatchId;
+    use crate::control::lineage::{LocalTail, SourceTail};
+    use crate::log::epoch_cache::EpochEntry;
+    let rig = Rig::new();
+    let mut c = rig.open();
+    c.create("m1", &props()).unwrap();
+    c.start("m1", "orders", None).unwrap();
+    let batch = |crc| BatchId {
+        base_offset: 90,
+        last_offset: 99,
+        leader_epoch: 0,
+        crc,
+        max_timestamp_ms: 0,
+    };
+    for p in 0..2 {
+        let tp = TopicPartition::new("orders", p);
+        rig.data.tails.borrow_mut().insert(
+            tp.clone(),
+            LocalTail {
+                topic_id: Some(topic("orders", 2).topic_id),
+                log_start: Offset(0),
+                log_end: Offset(100),
+                last_batch: Some(batch(7)),
+                epochs: vec![EpochEntry {
+                    epoch: crate::ids::LeaderEpoch(0),
+                    start_offset: Offset(0),
+                }],
+            },
+        );
+        let theirs = SourceTail {
+            topic_id: Some(topic("orders", 2).topic_id),
+            log_start: Some(Offset(0)),
+            batch_at_ours: Some(batch(if p == 0 { 7 } else { 8 })),
+            epoch_end: Some((crate::ids::LeaderEpoch(0), Offset(150))),
+            error: None,
+        };
+        rig.source.2.lock().unwrap().insert(tp, theirs);
+    }
+    let new_props: BTreeMap<String, String> =
+        [("bootstrap.servers".to_owned(), "other:9092".to_owned())].into();
+    let before = c.list();
+    *rig.source.0.lock().unwrap() = Ok(view("c2"));
+    let err = c.repoint("m1", &new_props).unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.status(), 409);
+    assert!(
+        text.contains("orders-1") && !text.contains("orders-0:") && text.contains("differs"),
+        "{text}"
+    );
+    assert_eq!(c.list(), before, "a refused repoint changed the mirror");
+    assert_eq!(rig.active(), ["orders-0", "orders-1"]);
+
+    rig.source
+        .2
+        .lock()
+        .unwrap()
+        .get_mut(&TopicPartition::new("orders", 1))
+        .unwrap()
+        .batch_at_ours = Some(batch(7));
+    let r = c.repoint("m1", &new_props).unwrap();
+    assert_eq!(r.source_cluster_id.as_deref(), Some("c2"));
+    assert_eq!(
+        r.partitions,
+        [("orders-0".to_owned(), 100), ("orders-1".to_owned(), 100)]
+    );
+    assert_eq!(r.lineage.len(), 1);
+    assert_eq!(r.lineage[0].cluster_id.as_deref(), Some("c1"));
+    assert_eq!(r.lineage[0].bootstrap_servers, "src:9092");
+    assert_eq!(
+        rig.active(),
+        ["orders-0", "orders-1"],
+        "fetchers not resumed"
+    );
+    drop(c);
+    let c = rig.open();
+    let after = c.list();
+    assert_eq!(after[0].source_bootstrap_servers, "other:9092");
+    assert_eq!(after[0].source_cluster_id.as_deref(), Some("c2"));
+    assert_eq!(after[0].lineage, r.lineage);
+    assert!(after[0].mirror_epoch > before[0].mirror_epoch);
 }
 
 mod acl_sync;
