@@ -355,7 +355,7 @@ fn connect(
 }
 
 /// The highest version of `key` both the broker and we speak, if any.
-fn pick(
+pub(crate) fn pick(
     client: &mut BlockingClient,
     key: ApiKey,
     ours: (i16, i16),

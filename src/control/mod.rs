@@ -25,6 +25,7 @@
 //! | `audit` | continuous integrity audit: local scrub, comparison with the source, verified marks |
 
 pub mod admin;
+pub mod admin_failback;
 pub mod admin_guard;
 pub mod admin_tls;
 pub mod audit;
@@ -33,6 +34,7 @@ pub mod consistent_cut;
 pub mod control_run;
 pub mod controller;
 pub mod drill;
+pub mod failback;
 pub mod fault;
 pub mod group_sync;
 pub mod leader_refresh;

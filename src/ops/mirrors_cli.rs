@@ -116,6 +116,12 @@ pub enum Action {
         #[command(subcommand)]
         action: DrillAction,
     },
+    /// Failback to the original cluster after a failover: report its divergent tail, copy
+    /// what was written on kmirror back with an exact offset map, move the groups.
+    Failback {
+        #[command(subcommand)]
+        action: crate::ops::failback_cli::FailbackAction,
+    },
     /// The loss reports of a mirror's stops (what each failover may have lost), oldest first.
     LossReport {
         #[arg(long, visible_alias = "mirror-name")]
@@ -317,7 +323,7 @@ impl Client {
         self.answer(self.target.get(path).call())
     }
 
-    fn post<B: Serialize, T: DeserializeOwned>(
+    pub(crate) fn post<B: Serialize, T: DeserializeOwned>(
         &self,
         path: &str,
         body: &B,
@@ -724,6 +730,9 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                     }
                 }
             }
+        }
+        Action::Failback { action } => {
+            crate::ops::failback_cli::run(&client, addr, args.json, action, out)?;
         }
         Action::Drill { action } => match action {
             DrillAction::Start {

@@ -25,6 +25,7 @@
 mod audit_schedule;
 
 mod drills;
+mod failback;
 mod group_schedule;
 mod lifecycle;
 mod loss;
@@ -203,6 +204,9 @@ pub enum ControlError {
     Drill(String),
     #[error("no drill named {0:?}")]
     UnknownDrill(String),
+    /// `mirrors failback ...` (`control::failback`).
+    #[error(transparent)]
+    Failback(#[from] crate::control::failback::FailbackError),
 }
 
 impl ControlError {
@@ -226,6 +230,7 @@ impl ControlError {
             ControlError::LossReports(_) => 500,
             ControlError::Drill(_) => 409,
             ControlError::UnknownDrill(_) => 404,
+            ControlError::Failback(e) => e.status(),
         }
     }
 }
@@ -308,6 +313,8 @@ pub struct Controller<S, D> {
     cuts: BTreeMap<MirrorName, loss::PendingCut>,
     /// Failover drills in progress, by name (`drills.rs`; memory only).
     drills: BTreeMap<String, crate::control::drill::DrillSummary>,
+    /// Failback to the original clusters, once attached (`failback.rs`).
+    failback: Option<crate::control::failback::FailbackPlane>,
 }
 
 /// A source call a command needs before it can finish: run it on a source worker (the admin
@@ -446,6 +453,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
 
             cuts: BTreeMap::new(),
             drills: BTreeMap::new(),
+            failback: None,
         };
         let names: Vec<MirrorName> = c.mirrors.keys().cloned().collect();
         for name in names {
@@ -831,13 +839,15 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
     }
 
     /// Closes `__mirror_state` cleanly.
-    pub fn close(self) -> Result<(), ControlError> {
+    pub fn close(mut self) -> Result<(), ControlError> {
+        self.failback_shutdown();
         self.store.close()?;
         Ok(())
     }
 
     /// Closes `__mirror_state` cleanly and hands back the data plane (for its own shutdown).
-    pub fn shutdown(self) -> Result<D, ControlError> {
+    pub fn shutdown(mut self) -> Result<D, ControlError> {
+        self.failback_shutdown();
         self.store.close()?;
         Ok(self.data)
     }
