@@ -8,8 +8,8 @@
 //! Method: a dedicated KRaft broker A (it is killed and restarted). kmirror mirrors A's topic,
 //! is paused, and A then acknowledges records kmirror never fetches (the divergent tail, counted
 //! from the producer's acks); A is killed (-9) and the topic failed over. The Java producer
-//! writes to kmirror (headers, two codecs, small batches so the copy has many), a Java group
-//! consumes part of it and commits. A restarts; `failback create` reports the tail; `start`
+//! writes to kmirror (headers, two codecs, small batches so the copy has many), then
+//! librdkafka's idempotent producer; a Java group consumes part of it and commits. A restarts; `failback create` reports the tail; `start`
 //! copies; kmirror is killed -9 while the copy is under way and restarted (the copy resumes by
 //! itself); `stop` waits for zero lag and moves the group. Then A's log is read with the Java
 //! consumer and compared with kmirror's, and the group consumes the rest on A.
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use harness::groups::{committed_offset, group_consume};
 use harness::mirrors_cli::{cli_ok, ControlPlane};
+use harness::python_clients::librdkafka;
 use harness::serve::{wait_all_mirrored, Serve};
 use harness::{consume_to_end, Codec, Isolation, Kafka, ProduceOpts};
 use serde_json::Value;
@@ -102,14 +103,19 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
         w1.first_offset, 50,
         "kmirror continues at the failover point"
     );
-    let kmirror_end = w2.last_offset + 1;
+    // And librdkafka's idempotent producer (confluent-kafka).
+    let rdk = librdkafka(&["produce", &kmirror, topic, "0", "300", "idempotent", "rdk"]).remove(0);
+    assert_eq!(rdk["offsets"][0], w2.last_offset + 1, "{rdk}");
+    let written: i64 = 600 + 600 + 300;
+    let kmirror_end = 50 + written;
     let on_kmirror = consume_to_end(&kmirror, topic, 0, Isolation::ReadUncommitted);
     let post: Vec<_> = on_kmirror
         .iter()
         .filter(|r| r.offset >= 50)
         .cloned()
         .collect();
-    assert_eq!(post.len(), 1200);
+    assert_eq!(post.len() as i64, written);
+    assert_eq!(post.last().unwrap().offset, kmirror_end - 1);
 
     // A group moves to kmirror: it reads the 50 mirrored records and 300 written after.
     let consumed = group_consume(&kmirror, topic, "g", 350);
@@ -174,8 +180,8 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
         assert!(started.elapsed() < COPY_LIMIT, "copy did not catch up: {d}");
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!(part(&done)["copiedRecords"], 1200, "{done}");
-    assert_eq!(part(&done)["originalNext"], 70 + 1200, "{done}");
+    assert_eq!(part(&done)["copiedRecords"], written, "{done}");
+    assert_eq!(part(&done)["originalNext"], 70 + written, "{done}");
 
     // Cut-over: the group's offset moves to A, translated.
     let stopped = failback_json(&admin, &["stop", "--mirror", "m"]);
@@ -191,9 +197,9 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
     assert_eq!(g["original_offset"], g_on_a, "{g}");
     assert_eq!(committed_offset(&a.bootstrap(), "g", 0), Some(g_on_a));
 
-    // A holds: its own 50, its tail (untouched), then kmirror's 1200 in order, exactly once.
+    // A holds: its own 50, its tail (untouched), then kmirror's records in order, exactly once.
     let on_a = consume_to_end(&a.bootstrap(), topic, 0, Isolation::ReadUncommitted);
-    assert_eq!(on_a.len(), 50 + 20 + 1200);
+    assert_eq!(on_a.len() as i64, 50 + 20 + written);
     assert_eq!(
         on_a[..50],
         on_kmirror[..50],
@@ -216,10 +222,10 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
     }
 
     // The group continues on A: exactly the records after its position, once each.
-    let rest = (70 + 1200 - g_on_a) as usize;
+    let rest = (70 + written - g_on_a) as usize;
     let consumed_on_a = group_consume(&a.bootstrap(), topic, "g", rest);
     let offsets: Vec<i64> = consumed_on_a.iter().map(|c| c.offset).collect();
-    let expected: Vec<i64> = (g_on_a..70 + 1200).collect();
+    let expected: Vec<i64> = (g_on_a..70 + written).collect();
     assert_eq!(
         offsets, expected,
         "the group resumes on A with no gap or duplicate"

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::control::failback::local::batch_at;
+use crate::control::failback::offset_map::{self, Reconciled};
 use crate::control::failback::original::{CallError, Original, Produced, ProducerConn};
 use crate::control::failback::rewrite::{for_produce, next_sequence, Stamp};
 use crate::control::failback::store::{
@@ -333,20 +334,14 @@ fn reconcile(
         if end == expected {
             continue;
         }
-        if end < expected {
-            file.partitions[i].error = Some(format!("the original's log end {end} is below the {expected} the copy reached: the original lost acknowledged records; nothing more is produced to it"));
-            persist(env, file, shared)?;
-            continue;
-        }
-        // Skip control batches to the next data batch: was it appended before the crash?
-        loop {
+        // Past control batches to the next data batch: was it appended before the crash?
+        let next = loop {
             let Some(bytes) = next_local(env, file, i).map_err(|m| CallError {
                 message: m,
                 retryable: true,
             })?
             else {
-                file.partitions[i].error = Some(format!("the original holds {} offsets past the copy ({expected}..{end}) that kmirror has no batch for: another producer wrote to it", end.0 - expected.0));
-                break;
+                break None;
             };
             let Ok(Peek::Complete(b)) = Batch::peek(&bytes) else {
                 return Err(CallError {
@@ -354,25 +349,37 @@ fn reconcile(
                     retryable: true,
                 });
             };
-            let part = &mut file.partitions[i];
             if b.is_control() {
+                let part = &mut file.partitions[i];
                 if let Err(e) = part.map.skip(b.base_offset(), b.next_offset()) {
                     part.error = Some(e.to_string());
-                    break;
+                    break None;
                 }
                 continue;
             }
-            let count = b.next_offset().0 - b.base_offset().0;
-            if end.0 - expected.0 == count {
-                tracing::info!(mirror = %file.mirror, partition = %tp, kmirror = b.base_offset().0, original = expected.0, "failback: the batch in flight at the last stop was appended; recorded");
+            break Some((
+                b.base_offset(),
+                b.next_offset().0 - b.base_offset().0,
+                b.records_count(),
+            ));
+        };
+        let part = &mut file.partitions[i];
+        match offset_map::reconcile(expected, end, next.map(|(_, count, _)| count)) {
+            Reconciled::InStep => {}
+            Reconciled::AppendedUnrecorded => {
+                let (base, count, records) = next.expect("a next batch was compared");
+                tracing::info!(mirror = %file.mirror, partition = %tp, kmirror = base.0, original = expected.0, "failback: the batch in flight at the last stop was appended; recorded");
                 part.map
-                    .copied(b.base_offset(), count, expected)
+                    .copied(base, count, expected)
                     .expect("checked contiguous and at the next original offset");
-                part.next_sequence = next_sequence(part.next_sequence, b.records_count());
-            } else {
-                part.error = Some(format!("the original holds {} offsets past the copy ({expected}..{end}), not the {count} of kmirror's next batch: another producer wrote to it; nothing more is produced to it", end.0 - expected.0));
+                part.next_sequence = next_sequence(part.next_sequence, records);
             }
-            break;
+            Reconciled::Lost => {
+                part.error = Some(format!("the original's log end {end} is below the {expected} the copy reached: the original lost acknowledged records; nothing more is produced to it"));
+            }
+            Reconciled::Foreign => {
+                part.error = Some(format!("the original holds {} offsets past the copy ({expected}..{end}) that are not kmirror's next batch: another producer wrote to it; nothing more is produced to it", end.0 - expected.0));
+            }
         }
         persist(env, file, shared)?;
     }

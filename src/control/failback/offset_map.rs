@@ -148,6 +148,36 @@ impl OffsetMap {
     }
 }
 
+/// What a session learns from the original's log end before producing again (the original
+/// can hold at most one batch more than the map: one is in flight per partition, and its
+/// record is persisted before the next is sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reconciled {
+    /// The map and the original agree.
+    InStep,
+    /// The original holds exactly kmirror's next data batch past the map: it was acknowledged
+    /// (or appended) and its record was lost; record it at the map's next offset, do not send.
+    AppendedUnrecorded,
+    /// The original ends below the map: it lost acknowledged records.
+    Lost,
+    /// The original holds other offsets past the map: another producer wrote to it.
+    Foreign,
+}
+
+/// Compares the original's log `end` with the map's `expected` next offset, given the record
+/// offsets of kmirror's next data batch (`None` when there is none).
+pub fn reconcile(expected: Offset, end: Offset, next_batch: Option<i64>) -> Reconciled {
+    if end == expected {
+        Reconciled::InStep
+    } else if end < expected {
+        Reconciled::Lost
+    } else if next_batch == Some(end.0 - expected.0) {
+        Reconciled::AppendedUnrecorded
+    } else {
+        Reconciled::Foreign
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,5 +246,20 @@ mod tests {
         // Nothing changed by the refusals.
         assert_eq!(m.next_kmirror(), Offset(114));
         assert_eq!(m.next_original(), Offset(119));
+    }
+
+    #[test]
+    fn the_log_end_after_a_crash_tells_what_the_original_holds() {
+        let (o, next) = (Offset(200), Some(7));
+        assert_eq!(reconcile(o, Offset(200), next), Reconciled::InStep);
+        assert_eq!(
+            reconcile(o, Offset(207), next),
+            Reconciled::AppendedUnrecorded
+        );
+        assert_eq!(reconcile(o, Offset(199), next), Reconciled::Lost);
+        // More or fewer than the next batch, or nothing left on kmirror: not ours.
+        assert_eq!(reconcile(o, Offset(208), next), Reconciled::Foreign);
+        assert_eq!(reconcile(o, Offset(203), next), Reconciled::Foreign);
+        assert_eq!(reconcile(o, Offset(201), None), Reconciled::Foreign);
     }
 }
