@@ -12,7 +12,9 @@
 //! librdkafka's idempotent producer; a Java group consumes part of it and commits. A restarts; `failback create` reports the tail; `start`
 //! copies; kmirror is killed -9 while the copy is under way and restarted (the copy resumes by
 //! itself); `stop` waits for zero lag and moves the group. Then A's log is read with the Java
-//! consumer and compared with kmirror's, and the group consumes the rest on A.
+//! consumer and compared with kmirror's, and the group consumes the rest on A. A second topic,
+//! written to by a Java transactional producer after the failover, must be refused with the
+//! reason (transactions are not replayed yet) while the first is copied.
 
 mod harness;
 
@@ -22,7 +24,7 @@ use harness::groups::{committed_offset, group_consume};
 use harness::mirrors_cli::{cli_ok, ControlPlane};
 use harness::python_clients::librdkafka;
 use harness::serve::{wait_all_mirrored, Serve};
-use harness::{consume_to_end, Codec, Isolation, Kafka, ProduceOpts};
+use harness::{consume_to_end, Codec, Isolation, Kafka, ProduceOpts, TxnEnd};
 use serde_json::Value;
 
 /// Failure guard only: how long the test waits for the copy to reach a state.
@@ -40,10 +42,18 @@ fn describe(admin: &str) -> Value {
     failback_json(admin, &["describe", "--mirror", "m"])
 }
 
+/// The copy's row of topic `fb` (the one with data to copy).
 fn part(report: &Value) -> &Value {
+    part_of(report, "fb")
+}
+
+fn part_of<'a>(report: &'a Value, topic: &str) -> &'a Value {
     let parts = report["partitions"].as_array().expect("partitions");
-    assert_eq!(parts.len(), 1, "{report}");
-    &parts[0]
+    assert_eq!(parts.len(), 2, "{report}");
+    parts
+        .iter()
+        .find(|p| p["topic"] == topic)
+        .unwrap_or_else(|| panic!("no {topic} in {report}"))
 }
 
 #[test]
@@ -51,6 +61,10 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
     let topic = "fb";
     let mut a = Kafka::start_dedicated();
     a.create_topic(topic, 1, &[]);
+    // Written to transactionally after failover: failback refuses it (no replay yet).
+    let txn_topic = "fbtx";
+    a.create_topic(txn_topic, 1, &[]);
+    a.produce(txn_topic, 0, 10, &ProduceOpts::default());
     let mirrored = a.produce(topic, 0, 50, &ProduceOpts::default());
     assert_eq!(mirrored.last_offset, 49);
 
@@ -61,15 +75,14 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
         admin,
         mut serve,
     } = ControlPlane::start(&a.bootstrap(), true, "sync.group.offsets.enabled=false\n");
-    cli_ok(&admin, &["start", "--mirror", "m", "--topics", topic]);
-    wait_all_mirrored(
-        &mut serve,
-        &[(
-            a.partition_dir(topic, 0),
-            data_dir.join(format!("{topic}-0")),
-        )],
-    );
-    cli_ok(&admin, &["pause", "--mirror", "m", "--topics", topic]);
+    let topics = "fb,fbtx";
+    cli_ok(&admin, &["start", "--mirror", "m", "--topics", topics]);
+    let pairs: Vec<_> = [topic, txn_topic]
+        .iter()
+        .map(|t| (a.partition_dir(t, 0), data_dir.join(format!("{t}-0"))))
+        .collect();
+    wait_all_mirrored(&mut serve, &pairs);
+    cli_ok(&admin, &["pause", "--mirror", "m", "--topics", topics]);
 
     // The divergent tail: acknowledged by A, never fetched by the paused mirror; then A dies.
     let tail = a.produce(
@@ -85,7 +98,7 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
     let tail_on_a = harness::consume(&a.bootstrap(), topic, 0, 50, 20, Isolation::ReadUncommitted);
     assert_eq!(tail_on_a.len(), 20);
     a.kill();
-    cli_ok(&admin, &["stop", "--mirror", "m", "--topics", topic]);
+    cli_ok(&admin, &["stop", "--mirror", "m", "--topics", topics]);
 
     // Writes after failover: many small batches, uncompressed and lz4, with headers.
     let kmirror = serve.kafka_listener();
@@ -102,6 +115,17 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
     assert_eq!(
         w1.first_offset, 50,
         "kmirror continues at the failover point"
+    );
+    harness::produce(
+        &kmirror,
+        txn_topic,
+        0,
+        10,
+        &ProduceOpts {
+            transactions: vec![TxnEnd::Commit],
+            transactional_id: Some("fb-txn".into()),
+            ..ProduceOpts::default()
+        },
     );
     // And librdkafka's idempotent producer (confluent-kafka).
     let rdk = librdkafka(&["produce", &kmirror, topic, "0", "300", "idempotent", "rdk"]).remove(0);
@@ -126,7 +150,10 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
     a.restart();
 
     // The report first: A's tail, exactly what the test's producer had A acknowledge.
-    let created = failback_json(&admin, &["create", "--mirror", "m", "--topics", topic]);
+    let created = failback_json(&admin, &["create", "--mirror", "m", "--topics", topics]);
+    let tx = part_of(&created, txn_topic);
+    assert_eq!(tx["divergentTail"]["offsets"], 0, "{tx}");
+    assert_eq!(tx["divergentTail"]["records"], 0, "{tx}");
     let p = part(&created);
     assert_eq!(created["phase"], "CREATED", "{created}");
     let t = &p["divergentTail"];
@@ -181,6 +208,15 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(part(&done)["copiedRecords"], written, "{done}");
+    // The transactional partition is refused with the reason, nothing of it copied.
+    let tx = part_of(&done, txn_topic);
+    let why = tx["error"].as_str().unwrap_or_else(|| panic!("{tx}"));
+    assert!(
+        why.contains("offset 10 is transactional") && why.contains("does not replay"),
+        "{tx}"
+    );
+    assert_eq!(tx["copiedRecords"], 0, "{tx}");
+    assert_eq!(tx["originalNext"], 10, "{tx}");
     assert_eq!(part(&done)["originalNext"], 70 + written, "{done}");
 
     // Cut-over: the group's offset moves to A, translated.
