@@ -173,6 +173,14 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
     let table = cli_ok(&admin, &["failback", "describe", "--mirror", "m"]);
     assert!(table.contains("50..70"), "{table}");
 
+    // Mirroring the original again now would fetch the copies back: refused, nothing changed.
+    let refused = harness::mirrors_cli::cli(&admin, &["start", "--mirror", "m", "--topics", topic]);
+    assert!(
+        !refused.ok && refused.stderr.contains("failback"),
+        "{}",
+        refused.stderr
+    );
+
     // Copy, and kill kmirror -9 while it is under way.
     failback_json(&admin, &["start", "--mirror", "m"]);
     let started = Instant::now();

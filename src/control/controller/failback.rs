@@ -79,6 +79,14 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         Ok(self.failback_plane()?.describe(mirror)?)
     }
 
+    /// `mirrors start` is refused while a failback of the mirror is under way.
+    pub(super) fn failback_check_start(&self, mirror: &MirrorName) -> Result<(), ControlError> {
+        match &self.failback {
+            Some(p) => Ok(p.check_start(mirror.as_str())?),
+            None => Ok(()),
+        }
+    }
+
     pub(super) fn failback_shutdown(&mut self) {
         if let Some(p) = self.failback.as_mut() {
             p.shutdown();

@@ -254,6 +254,18 @@ impl FailbackPlane {
         Ok(self.store.load(mirror)?)
     }
 
+    /// Refuses `mirrors start` while the mirror has a failback that is not STOPPED: mirroring
+    /// the original again would fetch the failback's own copies back at other offsets.
+    pub fn check_start(&self, mirror: &str) -> Result<(), FailbackError> {
+        match self.current(mirror)? {
+            Some(f) if f.phase != Phase::Stopped => Err(FailbackError::NotAllowed(format!(
+                "mirror {mirror} has a failback in phase {:?}: mirroring its topics again would copy the failback's writes back; run mirrors failback stop first",
+                f.phase
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Refuses a new failback while one that is not STOPPED exists for the mirror.
     pub fn check_new(&self, mirror: &str) -> Result<(), FailbackError> {
         match self.current(mirror)? {
@@ -329,11 +341,36 @@ impl FailbackPlane {
 
     /// Asks the copier to cut over; the returned handle waits for it (off the control thread).
     pub fn stop_begin(&mut self, mirror: &str) -> Result<StopWait, FailbackError> {
-        let r = self.running.get(mirror).ok_or_else(|| {
-            FailbackError::NotAllowed(format!(
-                "the failback of mirror {mirror} is not copying (start it first)"
-            ))
-        })?;
+        if !self.running.contains_key(mirror) {
+            // Never started: nothing was copied and no group moves; it just ends.
+            let mut file = self
+                .store
+                .load(mirror)?
+                .ok_or_else(|| FailbackError::Unknown(mirror.to_owned()))?;
+            if file.phase != Phase::Created {
+                return Err(FailbackError::NotAllowed(format!(
+                    "the failback of mirror {mirror} is {:?}, not copying",
+                    file.phase
+                )));
+            }
+            file.phase = Phase::Stopped;
+            self.store.save(&file)?;
+            let done = Shared {
+                status: Mutex::new(Status {
+                    file,
+                    error: None,
+                    caught_up: true,
+                    finished: true,
+                }),
+                finished: Condvar::new(),
+                stop: AtomicBool::new(true),
+                quit: AtomicBool::new(false),
+            };
+            return Ok(StopWait {
+                shared: Arc::new(done),
+            });
+        }
+        let r = &self.running[mirror];
         r.shared.stop.store(true, Ordering::Relaxed);
         Ok(StopWait {
             shared: Arc::clone(&r.shared),
