@@ -771,3 +771,26 @@ pub const LINEAGE_PROBE_FETCH_BYTES: i32 = 64 * 1024;
 /// Sources kept in a mirror's lineage (`control::lineage::Hop`); the oldest are dropped first,
 /// so a mirror re-pointed back and forth keeps its record small.
 pub const LINEAGE_HOPS_MAX: usize = 32;
+/// Failback (`control::failback`): how long each call to the original may take (connect,
+/// each read and write, a Produce's acks=all wait), as Kafka's `request.timeout.ms` default.
+pub const FAILBACK_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// Between two attempts to commit a group's offsets on the original while its coordinator is
+/// not available yet (a cluster creates `__consumer_offsets` for its first group).
+pub const FAILBACK_COORDINATOR_RETRY_MS: u64 = 200;
+/// Bytes one Fetch of the divergent tail scan asks for.
+pub const FAILBACK_FETCH_BYTES: u64 = 1024 * 1024;
+/// At most this much of the divergent tail is read to count its records and time range;
+/// past it the report says the scan is incomplete (its offset count stays exact).
+pub const FAILBACK_TAIL_SCAN_BYTES_MAX: u64 = 256 * 1024 * 1024;
+/// Batches copied from one partition before the copier turns to the next.
+pub const FAILBACK_BATCHES_PER_TURN: usize = 64;
+/// How long the copier sleeps when every partition is copied to kmirror's end.
+pub const FAILBACK_IDLE_POLL_MS: u64 = 100;
+/// The longest backoff between the copier's sessions with the original.
+pub const FAILBACK_RETRY_BACKOFF_MS_MAX: u64 = 5_000;
+/// The largest failback state file read back (one range per batch at worst).
+pub const FAILBACK_FILE_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// How long `failback create` may take (list, scan) and `failback stop` waits for the
+/// copier to catch up and move the groups, by default.
+pub const FAILBACK_CREATE_TIMEOUT_MS: u64 = 120_000;
+pub const FAILBACK_STOP_TIMEOUT_MS_DEFAULT: u64 = 60_000;

@@ -21,6 +21,8 @@
 //! | GET    | /mirrors/{name}/audit         | - (integrity audit report)             |
 
 //! | GET    | /mirrors/{name}/loss-report   | - (the stored loss reports of its stops) |
+//! | GET    | /mirrors/{name}/failback      | - (the failback's report, `admin_failback`) |
+//! | POST   | /mirrors/{name}/failback/{create,start,stop} | `{"topics"?, "timeout_ms"?}` |
 //! | GET, POST | /drills                    | POST `{"name", "mirror", "topics"}`: start a drill |
 //! | DELETE | /drills/{name}                | - (stop the drill, delete its clones)  |
 //! | GET    | /describe?mirror=NAME         | -                                      |
@@ -108,7 +110,7 @@ struct DescribeQuery {
     mirror: Option<String>,
 }
 
-struct ApiError(ControlError);
+pub(crate) struct ApiError(pub(crate) ControlError);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -124,9 +126,11 @@ impl IntoResponse for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(crate) type ApiResult = Result<Response, ApiError>;
 
-fn lock<S, D>(c: &SharedController<S, D>) -> std::sync::MutexGuard<'_, Controller<S, D>> {
+pub(crate) fn lock<S, D>(
+    c: &SharedController<S, D>,
+) -> std::sync::MutexGuard<'_, Controller<S, D>> {
     // A handler that panicked left the controller as it was after its last persisted change.
     c.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -154,6 +158,14 @@ where
         .route("/mirrors/{name}/source", get(check_source::<S, D>))
         .route("/mirrors/{name}/audit", get(audit_report::<S, D>))
         .route("/mirrors/{name}/loss-report", get(loss_reports::<S, D>))
+        .route(
+            "/mirrors/{name}/failback",
+            get(crate::control::admin_failback::describe::<S, D>),
+        )
+        .route(
+            "/mirrors/{name}/failback/{step}",
+            post(crate::control::admin_failback::step::<S, D>),
+        )
         .route("/drills", get(drills::<S, D>).post(drill_start::<S, D>))
         .route("/drills/{name}", axum::routing::delete(drill_stop::<S, D>))
         .route("/describe", get(describe::<S, D>))

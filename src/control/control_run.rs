@@ -165,6 +165,13 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
                 source: Arc::new(crate::control::acl_sync::BlockingSourceAcls),
             });
         }
+        // Failback to the original clusters (`control::failback`): copiers that were copying
+        // before a restart resume here.
+        c.attach_failback(crate::control::failback::FailbackPlane::open(
+            &data_dir,
+            Arc::clone(&build_catalog),
+            groups.as_ref().map(|g| Arc::clone(g.coordinator())),
+        ));
         if let Some(g) = groups {
             // Group-offset sync from each mirror's source, on the controller's tick, into the
             // coordinator the endpoint serves (kip1279.md §8).

@@ -28,6 +28,7 @@
 
 pub mod acl_sync;
 pub mod admin;
+pub mod admin_failback;
 pub mod admin_guard;
 pub mod admin_tls;
 pub mod audit;
@@ -36,6 +37,7 @@ pub mod consistent_cut;
 pub mod control_run;
 pub mod controller;
 pub mod drill;
+pub mod failback;
 pub mod fault;
 pub mod group_sync;
 pub mod json_records;

@@ -128,6 +128,12 @@ pub enum Action {
         #[command(subcommand)]
         action: DrillAction,
     },
+    /// Failback to the original cluster after a failover: report its divergent tail, copy
+    /// what was written on kmirror back with an exact offset map, move the groups.
+    Failback {
+        #[command(subcommand)]
+        action: crate::ops::failback_cli::FailbackAction,
+    },
     /// The loss reports of a mirror's stops (what each failover may have lost), oldest first.
     LossReport {
         #[arg(long, visible_alias = "mirror-name")]
@@ -329,7 +335,7 @@ impl Client {
         self.answer(self.target.get(path).call())
     }
 
-    fn post<B: Serialize, T: DeserializeOwned>(
+    pub(crate) fn post<B: Serialize, T: DeserializeOwned>(
         &self,
         path: &str,
         body: &B,
@@ -792,6 +798,9 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                 }
                 Ok(())
             })?;
+        }
+        Action::Failback { action } => {
+            crate::ops::failback_cli::run(&client, addr, args.json, action, out)?;
         }
         Action::Drill { action } => match action {
             DrillAction::Start {

@@ -3,6 +3,7 @@
 pub mod admin_client;
 pub mod audit_cli;
 pub mod doctor;
+pub mod failback_cli;
 pub mod latency;
 pub mod latency_cmd;
 pub mod latency_plot;

@@ -249,6 +249,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         exclude: Option<&str>,
     ) -> Result<(StartPlan, SourceAsk<StartReply>), ControlError> {
         let name = self.entry(mirror)?.0.clone();
+        self.failback_check_start(&name)?;
         let include = split_patterns(topics);
         if include.is_empty() {
             return Err(ControlError::NoTopics);

@@ -27,6 +27,7 @@ mod acl_schedule;
 mod audit_schedule;
 
 mod drills;
+mod failback;
 mod group_schedule;
 mod lifecycle;
 mod loss;
@@ -235,6 +236,9 @@ pub enum ControlError {
     /// Synced ACLs could not be kept (the authorizer's store failed).
     #[error("{0}")]
     Acls(String),
+    /// `mirrors failback ...` (`control::failback`).
+    #[error(transparent)]
+    Failback(#[from] crate::control::failback::FailbackError),
 }
 
 impl ControlError {
@@ -261,6 +265,7 @@ impl ControlError {
             ControlError::UnknownDrill(_) => 404,
             ControlError::Cut(_) => 500,
             ControlError::Acls(_) => 500,
+            ControlError::Failback(e) => e.status(),
         }
     }
 }
@@ -346,6 +351,8 @@ pub struct Controller<S, D> {
     /// ACL sync, once attached (`attach_acl_sync`), and each mirror's synced ACLs as stored.
     acl_sync: Option<acl_schedule::AclSyncPlane>,
     synced_acls: BTreeMap<MirrorName, acl_schedule::MirrorAcls>,
+    /// Failback to the original clusters, once attached (`failback.rs`).
+    failback: Option<crate::control::failback::FailbackPlane>,
 }
 
 /// A source call a command needs before it can finish: run it on a source worker (the admin
@@ -495,6 +502,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             drills: BTreeMap::new(),
             acl_sync: None,
             synced_acls,
+            failback: None,
         };
         // Before the reconcile: a cut under way applies to the failovers it finishes.
         c.restore_cuts();
@@ -888,13 +896,15 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
     }
 
     /// Closes `__mirror_state` cleanly.
-    pub fn close(self) -> Result<(), ControlError> {
+    pub fn close(mut self) -> Result<(), ControlError> {
+        self.failback_shutdown();
         self.store.close()?;
         Ok(())
     }
 
     /// Closes `__mirror_state` cleanly and hands back the data plane (for its own shutdown).
-    pub fn shutdown(self) -> Result<D, ControlError> {
+    pub fn shutdown(mut self) -> Result<D, ControlError> {
+        self.failback_shutdown();
         self.store.close()?;
         Ok(self.data)
     }

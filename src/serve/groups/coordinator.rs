@@ -289,6 +289,19 @@ impl<S: OffsetStore> GroupCoordinator<S> {
         Ok(groups.len())
     }
 
+    /// Every committed offset, as (group, partition, offset): failback moves them to the
+    /// original cluster at cut-over (`control::failback`).
+    pub fn committed_offsets(&self) -> Vec<(String, TopicPartition, Offset)> {
+        self.offsets
+            .iter()
+            .flat_map(|(g, parts)| {
+                parts
+                    .iter()
+                    .map(move |(tp, c)| (g.clone(), tp.clone(), c.offset))
+            })
+            .collect()
+    }
+
     pub fn group(&self, group: &str) -> Option<&Group> {
         self.groups.get(group)
     }
