@@ -21,10 +21,6 @@ use harness::{kafka_acls, ProduceOpts};
 
 const RECORDS: usize = 20;
 
-fn s(x: &str) -> String {
-    x.to_string()
-}
-
 /// The ACL lines `kafka-acls.sh --list` printed (one per ACL, Kafka's `(principal=..., ...)`).
 fn acl_lines(out: &str) -> Vec<String> {
     let mut lines: Vec<String> = out
@@ -39,31 +35,7 @@ fn acl_lines(out: &str) -> Vec<String> {
 
 /// Reads `topic`-0 with the Java consumer; the tool's stderr when it failed.
 fn java_consume(bootstrap: &str, topic: &str) -> Result<usize, String> {
-    let out = harness::run_tool_unchecked(&[
-        s("consume"),
-        s("--bootstrap"),
-        s(bootstrap),
-        s("--topic"),
-        s(topic),
-        s("--partition"),
-        s("0"),
-        s("--from"),
-        s("0"),
-        s("--max"),
-        RECORDS.to_string(),
-        s("--isolation"),
-        s("read_uncommitted"),
-        s("--timeout-ms"),
-        s("30000"),
-    ]);
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.starts_with('{'))
-            .count())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    harness::try_consume(bootstrap, topic, RECORDS)
 }
 
 #[test]

@@ -13,6 +13,7 @@
 
 mod broker;
 pub mod certs;
+pub mod client_login;
 pub mod dump;
 pub mod files;
 pub mod groups;
@@ -39,7 +40,7 @@ pub use tool::{
 pub use tool::{
     consume_to_end_configured, consume_to_end_with, produce_with, run_tool_with, tool_command_with,
 };
-pub use tool::{tool_command, with_client_config};
+pub use tool::{tool_command, try_consume, with_client_config};
 
 use std::sync::OnceLock;
 

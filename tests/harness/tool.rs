@@ -640,6 +640,37 @@ pub fn alter_config(bootstrap: &str, topic: &str, configs: &[(&str, &str)]) {
     run_tool(&args);
 }
 
+/// Reads up to `max` records of `topic`-0 from offset 0 with the Java consumer (assigned, no
+/// group), under this thread's client config if any: how many it got, or the tool's stderr when
+/// it failed (a refused login, or Kafka's TopicAuthorizationException).
+pub fn try_consume(bootstrap: &str, topic: &str, max: usize) -> Result<usize, String> {
+    let out = run_tool_unchecked(&[
+        s("consume"),
+        s("--bootstrap"),
+        s(bootstrap),
+        s("--topic"),
+        s(topic),
+        s("--partition"),
+        s("0"),
+        s("--from"),
+        s("0"),
+        s("--max"),
+        s(max),
+        s("--isolation"),
+        s("read_uncommitted"),
+        s("--timeout-ms"),
+        s("60000"),
+    ]);
+    if out.status.success() {
+        Ok(stdout_lines(&out)
+            .iter()
+            .filter(|l| l.starts_with('{'))
+            .count())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 /// Kafka's own `kafka-configs` (ConfigCommand) against `bootstrap`, e.g. to change a SCRAM
 /// user's password or set a client quota.
 pub fn kafka_configs(bootstrap: &str, args: &[&str]) -> String {
