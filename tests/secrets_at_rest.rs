@@ -110,23 +110,12 @@ fn secrets_are_private_files_and_never_shown() {
     // A SCRAM user of kmirror's own, made by the PLAIN super user.
     let operator = ClientLogin::sasl("PLAIN", "admin", ADMIN_PASSWORD)
         .java_properties(work.path(), "operator");
-    let out = harness::kafka_configs(
+    harness::add_scram_user(
         &kmirror,
-        &[
-            "--command-config",
-            operator.to_str().unwrap(),
-            "--alter",
-            "--add-config",
-            &format!("SCRAM-SHA-512=[password={SCRAM_PASSWORD}]"),
-            "--entity-type",
-            "users",
-            "--entity-name",
-            "alice",
-        ],
-    );
-    assert!(
-        out.contains("Completed updating config for user alice."),
-        "{out}"
+        &operator,
+        "SCRAM-SHA-512",
+        "alice",
+        SCRAM_PASSWORD,
     );
 
     // Files: the credential store and every file of the mirror definitions' log.

@@ -29,7 +29,7 @@ use harness::mirrors_cli::{
 };
 use harness::python_clients::{records, run_python_refused, run_python_with};
 use harness::serve::{wait_all_mirrored, Launch, Serve};
-use harness::{kafka_acls, Isolation, ProduceOpts};
+use harness::{Isolation, ProduceOpts};
 
 /// What kmirror's PLAIN users file holds (the admin creates the SCRAM users).
 const PLAIN_USERS: &str = "admin = \"admin-secret\"\nbob = \"bob-secret\"\n";
@@ -73,12 +73,7 @@ fn librdkafka_login(mechanism: &str, user: &str, password: &str) -> serde_json::
 /// `["--operation", "Read", "--topic", T]`).
 fn grant(work: &Path, kmirror: &str, principals: &[&str], resource: &[&str]) {
     let admin = client_props(work, "PLAIN", "admin", "admin-secret");
-    let mut args = vec!["--command-config", admin.to_str().unwrap(), "--add"];
-    for p in principals {
-        args.extend(["--allow-principal", p]);
-    }
-    args.extend(resource);
-    kafka_acls(kmirror, &args);
+    harness::kafka_acls_allow(kmirror, &admin, principals, resource);
 }
 
 /// Mirrors `topic` (one partition) of `source` as mirror "m" and waits until it is complete.
@@ -92,25 +87,8 @@ fn mirror(serve: &mut Serve, admin: &str, work: &Path, source: &harness::Kafka, 
 /// `kafka-configs.sh` creates SCRAM-SHA-512 user alice on kmirror, logged in as the PLAIN admin.
 fn create_alice(work: &Path, kmirror: &str) -> PathBuf {
     let admin = client_props(work, "PLAIN", "admin", "admin-secret");
+    harness::add_scram_user(kmirror, &admin, "SCRAM-SHA-512", "alice", ALICE_PASSWORD);
     let admin = admin.to_str().unwrap();
-    let out = harness::kafka_configs(
-        kmirror,
-        &[
-            "--command-config",
-            admin,
-            "--alter",
-            "--add-config",
-            &format!("SCRAM-SHA-512=[password={ALICE_PASSWORD}]"),
-            "--entity-type",
-            "users",
-            "--entity-name",
-            "alice",
-        ],
-    );
-    assert!(
-        out.contains("Completed updating config for user alice."),
-        "{out}"
-    );
     let out = harness::kafka_configs(
         kmirror,
         &[
@@ -375,8 +353,11 @@ fn a_java_consumer_keeps_reading_across_reauthentication() {
     );
     let lines = String::from_utf8_lossy(&out.stdout).lines().count();
     assert_eq!(lines, 30, "records the consumer got");
+    // Only the consumer's own sessions count: the operator's kafka-configs.sh/kafka-acls.sh
+    // connections (User:admin) may sit idle past the 2 s lifetime on a loaded machine.
+    let log = serve.own_log_text();
     assert!(
-        !serve.own_log_text().contains("expired"),
-        "no session expired: the client re-authenticated in time"
+        !log.contains("SASL session of User:alice expired"),
+        "no session of the consumer expired: it re-authenticated in time\n{log}"
     );
 }

@@ -33,7 +33,7 @@ use harness::mirrors_cli::write_serving_config;
 use harness::mirrors_cli::{cli_ok, create_mirror, free_loopback_port, wait_admin};
 use harness::python_clients::{records, run_python_refused, run_python_with};
 use harness::serve::{wait_all_mirrored, Serve};
-use harness::{kafka_acls, kafka_configs, ConsumedRecord, Isolation, ProduceOpts};
+use harness::{ConsumedRecord, Isolation, ProduceOpts};
 
 const RECORDS: usize = 40;
 const ALICE_PASSWORD: &str = "alice-scram-secret";
@@ -106,36 +106,12 @@ fn rig() -> &'static Rig {
         let operator = ClientLogin::sasl("PLAIN", "admin", "admin-plain-secret")
             .over_tls(&certs.ca)
             .java_properties(work.path(), "operator");
-        let operator = operator.to_str().unwrap();
         for (user, password) in [("alice", ALICE_PASSWORD), ("bob", BOB_PASSWORD)] {
-            let out = kafka_configs(
-                &sasl,
-                &[
-                    "--command-config",
-                    operator,
-                    "--alter",
-                    "--add-config",
-                    &format!("SCRAM-SHA-512=[password={password}]"),
-                    "--entity-type",
-                    "users",
-                    "--entity-name",
-                    user,
-                ],
-            );
-            assert!(
-                out.contains(&format!("Completed updating config for user {user}.")),
-                "{out}"
-            );
+            harness::add_scram_user(&sasl, &operator, "SCRAM-SHA-512", user, password);
         }
         let granted = ["User:alice", certs.client_principal];
-        let grant = |resource: &[&str]| {
-            let mut args = vec!["--command-config", operator, "--add"];
-            for p in granted {
-                args.extend(["--allow-principal", p]);
-            }
-            args.extend(resource);
-            kafka_acls(&sasl, &args);
-        };
+        let grant =
+            |resource: &[&str]| harness::kafka_acls_allow(&sasl, &operator, &granted, resource);
         grant(&[
             "--operation",
             "Read",

@@ -31,7 +31,7 @@ use harness::consume_to_end_configured;
 use harness::mirrors_cli::free_loopback_port;
 use harness::python_clients::{librdkafka, records};
 use harness::serve::{scrape_metrics, wait_mirrored, Serve};
-use harness::{kafka_acls, Isolation, ProduceOpts};
+use harness::{Isolation, ProduceOpts};
 use mirror_support::write_config;
 
 const RECORDS: usize = 2_000;
@@ -74,16 +74,11 @@ fn rig() -> &'static Rig {
         let mtls = serve.kafka_listener_named("MTLS");
         let operator = ClientLogin::tls(&certs.ca, Some((&certs.admin_cert, &certs.admin_key)))
             .java_properties(work.path(), "operator");
-        kafka_acls(
+        harness::kafka_acls_allow(
             &mtls,
+            &operator,
+            &["User:ANONYMOUS", certs.client_principal],
             &[
-                "--command-config",
-                operator.to_str().unwrap(),
-                "--add",
-                "--allow-principal",
-                "User:ANONYMOUS",
-                "--allow-principal",
-                certs.client_principal,
                 "--operation",
                 "Read",
                 "--topic",

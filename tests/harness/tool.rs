@@ -682,6 +682,55 @@ pub fn kafka_configs(bootstrap: &str, args: &[&str]) -> String {
     )
 }
 
+/// `kafka-configs.sh --alter --add-config '<mechanism>=[password=…]' --entity-type users`
+/// against `bootstrap`, logged in with `command_config`; checks Kafka's tool says it is done.
+pub fn add_scram_user(
+    bootstrap: &str,
+    command_config: &Path,
+    mechanism: &str,
+    user: &str,
+    password: &str,
+) {
+    let out = kafka_configs(
+        bootstrap,
+        &[
+            "--command-config",
+            command_config.to_str().unwrap(),
+            "--alter",
+            "--add-config",
+            &format!("{mechanism}=[password={password}]"),
+            "--entity-type",
+            "users",
+            "--entity-name",
+            user,
+        ],
+    );
+    assert!(
+        out.contains(&format!("Completed updating config for user {user}.")),
+        "{out}"
+    );
+}
+
+/// `kafka-acls.sh --add` against `bootstrap`, logged in with `command_config`: ALLOW for each
+/// of `principals` on `resource` (e.g. `["--operation", "Read", "--topic", T]`).
+pub fn kafka_acls_allow(
+    bootstrap: &str,
+    command_config: &Path,
+    principals: &[&str],
+    resource: &[&str],
+) {
+    let mut args = vec![
+        "--command-config",
+        command_config.to_str().unwrap(),
+        "--add",
+    ];
+    for p in principals {
+        args.extend(["--allow-principal", p]);
+    }
+    args.extend(resource);
+    kafka_acls(bootstrap, &args);
+}
+
 /// Kafka's own `kafka-acls.sh` (AclCommand, e.g. `--add --allow-principal User:a --operation
 /// Read --topic T`, `--list`) against `bootstrap`; fails the test if it fails.
 pub fn kafka_acls(bootstrap: &str, args: &[&str]) -> String {
