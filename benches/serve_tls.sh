@@ -111,14 +111,16 @@ while [ "$(size_of "$WORK/mirror/$TOPIC-0"/*.log)" -lt "$TARGET" ]; do
   sleep 0.2
 done
 
-# ConsumerPerformance prints a CSV line: start, end, MB, MB/s, records, records/s, ...
+# ConsumerPerformance prints a CSV line: start, end, MB, MB/s, records, records/s,
+# rebalance ms, fetch ms, fetch MB/s, fetch records/s. MB/s counts the group join too; fetch
+# MB/s (the figure to compare) is the read alone.
 consume() {
   local name=$1 port=$2 props=$3 group=$4
   java -Xmx512m -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" org.apache.kafka.tools.ConsumerPerformance \
     --bootstrap-server "127.0.0.1:$port" --topic "$TOPIC" --messages "$RECORDS" --group "$group" \
     --consumer.config "$props" --timeout 120000 2>"$WORK/consume-$group.err" | tail -1 \
     | awk -F', *' -v n="$name" -v l="$(cut -d' ' -f1 /proc/loadavg)" \
-        '{ printf "%s MB=%s seconds=%.2f MB/s=%s records=%s load=%s\n", n, $3, $4 ? $3/$4 : 0, $4, $5, l }'
+        '{ printf "%s MB=%s records=%s MB/s=%s rebalance_ms=%s fetch_ms=%s fetch_MB/s=%s load=%s\n", n, $3, $5, $4, $7, $8, $9, l }'
   if grep -qiE "error|exception" "$WORK/consume-$group.err"; then
     echo "$name consumer errors:" >&2; grep -iE "error|exception" "$WORK/consume-$group.err" | head -5 >&2
   fi

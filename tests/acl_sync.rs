@@ -155,7 +155,7 @@ fn principals(lines: &[String]) -> Vec<String> {
 
 /// The Java consumer (assigned partition 0, no group) logged in with `props`.
 fn java_consume(props: &Path, kmirror: &str, topic: &str, max: usize) -> Result<usize, String> {
-    harness::with_client_config(props, || harness::try_consume_count(kmirror, topic, max))
+    harness::with_client_config(props, || harness::try_consume(kmirror, topic, max))
 }
 
 /// The Java producer as the client of `props`, 5 records to partition 0: stderr on failure.

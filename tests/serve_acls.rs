@@ -17,7 +17,7 @@ mod harness;
 
 use harness::mirrors_cli::serve_mirroring;
 use harness::python_clients::librdkafka;
-use harness::{acl_lines, kafka_acls, try_consume_count, ProduceOpts};
+use harness::{acl_lines, kafka_acls, try_consume, ProduceOpts};
 
 const RECORDS: usize = 20;
 
@@ -77,11 +77,11 @@ fn kafka_acls_manages_kmirror_and_stock_clients_get_kafkas_errors() {
 
     // Enforcement with stock clients (after failover: the partitions are kmirror's own).
     assert_eq!(
-        try_consume_count(&kmirror, &t, RECORDS),
+        try_consume(&kmirror, &t, RECORDS),
         Ok(RECORDS),
         "T is readable"
     );
-    let refused = try_consume_count(&kmirror, &u, RECORDS).expect_err("U must be refused");
+    let refused = try_consume(&kmirror, &u, RECORDS).expect_err("U must be refused");
     assert!(
         refused.contains("TopicAuthorizationException"),
         "the Java client names Kafka's error: {refused}"
@@ -115,7 +115,7 @@ fn kafka_acls_manages_kmirror_and_stock_clients_get_kafkas_errors() {
     let left = acl_lines(&kafka_acls(&kmirror, &["--list"]));
     assert_eq!(left.len(), 2, "{left:#?}");
     assert_eq!(
-        try_consume_count(&kmirror, &u, RECORDS),
+        try_consume(&kmirror, &u, RECORDS),
         Ok(RECORDS),
         "U readable once its ACL is gone"
     );

@@ -10,6 +10,11 @@
 //! required). Certificates are made with the openssl CLI. Each client bootstraps on one
 //! listener only, so it also proves Metadata advertises that listener's address (a TLS client
 //! sent to the plaintext port could not read anything).
+//!
+//! Who is let in: the MTLS listener authenticates, so allow.everyone.if.no.acl.found is false
+//! (the default). The operator's certificate (`admin_principal`) is the one super user; with it
+//! `kafka-acls.sh` over mTLS lets User:ANONYMOUS (PLAIN and TLS clients) and the client
+//! certificate's principal READ the topic and librdkafka's group, nothing else.
 
 mod harness;
 mod mirror_support;
@@ -21,6 +26,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use harness::certs::PemCerts;
+use harness::client_login::ClientLogin;
 use harness::consume_to_end_configured;
 use harness::mirrors_cli::free_loopback_port;
 use harness::python_clients::{librdkafka, records};
@@ -53,28 +59,34 @@ fn rig() -> &'static Rig {
         let (config, data_dir) = write_config(work.path(), &k.bootstrap(), &[&topic]);
         let metrics = format!("127.0.0.1:{}", free_loopback_port());
         let mut text = std::fs::read_to_string(&config).unwrap();
-        let tls = |name: &str, auth: &str| {
-            format!(
-                "[[kafka.listeners]]\nname = \"{name}\"\nlisten = \"127.0.0.1:0\"\n\
-                 security_protocol = \"SSL\"\nssl_keystore_location = \"{}\"\n\
-                 ssl_key_location = \"{}\"\nssl_truststore_location = \"{}\"\n\
-                 ssl_client_auth = \"{auth}\"\n",
-                certs.server_cert.display(),
-                certs.server_key.display(),
-                certs.ca.display()
-            )
-        };
         text.push_str(&format!(
             "[metrics]\nlisten = \"{metrics}\"\n[kafka]\n[[kafka.listeners]]\nname = \"PLAIN\"\n\
-             listen = \"127.0.0.1:0\"\nsecurity_protocol = \"PLAINTEXT\"\n{}{}",
-            tls("TLS", "none"),
-            tls("MTLS", "required")
+             listen = \"127.0.0.1:0\"\nsecurity_protocol = \"PLAINTEXT\"\n{}{}\
+             [kafka.authorizer]\nsuper_users = [\"{}\"]\n",
+            certs.listener("TLS", "SSL", "none"),
+            certs.listener("MTLS", "SSL", "required"),
+            certs.admin_principal
         ));
         std::fs::write(&config, text).unwrap();
         let mut serve = Serve::start(&config, work.path().join("serve.log"));
         let plain = serve.kafka_listener_named("PLAIN");
         let tls_addr = serve.kafka_listener_named("TLS");
         let mtls = serve.kafka_listener_named("MTLS");
+        let operator = ClientLogin::tls(&certs.ca, Some((&certs.admin_cert, &certs.admin_key)))
+            .java_properties(work.path(), "operator");
+        harness::kafka_acls_allow(
+            &mtls,
+            &operator,
+            &["User:ANONYMOUS", certs.client_principal],
+            &[
+                "--operation",
+                "Read",
+                "--topic",
+                &topic,
+                "--group",
+                "librdkafka-assign",
+            ],
+        );
         wait_mirrored(
             &mut serve,
             &k.partition_dir(&topic, 0),
@@ -93,31 +105,16 @@ fn rig() -> &'static Rig {
     })
 }
 
-/// A Java client properties file for an SSL listener; with the client's key and certificate
-/// (one PEM key store, as Kafka's `ssl.keystore.type=PEM` reads it) when `with_cert`.
+/// A Java client properties file for an SSL listener, with the client certificate when
+/// `with_cert`.
 fn java_properties(
     dir: &Path,
     name: &str,
     certs: &PemCerts,
     with_cert: bool,
 ) -> std::path::PathBuf {
-    let mut props = format!(
-        "security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={}\n",
-        certs.ca.display()
-    );
-    if with_cert {
-        let store = dir.join(format!("{name}-keystore.pem"));
-        let mut pem = std::fs::read_to_string(&certs.client_key).unwrap();
-        pem.push_str(&std::fs::read_to_string(&certs.client_cert).unwrap());
-        std::fs::write(&store, pem).unwrap();
-        props.push_str(&format!(
-            "ssl.keystore.type=PEM\nssl.keystore.location={}\n",
-            store.display()
-        ));
-    }
-    let path = dir.join(format!("{name}.properties"));
-    std::fs::write(&path, props).unwrap();
-    path
+    let cert = with_cert.then_some((certs.client_cert.as_path(), certs.client_key.as_path()));
+    ClientLogin::tls(&certs.ca, cert).java_properties(dir, name)
 }
 
 /// The value of the series of `name` whose labels contain all of `labels`; 0 when absent.
@@ -193,12 +190,11 @@ fn java_consumer_reads_over_tls_and_mtls_as_its_certificate_principal() {
 fn librdkafka_consumer_reads_over_mtls() {
     let r = rig();
     let plain = harness::consume_to_end(&r.plain, &r.topic, 0, Isolation::ReadUncommitted);
-    let config = serde_json::json!({
-        "security.protocol": "SSL",
-        "ssl.ca.location": r.certs.ca,
-        "ssl.certificate.location": r.certs.client_cert,
-        "ssl.key.location": r.certs.client_key,
-    })
+    let config = ClientLogin::tls(
+        &r.certs.ca,
+        Some((&r.certs.client_cert, &r.certs.client_key)),
+    )
+    .librdkafka()
     .to_string();
     let before = metric(
         &r.metrics,

@@ -149,13 +149,16 @@ impl<I: LogIo> KeyedLog<I> {
             PartitionLog::create(&compacting, tp.clone(), None, config.clone()).map_err(e_log)?;
         // Control state holds secrets (mirror definitions with source passwords): the log's
         // directory is 0700 and its files 0600 before a record is written, whatever the umask.
-        crate::serve::credentials::secret_file::restrict_dir(&compacting).map_err(|e| {
-            KeyedLogError::Io {
-                topic: topic.to_owned(),
-                path: compacting.clone(),
-                source: std::io::Error::other(e.to_string()),
-            }
-        })?;
+        let restrict = |dir: &Path| {
+            crate::serve::credentials::secret_file::restrict_dir(dir).map_err(|e| {
+                KeyedLogError::Io {
+                    topic: topic.to_owned(),
+                    path: dir.to_path_buf(),
+                    source: std::io::Error::other(e.to_string()),
+                }
+            })
+        };
+        restrict(&compacting)?;
         let mut next = Offset::ZERO;
         for (key, value) in &live {
             let batch = BatchBuilder::new(next)
@@ -174,6 +177,10 @@ impl<I: LogIo> KeyedLog<I> {
             std::fs::remove_dir_all(&old).map_err(e_io(&old))?;
         }
         let log = open(&mut io).map_err(e_log)?;
+        // The close above wrote a producer-state snapshot with the umask's mode: again 0600.
+        // (Files the log makes later, a snapshot at the next close or a rolled segment, follow
+        // the umask inside the 0700 directory until the next open restricts them.)
+        restrict(&dir)?;
         Ok(KeyedLog {
             topic: topic.to_owned(),
             log,

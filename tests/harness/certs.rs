@@ -127,6 +127,27 @@ pub struct PemCerts {
     pub client_principal: &'static str,
     pub stranger_cert: PathBuf,
     pub stranger_key: PathBuf,
+    /// A second client certificate of the same CA, for the operator (a test makes its
+    /// principal a super user to create ACLs over mTLS).
+    pub admin_cert: PathBuf,
+    pub admin_key: PathBuf,
+    pub admin_principal: &'static str,
+}
+
+impl PemCerts {
+    /// A `[[kafka.listeners]]` section named `name` with `protocol` (SSL or SASL_SSL) serving
+    /// the server certificate, trusting the CA for client certificates, and `ssl_client_auth`.
+    pub fn listener(&self, name: &str, protocol: &str, client_auth: &str) -> String {
+        format!(
+            "[[kafka.listeners]]\nname = \"{name}\"\nlisten = \"127.0.0.1:0\"\n\
+             security_protocol = \"{protocol}\"\nssl_keystore_location = \"{}\"\n\
+             ssl_key_location = \"{}\"\nssl_truststore_location = \"{}\"\n\
+             ssl_client_auth = \"{client_auth}\"\n",
+            self.server_cert.display(),
+            self.server_key.display(),
+            self.ca.display()
+        )
+    }
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
@@ -220,6 +241,7 @@ pub fn make_pem(dir: &Path) -> PemCerts {
     let client_ext = "extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n";
     signed("client", "/C=US/O=acme/OU=eng/CN=alice", "ca", client_ext);
     signed("stranger", "/CN=mallory", "stranger-ca", client_ext);
+    signed("admin", "/O=acme/CN=kmirror-admin", "ca", client_ext);
     PemCerts {
         ca: dir.join("ca.pem"),
         server_cert: dir.join("server.pem"),
@@ -229,5 +251,8 @@ pub fn make_pem(dir: &Path) -> PemCerts {
         client_principal: "User:CN=alice,OU=eng,O=acme,C=US",
         stranger_cert: dir.join("stranger.pem"),
         stranger_key: dir.join("stranger.key"),
+        admin_cert: dir.join("admin.pem"),
+        admin_key: dir.join("admin.key"),
+        admin_principal: "User:CN=kmirror-admin,O=acme",
     }
 }

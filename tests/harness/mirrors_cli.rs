@@ -16,10 +16,17 @@ pub struct CliOut {
 }
 
 pub fn cli(admin: &str, args: &[&str]) -> CliOut {
+    cli_with(admin, &[], args)
+}
+
+/// `cli` with `extra` options after `--admin` (e.g. `--admin-token-file F`).
+pub fn cli_with(admin: &str, extra: &[&str], args: &[&str]) -> CliOut {
     let out = Command::new(env!("CARGO_BIN_EXE_kmirror"))
         .arg("mirrors")
         .args(args)
         .args(["--admin", admin])
+        .args(extra)
+        .env_remove("KMIRROR_ADMIN_TOKEN_FILE")
         .output()
         .unwrap();
     CliOut {

@@ -13,6 +13,7 @@
 
 mod broker;
 pub mod certs;
+pub mod client_login;
 pub mod dump;
 pub mod files;
 pub mod groups;
@@ -30,7 +31,9 @@ pub use broker::{Kafka, KafkaVersion, SaslSslSetup};
 pub use dump::{dump_log_segments, DumpBatch, DumpFlags, DumpOutput};
 pub use jars::kafka_libs;
 pub use process::run_bounded;
-pub use tool::{acl_lines, tool_command, try_consume_count, with_client_config};
+pub use tool::{
+    acl_lines, add_scram_user, kafka_acls_allow, tool_command, try_consume, with_client_config,
+};
 pub use tool::{
     console_consumer, consume, consume_to_end, describe_topic_config_sources,
     describe_topic_configs, kafka_acls, kafka_configs, kafka_topics, offsets, offsets_for_times,

@@ -53,6 +53,28 @@ pub fn python_command(
     cmd
 }
 
+/// Runs `tests/python/<script>` expecting it to fail (a refused login); returns what it
+/// printed, stdout then stderr. Panics if it succeeded.
+pub fn run_python_refused(
+    script: &str,
+    args: &[&str],
+    client_config: Option<&serde_json::Value>,
+) -> String {
+    let out = python_command(script, args, client_config)
+        .output()
+        .expect("run the virtualenv Python");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "{script} {args:?} succeeded:\n{said}"
+    );
+    said
+}
+
 /// kafka-python (`kafka_python_client.py`).
 pub fn kafka_python(args: &[&str]) -> Vec<serde_json::Value> {
     run_python("kafka_python_client.py", args)

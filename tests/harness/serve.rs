@@ -71,6 +71,20 @@ pub struct Launch {
     pub env: Vec<(String, OsString)>,
 }
 
+impl Launch {
+    /// kmirror run under `umask 000` (a shell stays its parent and exits with its status), with
+    /// `env`: files it means to keep private must be so by its own doing.
+    pub fn umask_000(env: Vec<(String, OsString)>) -> Launch {
+        Launch {
+            wrapper: ["sh", "-c", "umask 000; \"$@\"; exit $?", "sh"]
+                .iter()
+                .map(Into::into)
+                .collect(),
+            env,
+        }
+    }
+}
+
 /// What `kmirror serve` logs once its Kafka listener accepts connections.
 const LISTENER_LINE: &str = "Kafka listener serving on ";
 

@@ -640,32 +640,10 @@ pub fn alter_config(bootstrap: &str, topic: &str, configs: &[(&str, &str)]) {
     run_tool(&args);
 }
 
-/// Kafka's own `kafka-configs` (ConfigCommand) against `bootstrap`, e.g. to change a SCRAM
-/// user's password or set a client quota.
-pub fn kafka_configs(bootstrap: &str, args: &[&str]) -> String {
-    kafka_admin_tool(
-        "kafka.admin.ConfigCommand",
-        "kafka-configs",
-        bootstrap,
-        args,
-    )
-}
-
-/// Kafka's own `kafka-acls.sh` (AclCommand, e.g. `--add --allow-principal User:a --operation
-/// Read --topic T`, `--list`) against `bootstrap`; fails the test if it fails.
-pub fn kafka_acls(bootstrap: &str, args: &[&str]) -> String {
-    kafka_admin_tool(
-        "org.apache.kafka.tools.AclCommand",
-        "kafka-acls",
-        bootstrap,
-        args,
-    )
-}
-
 /// Reads up to `max` records of `topic`-0 from offset 0 with the Java consumer (assigned, no
-/// group; a `with_client_config` login applies): how many it read, or the tool's stderr when
-/// it failed (a refused client: the exception the Java client reports).
-pub fn try_consume_count(bootstrap: &str, topic: &str, max: usize) -> Result<usize, String> {
+/// group), under this thread's client config if any: how many it got, or the tool's stderr when
+/// it failed (a refused login, or Kafka's TopicAuthorizationException).
+pub fn try_consume(bootstrap: &str, topic: &str, max: usize) -> Result<usize, String> {
     let out = run_tool_unchecked(&[
         s("consume"),
         s("--bootstrap"),
@@ -681,16 +659,87 @@ pub fn try_consume_count(bootstrap: &str, topic: &str, max: usize) -> Result<usi
         s("--isolation"),
         s("read_uncommitted"),
         s("--timeout-ms"),
-        s("30000"),
+        s("60000"),
     ]);
     if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
+        Ok(stdout_lines(&out)
+            .iter()
             .filter(|l| l.starts_with('{'))
             .count())
     } else {
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
+}
+
+/// Kafka's own `kafka-configs` (ConfigCommand) against `bootstrap`, e.g. to change a SCRAM
+/// user's password or set a client quota.
+pub fn kafka_configs(bootstrap: &str, args: &[&str]) -> String {
+    kafka_admin_tool(
+        "kafka.admin.ConfigCommand",
+        "kafka-configs",
+        bootstrap,
+        args,
+    )
+}
+
+/// `kafka-configs.sh --alter --add-config '<mechanism>=[password=…]' --entity-type users`
+/// against `bootstrap`, logged in with `command_config`; checks Kafka's tool says it is done.
+pub fn add_scram_user(
+    bootstrap: &str,
+    command_config: &Path,
+    mechanism: &str,
+    user: &str,
+    password: &str,
+) {
+    let out = kafka_configs(
+        bootstrap,
+        &[
+            "--command-config",
+            command_config.to_str().unwrap(),
+            "--alter",
+            "--add-config",
+            &format!("{mechanism}=[password={password}]"),
+            "--entity-type",
+            "users",
+            "--entity-name",
+            user,
+        ],
+    );
+    assert!(
+        out.contains(&format!("Completed updating config for user {user}.")),
+        "{out}"
+    );
+}
+
+/// `kafka-acls.sh --add` against `bootstrap`, logged in with `command_config`: ALLOW for each
+/// of `principals` on `resource` (e.g. `["--operation", "Read", "--topic", T]`).
+pub fn kafka_acls_allow(
+    bootstrap: &str,
+    command_config: &Path,
+    principals: &[&str],
+    resource: &[&str],
+) {
+    let mut args = vec![
+        "--command-config",
+        command_config.to_str().unwrap(),
+        "--add",
+    ];
+    for p in principals {
+        args.extend(["--allow-principal", p]);
+    }
+    args.extend(resource);
+    kafka_acls(bootstrap, &args);
+}
+
+/// Kafka's own `kafka-acls.sh` (AclCommand, e.g. `--add --allow-principal User:a --operation
+/// Read --topic T`, `--list`) against `bootstrap`; fails the test if it fails.
+pub fn kafka_acls(bootstrap: &str, args: &[&str]) -> String {
+    kafka_admin_tool(
+        "org.apache.kafka.tools.AclCommand",
+        "kafka-acls",
+        bootstrap,
+        args,
+    )
 }
 
 /// The ACL lines `kafka-acls.sh --list` printed (one per ACL, Kafka's `(principal=..., ...)`),

@@ -22,6 +22,10 @@ wheel bundles librdkafka). One JSON line per result on stdout; any failure exits
             for the idempotent run); values are "SEED-i" so the test knows what it wrote
   produce-refused BOOTSTRAP TOPIC PARTITION
             one plain produce; prints {"error": name, "retriable": bool, "message"}
+  connect-refused BOOTSTRAP
+            an admin client asks for Metadata until the client reports an error (error_cb);
+            prints the first one other than _ALL_BROKERS_DOWN as {"error": name, "message"};
+            fails if Metadata is answered (the connection was not refused)
 
 Every client also gets the settings of the JSON object in $KMIRROR_CLIENT_CONFIG, if set
 (security.protocol, sasl.mechanism, sasl.username, ...).
@@ -242,6 +246,25 @@ def produce_refused(bootstrap, topic, partition):
         emit({"error": err.name(), "retriable": err.retriable(), "message": err.str()})
 
 
+def connect_refused(bootstrap):
+    errors = []
+    a = AdminClient(with_env({"bootstrap.servers": bootstrap, "error_cb": errors.append}))
+    deadline = time.time() + DEADLINE_S
+    while True:
+        told = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+        if told:
+            emit({"error": told[0].name(), "message": told[0].str()})
+            return
+        if time.time() > deadline:
+            raise SystemExit(f"no error reported within {DEADLINE_S} s: {errors}")
+        try:
+            a.list_topics(timeout=1)
+            raise SystemExit("Metadata was answered: the connection was not refused")
+        except KafkaException:
+            pass
+        a.poll(0.2)
+
+
 COMMANDS = {
     "consume": consume,
     "metadata": metadata,
@@ -250,6 +273,7 @@ COMMANDS = {
     "group": group,
     "produce": produce,
     "produce-refused": produce_refused,
+    "connect-refused": connect_refused,
 }
 
 if __name__ == "__main__":

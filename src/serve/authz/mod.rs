@@ -50,9 +50,11 @@ pub struct AuthorizerConfig {
     /// Kafka's `super.users`, as principals (`User:admin`).
     #[serde(default)]
     pub super_users: Vec<String>,
-    /// Kafka's `allow.everyone.if.no.acl.found`. Default: `true` (see `settings_for`: also with
-    /// SSL/SASL listeners for now), so that a deployment without ACLs keeps working as before
-    /// ACLs existed (resources without ACLs stay open).
+    /// Kafka's `allow.everyone.if.no.acl.found`. Default (see `settings_for`): `false` once any
+    /// listener authenticates its clients (SASL_PLAINTEXT, SASL_SSL, or SSL with
+    /// `ssl_client_auth` requested/required), as Kafka's StandardAuthorizer; `true` while every
+    /// client is User:ANONYMOUS (PLAINTEXT, SSL without client auth), so a plaintext-only
+    /// deployment upgraded from before ACLs keeps working.
     #[serde(default)]
     pub allow_everyone_if_no_acl_found: Option<bool>,
 }
@@ -96,14 +98,31 @@ impl AuthorizerConfig {
 }
 
 /// The authorizer settings of a `kmirror serve` config. `allow.everyone.if.no.acl.found`
-/// defaults to true for now, also with SSL/SASL listeners: turning it to false there (the
-/// issue's and Kafka's rule) needs the TLS and SASL tests to create their ACLs first, which is
-/// not done yet. `[kafka.authorizer] allow_everyone_if_no_acl_found = false` sets it.
+/// defaults to false once any listener authenticates (Kafka's default, and the only one under
+/// which an authenticated listener lets in only whom the ACLs name), to true while no listener
+/// can tell clients apart (every client is User:ANONYMOUS, as a plaintext-only deployment from
+/// before ACLs). As in Kafka, the default then holds for every listener: User:ANONYMOUS on a
+/// PLAINTEXT listener next to a SASL one needs ACLs (or `super_users`) too.
+/// `[kafka.authorizer] allow_everyone_if_no_acl_found` overrides it.
 pub fn settings_for(config: &crate::config::ServeConfig) -> AuthzSettings {
     match &config.kafka {
-        Some(k) => k.authorizer.settings(false),
+        Some(k) => {
+            let authenticated = k
+                .listener_configs()
+                .is_ok_and(|ls| ls.iter().any(authenticates));
+            k.authorizer.settings(authenticated)
+        }
         None => AuthzSettings::allow_all(),
     }
+}
+
+/// Whether `listener` can tell its clients apart: SASL, or TLS asking for a client certificate.
+fn authenticates(listener: &crate::serve::ListenerConfig) -> bool {
+    listener.protocol.needs_sasl()
+        || listener
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.client_auth != crate::serve::tls::ClientAuth::None)
 }
 
 /// Opens the authorizer of a `kmirror serve` config: with a `[kafka]` section whose
@@ -114,6 +133,13 @@ pub fn open_configured(
 ) -> Result<Arc<Authz>, AclStoreError> {
     let settings = settings_for(config);
     if settings.enabled {
+        // Said once at start: an operator adding an authenticated listener sees that resources
+        // without ACLs are now closed (and to whom super_users opens everything).
+        tracing::info!(
+            allow_everyone_if_no_acl_found = settings.allow_if_no_acl,
+            super_users = ?settings.super_users,
+            "authorizer enabled"
+        );
         Authz::open(settings, data_dir)
     } else {
         Ok(Authz::allow_all())
@@ -443,6 +469,74 @@ mod tests {
         }
         .validate()
         .is_err());
+    }
+
+    // Goal: the default of allow.everyone.if.no.acl.found follows the listeners a config
+    // declares: true while every client is User:ANONYMOUS (PLAINTEXT, SSL without client auth),
+    // false once one listener authenticates (SSL with client auth, SASL_*), and the config's
+    // own value wins either way.
+    #[test]
+    fn configured_default_is_false_once_a_listener_authenticates() {
+        let config = |kafka: &str| {
+            crate::config::ServeConfig::parse(&format!(
+                "[admin]\nlisten = \"127.0.0.1:9190\"\n[storage]\ndata_dir = \"/tmp/k\"\n{kafka}"
+            ))
+            .unwrap()
+        };
+        let listener = |protocol: &str, tls: &str| {
+            format!(
+                "[[kafka.listeners]]\nname = \"{protocol}\"\nlisten = \"127.0.0.1:0\"\n\
+                 security_protocol = \"{protocol}\"\n{tls}"
+            )
+        };
+        let plain = listener("PLAINTEXT", "");
+        let ssl = |auth: &str| {
+            listener(
+                "SSL",
+                &format!(
+                    "ssl_keystore_location = \"/k.pem\"\nssl_truststore_location = \"/ca.pem\"\n\
+                     ssl_client_auth = \"{auth}\"\n"
+                ),
+            )
+        };
+        let sasl = "[kafka.sasl]\nenabled_mechanisms = [\"SCRAM-SHA-512\"]\n";
+        for (kafka, allow) in [
+            ("[kafka]\nlisten = \"127.0.0.1:9092\"\n".to_string(), true),
+            (format!("[kafka]\n{plain}{}", ssl("none")), true),
+            (format!("[kafka]\n{plain}{}", ssl("requested")), false),
+            (format!("[kafka]\n{plain}{}", ssl("required")), false),
+            (
+                format!("[kafka]\nlisten = \"127.0.0.1:9092\"\n{sasl}"),
+                false,
+            ),
+            (
+                format!(
+                    "[kafka]\n{plain}{}{sasl}",
+                    listener("SASL_SSL", "ssl_keystore_location = \"/k.pem\"\n")
+                ),
+                false,
+            ),
+            (
+                format!(
+                    "[kafka]\n{plain}{}[kafka.authorizer]\nallow_everyone_if_no_acl_found = true\n",
+                    ssl("required")
+                ),
+                true,
+            ),
+            (
+                format!(
+                    "[kafka]\n{plain}[kafka.authorizer]\nallow_everyone_if_no_acl_found = false\n"
+                ),
+                false,
+            ),
+        ] {
+            assert_eq!(
+                settings_for(&config(&kafka)).allow_if_no_acl,
+                allow,
+                "{kafka}"
+            );
+        }
+        assert!(settings_for(&config("")).allow_if_no_acl, "no [kafka]");
     }
 
     #[test]
