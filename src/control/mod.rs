@@ -50,3 +50,4 @@ pub mod source_worker;
 pub mod state;
 pub mod state_log;
 pub mod topic_configs;
+pub mod unclean_recovery;

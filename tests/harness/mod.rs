@@ -13,6 +13,7 @@
 
 mod broker;
 pub mod certs;
+pub mod cluster;
 pub mod dump;
 pub mod files;
 pub mod groups;

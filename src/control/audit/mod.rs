@@ -529,6 +529,22 @@ impl AuditPlane {
         failed
     }
 
+    /// `tp`'s log was truncated to `end` (`control::unclean_recovery`): what was verified
+    /// above it is gone, so the mark and the re-scrub cursor come down to `end`, durably.
+    pub fn truncated(&mut self, tp: &TopicPartition, end: Offset) {
+        self.store.truncate(tp, end);
+        for ((_, t), st) in self.parts.iter_mut() {
+            if t == tp {
+                st.rescrub = st.rescrub.min(end);
+                st.log_end = st.log_end.map(|e| e.min(end));
+            }
+        }
+        if let Err(e) = self.store.save() {
+            tracing::warn!("audit: cannot write the verified marks (kept in memory): {e}");
+        }
+        self.publish();
+    }
+
     /// "Verified through offset N (source timestamp T)" of `tp` (for the loss report).
     pub fn verified(&self, tp: &TopicPartition) -> Option<Verified> {
         self.store.get(tp)
