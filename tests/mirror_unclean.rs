@@ -244,19 +244,16 @@ fn a_recreated_topic_stays_failed_with_the_option_on() {
     wait_mirrored(&mut serve, &k.partition_dir(&topic, 0), &ours);
     let held = log_bytes(&ours);
 
-    k.delete_topic(&topic);
-    k.create_topic(&topic, 1, &[]);
-    let new_data = ProduceOpts {
-        seed: 99,
-        ..Default::default()
-    };
-    k.produce(&topic, 0, 50, &new_data);
+    k.recreate_topic(&topic, 50);
 
     serve.wait_for("the partition FAILED", STATE_LIMIT, || {
         row(&cp.admin)["state"] == "FAILED"
     });
     let failed = row(&cp.admin);
-    let why = failed["errorMessage"].as_str().unwrap_or_default().to_owned();
+    let why = failed["errorMessage"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     println!("recreated topic, option on: {why}");
     assert!(
         why.contains("recreated") && why.contains("topic id"),

@@ -164,10 +164,7 @@ fn kill_at_any_point_leaves_old_or_truncated_log_and_a_complete_quarantine() {
         let outcome = recover(&mut log, &mut disk, &q, SOURCE, 1_000 + n as i64);
         if !disk.died {
             outcome.unwrap().expect("diverges");
-            assert!(
-                n > 3,
-                "the recovery writes and syncs several times"
-            );
+            assert!(n > 3, "the recovery writes and syncs several times");
             break;
         }
         assert!(outcome.is_err(), "crash at op {n} is reported");

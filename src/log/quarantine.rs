@@ -27,7 +27,7 @@ use crate::log::checkpoint::{sync_dir, write_atomically_with};
 use crate::log::io::{LogIo, StdIo};
 use crate::log::partition_log::PartitionLog;
 use crate::log::LogError;
-use crate::wire::batch::Batches;
+use crate::wire::batch::{Batch, Batches};
 
 /// Directory under the data dir.
 pub const DIR_NAME: &str = "kmirror-quarantine";
@@ -126,34 +126,22 @@ impl Quarantine {
         let mut batches = Vec::new();
         let mut bytes: u64 = 0;
         let mut records: i64 = 0;
-        let mut at = from;
-        while at < end {
-            let buf = log.read_bytes(at, QUARANTINE_READ_BYTES)?;
-            if buf.is_empty() {
-                break;
-            }
-            let mut next = at;
-            for item in Batches::new(&buf) {
-                let (_, b) = item.map_err(|e| LogError::corrupt(&path, e.to_string()))?;
-                io.write_all_at(&file, bytes, b.bytes())
-                    .map_err(|e| LogError::io(&path, e))?;
-                bytes += b.size() as u64;
-                records += i64::from(b.records_count());
-                batches.push(QuarantinedBatch {
-                    base_offset: b.base_offset().0,
-                    last_offset: b.last_offset().0,
-                    partition_leader_epoch: b.partition_leader_epoch().0,
-                    max_timestamp: b.max_timestamp().0,
-                    records: b.records_count(),
-                    bytes: b.size(),
-                    crc: b.stored_crc(),
-                });
-                next = b.next_offset();
-            }
-            // A read returns at least one whole batch below the end; no progress is a bug.
-            assert!(next > at, "quarantine read made no progress at {at}");
-            at = next;
-        }
+        each_batch(log, from, |b| {
+            io.write_all_at(&file, bytes, b.bytes())
+                .map_err(|e| LogError::io(&path, e))?;
+            bytes += b.size() as u64;
+            records += i64::from(b.records_count());
+            batches.push(QuarantinedBatch {
+                base_offset: b.base_offset().0,
+                last_offset: b.last_offset().0,
+                partition_leader_epoch: b.partition_leader_epoch().0,
+                max_timestamp: b.max_timestamp().0,
+                records: b.records_count(),
+                bytes: b.size(),
+                crc: b.stored_crc(),
+            });
+            Ok(())
+        })?;
         io.sync_data(&file).map_err(|e| LogError::io(&path, e))?;
         let report = QuarantineReport {
             reason: reason.to_owned(),
@@ -313,8 +301,22 @@ fn read_report(path: &Path) -> Result<Option<QuarantineReport>, LogError> {
 
 /// (base offset, CRC) of each batch of `log` from `from` to its end.
 fn batch_ids(log: &PartitionLog, from: Offset) -> Result<Vec<(i64, u32)>, LogError> {
-    let end = log.log_end_offset();
     let mut out = Vec::new();
+    each_batch(log, from, |b| {
+        out.push((b.base_offset().0, b.stored_crc()));
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Calls `f` with each batch of `log` from the one holding `from` to the log end, read in
+/// chunks of `QUARANTINE_READ_BYTES` (plus one batch).
+fn each_batch(
+    log: &PartitionLog,
+    from: Offset,
+    mut f: impl FnMut(&Batch<'_>) -> Result<(), LogError>,
+) -> Result<(), LogError> {
+    let end = log.log_end_offset();
     let mut at = from;
     while at < end {
         let buf = log.read_bytes(at, QUARANTINE_READ_BYTES)?;
@@ -324,11 +326,12 @@ fn batch_ids(log: &PartitionLog, from: Offset) -> Result<Vec<(i64, u32)>, LogErr
         let mut next = at;
         for item in Batches::new(&buf) {
             let (_, b) = item.map_err(|e| LogError::corrupt(log.dir(), e.to_string()))?;
-            out.push((b.base_offset().0, b.stored_crc()));
+            f(&b)?;
             next = b.next_offset();
         }
+        // A read returns at least one whole batch below the end; no progress is a bug.
         assert!(next > at, "quarantine read made no progress at {at}");
         at = next;
     }
-    Ok(out)
+    Ok(())
 }
