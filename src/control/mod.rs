@@ -23,6 +23,7 @@
 //! | `control_run` | `kmirror serve` with `[admin]`: controller, shards and admin API     |
 //! | `topic_configs` | which source topic configs are copied, and how they apply locally  |
 //! | `audit` | continuous integrity audit: local scrub, comparison with the source, verified marks |
+//! | `unclean_recovery` | truncating to the source's divergence point after its unclean election, the cut to the quarantine |
 
 pub mod admin;
 pub mod admin_guard;

@@ -11,10 +11,12 @@
 //!     report.json                    what was cut: offsets, epochs, timestamps, CRCs, why
 //! ```
 //!
-//! `<label>` names the action (e.g. `cut-<mirror>-<ms>`). The `.log` file is a valid Kafka
-//! segment (`kafka-dump-log.sh --files ... --deep-iteration` reads it; it has no index, which
-//! the tool does not need). `take` only copies: the caller truncates the log afterwards, so a
-//! crash in between leaves the data in both places, never in neither.
+//! `<label>` names the action (`cut-<mirror>-<ms>` for a consistent cut, `unclean-<ms>` for an
+//! unclean-election recovery). The `.log` file is a valid Kafka segment (`kafka-dump-log.sh
+//! --files ... --deep-iteration` reads it; it has no index, which the tool does not need).
+//! `take` only copies: the caller truncates the log afterwards, so a crash in between leaves
+//! the data in both places, never in neither. `report.json` is written last, so its presence
+//! says the take is complete; `covering` finds a complete take a repeated action can reuse.
 
 use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
