@@ -51,33 +51,10 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "serving_after_failover: $*" >&2; exit 1; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
-CPORT=$(free_port)
-ADMIN="127.0.0.1:$(free_port)"
-QUIET=(-Dlog4j.configuration=file:"$WORK/log4j.properties" -Dlog4j2.configurationFile="$WORK/log4j2.properties")
-cat > "$WORK/log4j.properties" <<EOF
-log4j.rootLogger=WARN, stderr
-log4j.appender.stderr=org.apache.log4j.ConsoleAppender
-log4j.appender.stderr.Target=System.err
-log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
-log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
-EOF
-printf 'status=error\nrootLogger.level=warn\n' > "$WORK/log4j2.properties"
+kraft_start "$WORK" "$CP" -Xmx1g -Xms256m -XX:+UseG1GC || fail "broker not up"
+QUIET=("${KRAFT_QUIET[@]}")
+ADMIN="127.0.0.1:$(kraft_free_port)"
 tool() { java -Xmx512m -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" "$@"; }
-
-kraft_properties "$WORK/broker-data" "$PORT" "$CPORT" >"$WORK/server.properties"
-tool kafka.tools.StorageTool format -t "$(kraft_cluster_id)" -c "$WORK/server.properties" \
-  > "$WORK/format.log" 2>&1
-java -Xmx1g -Xms256m -XX:+UseG1GC "${QUIET[@]}" -cp "$CP" kafka.Kafka "$WORK/server.properties" \
-  > "$WORK/broker.log" 2>&1 &
-BROKER_PID=$!
-up=0
-for _ in $(seq 1 240); do
-  if python3 -c "import socket; socket.create_connection(('127.0.0.1',$PORT),1)" 2>/dev/null; then up=1; break; fi
-  sleep 0.5
-done
-[ $up = 1 ] || { tail -20 "$WORK/broker.log" >&2; fail "broker not up"; }
 BROKER="127.0.0.1:$PORT"
 
 TOPIC=bench

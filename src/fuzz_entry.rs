@@ -370,13 +370,17 @@ pub const ACL_APIS: [kafka_protocol::messages::ApiKey; 3] = [
     kafka_protocol::messages::ApiKey::DeleteAcls,
 ];
 
+/// The correlation id of every request frame the fuzz targets build; answers must carry it.
+pub const REQUEST_CORRELATION_ID: i32 = 7;
+
 /// A request frame (header and `body`) for `api` at `version`, as a client sends it minus the
-/// length prefix.
+/// length prefix. The one builder for every target that feeds the dispatcher.
 pub fn request_frame(api: kafka_protocol::messages::ApiKey, version: i16, body: &[u8]) -> Bytes {
     let mut h = kafka_protocol::messages::RequestHeader::default();
     h.request_api_key = api as i16;
     h.request_api_version = version;
-    h.correlation_id = 1;
+    h.correlation_id = REQUEST_CORRELATION_ID;
+    h.client_id = Some(kafka_protocol::protocol::StrBytes::from_static_str("fuzz"));
     let mut out = BytesMut::new();
     h.encode(&mut out, api.request_header_version(version))
         .expect("a request header encodes");

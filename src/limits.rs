@@ -702,6 +702,18 @@ pub const ACL_FIELD_BYTES_MAX: usize = 1024;
 /// source's list beyond it is cut (and said so in describe), so that a request's authorization
 /// stays a bounded walk.
 pub const ACLS_MAX: usize = 100_000;
+/// Default of `mirror.acls.interval.ms`: how often a mirror's ACLs are read from its source.
+pub const ACL_SYNC_INTERVAL_MS_DEFAULT: u64 = 30_000;
+pub const ACL_SYNC_INTERVAL_MS_MIN: u64 = 100;
+pub const ACL_SYNC_INTERVAL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+const _: () = assert!(
+    ACL_SYNC_INTERVAL_MS_MIN <= ACL_SYNC_INTERVAL_MS_DEFAULT
+        && ACL_SYNC_INTERVAL_MS_DEFAULT <= ACL_SYNC_INTERVAL_MS_MAX
+);
+/// Most ACLs one mirror takes from its source (one `__mirror_state` record each); the rest of
+/// a longer selection is left out and `describe` says so.
+pub const ACL_SYNC_MIRROR_MAX: usize = 20_000;
+const _: () = assert!(ACL_SYNC_MIRROR_MAX <= ACLS_MAX);
 
 // ---- continuous integrity audit (control/audit) ----
 
@@ -752,3 +764,7 @@ pub const UNCLEAN_RECOVERIES_SHOWN_MAX: usize = 8;
 
 /// Longest drill topic name (`drill.<name>.<topic>`): Kafka's topic name limit.
 pub const DRILL_TOPIC_NAME_MAX: usize = 249;
+
+/// A drill or pending-cut record (`control::json_records`) larger than this is refused when
+/// read: a drill of 16,384 partitions is about 4 MB of JSON.
+pub const JSON_RECORD_BYTES_MAX: u64 = 64 << 20;

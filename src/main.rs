@@ -125,7 +125,7 @@ fn main() -> ExitCode {
             };
         }
         Command::Latency { file, plot } => {
-            kmirror::ops::latency::run(&file, plot.as_deref(), &mut std::io::stdout().lock())
+            kmirror::ops::latency_cmd::run(&file, plot.as_deref(), &mut std::io::stdout().lock())
                 .map_err(anyhow::Error::from)
         }
         Command::Log(LogCommand::Verify { dir }) => kmirror::ops::log_tools::verify(&dir)

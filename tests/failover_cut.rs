@@ -10,15 +10,20 @@
 //! `.log` must equal the source's bytes after that point (the second set's batches), be read
 //! cleanly by Kafka's DumpLogSegments, and its report must list those batches; the loss report
 //! counts the cut records as lost (the source still has them).
+//!
+//! The second test kills kmirror with `kill -9` in the middle of a cut: one topic's cut cannot
+//! write its quarantine (the quarantine path is a file), so that partition stays STOPPING while
+//! the other is already STOPPED. The restart must finish the cut at the same T (recorded in
+//! `kmirror-cuts/`), never fail the partition over uncut.
 
 mod harness;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use harness::dump::{dump_log_segments, DumpFlags};
-use harness::mirrors_cli::{cli_ok, ControlPlane};
-use harness::serve::{log_bytes, wait_all_mirrored};
-use harness::{shared, unique_topic, ProduceOpts};
+use harness::mirrors_cli::{cli_ok, describe_rows, wait_admin, ControlPlane};
+use harness::serve::{log_bytes, wait_all_mirrored, Serve};
+use harness::{shared, unique_topic, Kafka, ProduceOpts};
 use serde_json::Value;
 
 fn now_ms() -> i64 {
@@ -28,15 +33,18 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-#[test]
-fn cut_at_timestamp_truncates_both_topics_and_quarantines_the_rest() {
-    let k = shared();
-    let topics = [unique_topic("cut-a"), unique_topic("cut-b")];
-    for t in &topics {
+/// Produces `first[i]` records to `topics[i]` (partition 0), takes T once all are
+/// acknowledged, waits for the clock to pass T, then produces `second[i]` (CreateTime above
+/// T). Returns T and each source log's bytes after the first and after the second set.
+fn two_sets(
+    k: &Kafka,
+    topics: &[String],
+    first: &[usize],
+    second: &[usize],
+) -> (i64, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    for t in topics {
         k.create_topic(t, 1, &[]);
     }
-    let first = [40usize, 25];
-    let second = [30usize, 45];
     for (i, t) in topics.iter().enumerate() {
         let w = k.produce(
             t,
@@ -62,6 +70,9 @@ fn cut_at_timestamp_truncates_both_topics_and_quarantines_the_rest() {
     let source_dirs: Vec<_> = topics.iter().map(|t| k.partition_dir(t, 0)).collect();
     let kept: Vec<Vec<u8>> = source_dirs.iter().map(|d| log_bytes(d)).collect();
     for (i, t) in topics.iter().enumerate() {
+        if second[i] == 0 {
+            continue;
+        }
         let w = k.produce(
             t,
             0,
@@ -74,34 +85,39 @@ fn cut_at_timestamp_truncates_both_topics_and_quarantines_the_rest() {
         assert_eq!(w.offsets.len(), second[i]);
     }
     let full: Vec<Vec<u8>> = source_dirs.iter().map(|d| log_bytes(d)).collect();
-    for i in 0..2 {
-        assert!(full[i].starts_with(&kept[i]) && full[i].len() > kept[i].len());
+    for i in 0..topics.len() {
+        assert!(full[i].starts_with(&kept[i]) && full[i].len() >= kept[i].len());
     }
+    (cut_at, kept, full)
+}
 
-    let ControlPlane {
-        data_dir,
-        admin,
-        mut serve,
-        // Holds the temp dir (data dir, serve log) until the test ends.
-        work: _work,
-        ..
-    } = ControlPlane::start(&k.bootstrap(), false, "sync.group.offsets.enabled=false\n");
-    let pattern = format!("{},{}", topics[0], topics[1]);
-    cli_ok(&admin, &["start", "--mirror", "m", "--topics", &pattern]);
+/// kmirror mirroring `topics` (partition 0 each) as mirror "m", every log equal to the
+/// source's; with our partition directories.
+fn mirror_all(k: &Kafka, topics: &[String]) -> (ControlPlane, Vec<std::path::PathBuf>) {
+    let mut cp = ControlPlane::start(&k.bootstrap(), false, "sync.group.offsets.enabled=false\n");
+    cli_ok(
+        &cp.admin,
+        &["start", "--mirror", "m", "--topics", &topics.join(",")],
+    );
     let ours: Vec<_> = topics
         .iter()
-        .map(|t| data_dir.join(format!("{t}-0")))
+        .map(|t| cp.data_dir.join(format!("{t}-0")))
         .collect();
-    let pairs: Vec<_> = source_dirs
+    let pairs: Vec<_> = topics
         .iter()
-        .cloned()
+        .map(|t| k.partition_dir(t, 0))
         .zip(ours.iter().cloned())
         .collect();
-    wait_all_mirrored(&mut serve, &pairs);
+    wait_all_mirrored(&mut cp.serve, &pairs);
+    (cp, ours)
+}
 
+/// `stop --cut-at-timestamp` of every topic, its JSON answer.
+fn stop_with_cut(admin: &str, topics: &[String], cut_at: i64) -> Value {
     let ts = cut_at.to_string();
+    let pattern = topics.join(",");
     let out = cli_ok(
-        &admin,
+        admin,
         &[
             "stop",
             "--mirror",
@@ -113,7 +129,28 @@ fn cut_at_timestamp_truncates_both_topics_and_quarantines_the_rest() {
             "--json",
         ],
     );
-    let answer: Value = serde_json::from_str(&out).unwrap();
+    serde_json::from_str(&out).unwrap()
+}
+
+#[test]
+fn cut_at_timestamp_truncates_both_topics_and_quarantines_the_rest() {
+    let k = shared();
+    let topics = [unique_topic("cut-a"), unique_topic("cut-b")];
+    let first = [40usize, 25];
+    let second = [30usize, 45];
+    let (cut_at, kept, full) = two_sets(k, &topics, &first, &second);
+    let (
+        ControlPlane {
+            data_dir,
+            admin,
+            serve,
+            // Holds the temp dir (data dir, serve log) until the test ends.
+            work: _work,
+            ..
+        },
+        ours,
+    ) = mirror_all(k, &topics);
+    let answer = stop_with_cut(&admin, &topics, cut_at);
     let cuts = answer["cut"]
         .as_array()
         .unwrap_or_else(|| panic!("{answer}"));
@@ -188,5 +225,74 @@ fn cut_at_timestamp_truncates_both_topics_and_quarantines_the_rest() {
         assert_eq!(p["records"], second[i] as i64, "{p}");
         assert_eq!(p["records_exact"], true, "{p}");
     }
+    drop(serve);
+}
+
+#[test]
+fn a_cut_under_way_when_kmirror_is_killed_is_finished_by_the_restart() {
+    let k = shared();
+    // Topic a has records newer than T (its cut must write the quarantine), topic b has none.
+    let topics = [unique_topic("cutkill-a"), unique_topic("cutkill-b")];
+    let (cut_at, kept, full) = two_sets(k, &topics, &[20, 30], &[35, 0]);
+    let (
+        ControlPlane {
+            data_dir,
+            admin,
+            serve,
+            config,
+            work,
+        },
+        ours,
+    ) = mirror_all(k, &topics);
+
+    // The quarantine cannot be written: a's cut fails (and is retried), b's needs none.
+    let blocker = data_dir.join("kmirror-quarantine");
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    let answer = stop_with_cut(&admin, &topics, cut_at);
+    let state = |rows: &[Value], t: &str| {
+        rows.iter()
+            .find(|r| r["topic"] == t)
+            .map(|r| r["state"].as_str().unwrap().to_owned())
+            .unwrap()
+    };
+    let rows = describe_rows(&admin, "m");
+    assert_eq!(state(&rows, &topics[0]), "STOPPING", "{answer}");
+    assert_eq!(state(&rows, &topics[1]), "STOPPED", "{answer}");
+    assert!(
+        data_dir.join("kmirror-cuts/m.json").exists(),
+        "the cut is recorded"
+    );
+
+    serve.kill9();
+    std::fs::remove_file(&blocker).unwrap();
+    let mut serve = Serve::start(&config, work.path().join("serve-restarted.log"));
+    wait_admin(&mut serve, &admin);
+    serve.wait_for(
+        "a's failover after the restart",
+        Duration::from_secs(60),
+        || state(&describe_rows(&admin, "m"), &topics[0]) == "STOPPED",
+    );
+    // a was cut at T like b: its log ends where the first set ended, the rest quarantined.
+    assert_eq!(
+        log_bytes(&ours[0]),
+        kept[0],
+        "a is cut at T, not failed over uncut"
+    );
+    assert_eq!(log_bytes(&ours[1]), kept[1]);
+    let quarantine: Vec<_> = std::fs::read_dir(&blocker)
+        .unwrap()
+        .map(|e| e.unwrap().path().join(format!("{}-0", topics[0])))
+        .filter(|d| d.exists())
+        .collect();
+    assert_eq!(quarantine.len(), 1, "{quarantine:?}");
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(quarantine[0].join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["first_offset"], 20, "{report}");
+    assert_eq!(report["record_count"], 35, "{report}");
+    let file = std::path::PathBuf::from(report["segment_file"].as_str().unwrap());
+    assert_eq!(std::fs::read(file).unwrap(), full[0][kept[0].len()..]);
+    serve.wait_for("the cut record deleted", Duration::from_secs(30), || {
+        !data_dir.join("kmirror-cuts/m.json").exists()
+    });
     drop(serve);
 }

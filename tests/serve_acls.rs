@@ -17,54 +17,9 @@ mod harness;
 
 use harness::mirrors_cli::serve_mirroring;
 use harness::python_clients::librdkafka;
-use harness::{kafka_acls, ProduceOpts};
+use harness::{acl_lines, kafka_acls, try_consume_count, ProduceOpts};
 
 const RECORDS: usize = 20;
-
-fn s(x: &str) -> String {
-    x.to_string()
-}
-
-/// The ACL lines `kafka-acls.sh --list` printed (one per ACL, Kafka's `(principal=..., ...)`).
-fn acl_lines(out: &str) -> Vec<String> {
-    let mut lines: Vec<String> = out
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("(principal="))
-        .map(str::to_string)
-        .collect();
-    lines.sort();
-    lines
-}
-
-/// Reads `topic`-0 with the Java consumer; the tool's stderr when it failed.
-fn java_consume(bootstrap: &str, topic: &str) -> Result<usize, String> {
-    let out = harness::run_tool_unchecked(&[
-        s("consume"),
-        s("--bootstrap"),
-        s(bootstrap),
-        s("--topic"),
-        s(topic),
-        s("--partition"),
-        s("0"),
-        s("--from"),
-        s("0"),
-        s("--max"),
-        RECORDS.to_string(),
-        s("--isolation"),
-        s("read_uncommitted"),
-        s("--timeout-ms"),
-        s("30000"),
-    ]);
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.starts_with('{'))
-            .count())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
 
 #[test]
 fn kafka_acls_manages_kmirror_and_stock_clients_get_kafkas_errors() {
@@ -121,8 +76,12 @@ fn kafka_acls_manages_kmirror_and_stock_clients_get_kafkas_errors() {
     );
 
     // Enforcement with stock clients (after failover: the partitions are kmirror's own).
-    assert_eq!(java_consume(&kmirror, &t), Ok(RECORDS), "T is readable");
-    let refused = java_consume(&kmirror, &u).expect_err("U must be refused");
+    assert_eq!(
+        try_consume_count(&kmirror, &t, RECORDS),
+        Ok(RECORDS),
+        "T is readable"
+    );
+    let refused = try_consume_count(&kmirror, &u, RECORDS).expect_err("U must be refused");
     assert!(
         refused.contains("TopicAuthorizationException"),
         "the Java client names Kafka's error: {refused}"
@@ -156,7 +115,7 @@ fn kafka_acls_manages_kmirror_and_stock_clients_get_kafkas_errors() {
     let left = acl_lines(&kafka_acls(&kmirror, &["--list"]));
     assert_eq!(left.len(), 2, "{left:#?}");
     assert_eq!(
-        java_consume(&kmirror, &u),
+        try_consume_count(&kmirror, &u, RECORDS),
         Ok(RECORDS),
         "U readable once its ACL is gone"
     );

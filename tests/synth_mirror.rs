@@ -8,7 +8,7 @@
 mod harness;
 mod mirror_support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use harness::serve::{
@@ -31,8 +31,44 @@ fn source(spec: SynthSpec) -> (String, std::sync::Arc<Catalog>) {
     (addr.to_string(), catalog)
 }
 
+/// Every batch the source generates for one partition, stamped at its offsets: what each
+/// mirrored `.log` must hold byte for byte once the copy is complete.
+fn expected_log(catalog: &Catalog) -> Vec<u8> {
+    let batches = catalog.batches_per_partition.unwrap();
+    let rpb = catalog.records_per_batch();
+    (0..batches as i64)
+        .flat_map(|i| catalog.template.stamped(Offset(i * rpb)))
+        .collect()
+}
+
+/// The mirrored partition directories `synth-0 .. synth-{n-1}` under `data`.
+fn partition_dirs(data: &Path, n: u32) -> Vec<PathBuf> {
+    (0..n).map(|p| data.join(format!("synth-{p}"))).collect()
+}
+
+/// Responses of at most 64 KiB (32 batches) and 8 KiB per partition, so a round reaches only
+/// some partitions and each partition takes several.
+fn small_fetches(config: &Path) {
+    let text = std::fs::read_to_string(config).unwrap();
+    let text = text
+        .replace("partition_max_bytes = 262144", "partition_max_bytes = 8192")
+        .replace("\nmax_bytes = 2097152", "\nmax_bytes = 65536");
+    std::fs::write(config, text).unwrap();
+}
+
+/// Asserts every partition directory holds exactly `want`.
+fn assert_identical(dirs: &[PathBuf], want: &[u8], what: &str) {
+    for d in dirs {
+        assert!(
+            log_bytes(d) == want,
+            "{} differs from the source ({what})",
+            d.display()
+        );
+    }
+}
+
 /// Waits until every partition dir holds `want` bytes of `.log`.
-fn wait_bytes(serve: &mut Serve, dirs: &[&Path], want: usize) {
+fn wait_bytes(serve: &mut Serve, dirs: &[PathBuf], want: usize) {
     let start = Instant::now();
     loop {
         serve.assert_running();
@@ -62,22 +98,11 @@ fn serve_mirrors_the_synthetic_source_byte_for_byte() {
     let work = tempfile::tempdir().unwrap();
     let (config, data) = write_config(work.path(), &addr, &["synth"]);
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    let batches = catalog.batches_per_partition.unwrap();
-    let rpb = catalog.records_per_batch();
-    let want: Vec<u8> = (0..batches as i64)
-        .flat_map(|i| catalog.template.stamped(Offset(i * rpb)))
-        .collect();
-    let dirs: Vec<_> = (0..3).map(|p| data.join(format!("synth-{p}"))).collect();
-    let dir_refs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
-    wait_bytes(&mut serve, &dir_refs, want.len());
+    let want = expected_log(&catalog);
+    let dirs = partition_dirs(&data, 3);
+    wait_bytes(&mut serve, &dirs, want.len());
     serve.sigterm_and_wait();
-    for d in &dirs {
-        assert!(
-            log_bytes(d) == want,
-            "{} differs from the source",
-            d.display()
-        );
-    }
+    assert_identical(&dirs, &want, "zstd, 3 partitions");
 }
 
 #[test]
@@ -96,9 +121,8 @@ fn rate_limited_source_batches_reach_the_mirror_stamped_with_their_appear_time()
     let work = tempfile::tempdir().unwrap();
     let (config, data) = write_config(work.path(), &addr, &["synth"]);
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    let dirs: Vec<_> = (0..3).map(|p| data.join(format!("synth-{p}"))).collect();
-    let dir_refs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
-    wait_bytes(&mut serve, &dir_refs, (size * 15) as usize);
+    let dirs = partition_dirs(&data, 3);
+    wait_bytes(&mut serve, &dirs, (size * 15) as usize);
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -173,33 +197,14 @@ fn mirror_many_partitions(sessions: Sessions) -> ((u64, u64), SynthSessions) {
     if sessions == Sessions::DisabledInKmirror {
         add_fetch_settings(&config, "source_load.sessions = false");
     }
-    // Responses of at most 64 KiB (32 batches) and 8 KiB per partition, so a round reaches
-    // only some partitions and each partition takes several.
-    let text = std::fs::read_to_string(&config).unwrap();
-    let text = text
-        .replace("partition_max_bytes = 262144", "partition_max_bytes = 8192")
-        .replace("\nmax_bytes = 2097152", "\nmax_bytes = 65536");
-    std::fs::write(&config, text).unwrap();
+    small_fetches(&config);
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    let batches = catalog.batches_per_partition.unwrap();
-    let rpb = catalog.records_per_batch();
-    let want: Vec<u8> = (0..batches as i64)
-        .flat_map(|i| catalog.template.stamped(Offset(i * rpb)))
-        .collect();
-    let dirs: Vec<_> = (0..PARTITIONS)
-        .map(|p| data.join(format!("synth-{p}")))
-        .collect();
-    let dir_refs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
-    wait_bytes(&mut serve, &dir_refs, want.len());
+    let want = expected_log(&catalog);
+    let dirs = partition_dirs(&data, PARTITIONS);
+    wait_bytes(&mut serve, &dirs, want.len());
     let counts = fetch_requests(&scrape_metrics(&metrics));
     serve.sigterm_and_wait();
-    for d in &dirs {
-        assert!(
-            log_bytes(d) == want,
-            "{} differs from the source ({sessions:?})",
-            d.display()
-        );
-    }
+    assert_identical(&dirs, &want, &format!("{sessions:?}"));
     (counts, source_sessions)
 }
 
@@ -259,21 +264,11 @@ fn max_rate_caps_the_mirror_and_it_still_completes() {
         &config,
         &format!("source_load.max_rate_bytes_per_sec = {CAP}"),
     );
-    let text = std::fs::read_to_string(&config).unwrap();
-    let text = text
-        .replace("partition_max_bytes = 262144", "partition_max_bytes = 8192")
-        .replace("\nmax_bytes = 2097152", "\nmax_bytes = 65536");
-    std::fs::write(&config, text).unwrap();
+    small_fetches(&config);
     let started = Instant::now();
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
-    let batches = catalog.batches_per_partition.unwrap();
-    let rpb = catalog.records_per_batch();
-    let want: Vec<u8> = (0..batches as i64)
-        .flat_map(|i| catalog.template.stamped(Offset(i * rpb)))
-        .collect();
-    let dirs: Vec<_> = (0..PARTITIONS)
-        .map(|p| data.join(format!("synth-{p}")))
-        .collect();
+    let want = expected_log(&catalog);
+    let dirs = partition_dirs(&data, PARTITIONS);
     let total = want.len() * PARTITIONS as usize;
     let slack = (CAP / 10) as f64 + 65536.0; // one burst (100 ms) and one response
     let mut samples = 0;
@@ -303,11 +298,5 @@ fn max_rate_caps_the_mirror_and_it_still_completes() {
         samples > 10,
         "the copy must take a while under the cap to test it"
     );
-    for d in &dirs {
-        assert!(
-            log_bytes(d) == want,
-            "{} differs from the source",
-            d.display()
-        );
-    }
+    assert_identical(&dirs, &want, "under the rate cap");
 }

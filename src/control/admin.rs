@@ -349,7 +349,12 @@ async fn stop<S: SourceCatalog, D: DataPlane>(
                 },
                 None => None,
             };
-            lock(c).command_finish(report, last, answer)?
+            let finished = lock(c).command_finish(report, last, answer);
+            if finished.is_err() && body.cut_at_timestamp.is_some() {
+                // The cut stays for the partitions still STOPPING; the tick ends it.
+                lock(c).cut_finish(name);
+            }
+            finished?
         }
     };
     let cut = if body.cut_at_timestamp.is_some() {

@@ -35,6 +35,24 @@ pub struct CutReport {
     pub quarantine: Option<QuarantineReport>,
 }
 
+/// The quarantine an earlier, interrupted run of the same cut completed (`report.json` is
+/// written last, after the segment file's fsync): same label, partition and first offset.
+fn earlier_take(
+    quarantine: &Quarantine,
+    label: &str,
+    log: &PartitionLog,
+    at: Offset,
+) -> Option<QuarantineReport> {
+    let path = quarantine
+        .root()
+        .join(label)
+        .join(log.topic_partition().to_string())
+        .join("report.json");
+    let bytes = std::fs::read(path).ok()?;
+    let report: QuarantineReport = serde_json::from_slice(&bytes).ok()?;
+    (report.first_offset == at.0).then_some(report)
+}
+
 /// The base offset of the first batch whose max timestamp is above `ts`.
 pub fn cut_offset(log: &PartitionLog, ts: TimestampMs) -> Result<Option<Offset>, LogError> {
     let after = TimestampMs(ts.0.saturating_add(1));
@@ -50,7 +68,10 @@ pub fn cut_offset(log: &PartitionLog, ts: TimestampMs) -> Result<Option<Offset>,
 }
 
 /// Cuts `log` at `ts`: the batches after it to the quarantine under `label`, then truncation.
-/// Repeating it after a crash cuts nothing more (and leaves the first quarantine in place).
+/// Repeating it after a crash cuts nothing more and leaves the first quarantine in place: a
+/// crash inside the truncation may leave the log with its later segments deleted but the cut
+/// point still present, and copying again then would replace the complete quarantine with
+/// the shorter rest, so a complete quarantine of the same cut point is kept as it is.
 pub fn cut(
     log: &mut PartitionLog,
     io: &mut impl LogIo,
@@ -62,8 +83,13 @@ pub fn cut(
     let at = cut_offset(log, ts)?;
     let mut taken = None;
     if let Some(at) = at {
-        let reason = format!("consistent cut at source timestamp {} ms", ts.0);
-        taken = quarantine.take(label, log, at, &reason)?;
+        taken = match earlier_take(quarantine, label, log, at) {
+            Some(report) => Some(report),
+            None => {
+                let reason = format!("consistent cut at source timestamp {} ms", ts.0);
+                quarantine.take(label, log, at, &reason)?
+            }
+        };
         log.truncate_to(io, at)?;
         log.flush(io)?;
     }
@@ -78,4 +104,71 @@ pub fn cut(
         holds_a_later_batch: at.is_some(),
         quarantine: taken,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{LeaderEpoch, TopicPartition};
+    use crate::log::config::LogConfig;
+    use crate::log::io::StdIo;
+    use crate::wire::batch_builder::BatchBuilder;
+
+    fn batch(base: i64, ts: i64) -> Vec<u8> {
+        BatchBuilder::new(Offset(base))
+            .leader_epoch(LeaderEpoch(1))
+            .value(TimestampMs(ts), &[b'v'; 200])
+            .value(TimestampMs(ts), &[b'w'; 200])
+            .build()
+    }
+
+    /// 20 batches of 2 records, max timestamps 1000, 1010, ..., about 3 batches a segment.
+    fn log(dir: &std::path::Path) -> PartitionLog {
+        let config = LogConfig {
+            segment_bytes: 1500,
+            ..LogConfig::default()
+        };
+        let mut log = PartitionLog::create(dir, TopicPartition::new("c", 0), None, config).unwrap();
+        for i in 0..20 {
+            log.append(&mut StdIo, &batch(i * 2, 1000 + i * 10))
+                .unwrap();
+        }
+        log
+    }
+
+    /// The crash a restart finishes: the quarantine was taken and the truncation had deleted
+    /// the segments after the cut point (it deletes from the end) when the process died. The
+    /// repeated cut must keep the complete quarantine, not copy the shorter rest over it.
+    #[test]
+    fn a_cut_interrupted_inside_its_truncation_keeps_the_whole_quarantine() {
+        let data = tempfile::tempdir().unwrap();
+        let mut log = log(&data.path().join("c-0"));
+        assert!(log.segments().len() >= 4, "{}", log.segments().len());
+        let q = Quarantine::new(data.path());
+        let ts = TimestampMs(1045);
+        let at = cut_offset(&log, ts).unwrap().unwrap();
+        assert_eq!(at, Offset(10), "the first batch newer than T");
+        let first = q.take("cut-m-1", &log, at, "test").unwrap().unwrap();
+        assert_eq!((first.first_offset, first.end_offset), (10, 40));
+        let next_base = log
+            .segments()
+            .iter()
+            .map(|s| s.base_offset())
+            .find(|b| *b > at)
+            .unwrap();
+        log.truncate_to(&mut StdIo, next_base).unwrap();
+        assert!(log.log_end_offset() > at && log.log_end_offset() < Offset(40));
+
+        let report = cut(&mut log, &mut StdIo, ts, &q, "cut-m-1").unwrap();
+        assert_eq!(report.log_end_after, 10);
+        assert_eq!(report.quarantine.as_ref(), Some(&first));
+        let held = std::fs::read(&first.segment_file).unwrap();
+        assert_eq!(
+            held.len() as u64,
+            first.bytes,
+            "the quarantine kept every batch"
+        );
+        let again = cut(&mut log, &mut StdIo, ts, &q, "cut-m-1").unwrap();
+        assert_eq!((again.cut_offset, again.log_end_after), (None, 10));
+    }
 }

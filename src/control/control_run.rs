@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::config::ServeConfig;
 use crate::control::admin::{self, AdminError};
 use crate::control::controller::DataPlane as _;
-use crate::control::controller::{Controller, GroupSyncPlane};
+use crate::control::controller::{AclSyncPlane, Controller, GroupSyncPlane};
 use crate::control::group_sync::{BlockingSourceGroups, GroupSyncSchedule};
 use crate::control::shard_plane::ShardDataPlane;
 use crate::control::source_catalog::BlockingSourceCatalog;
@@ -80,6 +80,7 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     // failed-over partitions back into the leader store, so prepared transactions can finish.
     let txn_slot: Arc<OnceLock<Arc<TxnService>>> = Arc::default();
     let build_txn = Arc::clone(&txn_slot);
+    let build_authz = Arc::clone(&authz);
     let request_timeout_ms = config.fetch.request_timeout_ms;
     // The endpoint's fetch sessions: served by the listener, counted in the admin `/metrics`.
     let fetch_sessions = FetchSessions::new();
@@ -155,6 +156,14 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
                 c.attach_audit(audit);
             }
             Err(e) => tracing::error!("integrity audit not started: {e}"),
+        }
+        // ACL sync from each mirror's source into the authorizer the endpoint enforces; the
+        // synced ACLs `__mirror_state` holds are in force from here, before the listener.
+        if build_authz.enabled() {
+            c.attach_acl_sync(AclSyncPlane {
+                authz: Arc::clone(&build_authz),
+                source: Arc::new(crate::control::acl_sync::BlockingSourceAcls),
+            });
         }
         if let Some(g) = groups {
             // Group-offset sync from each mirror's source, on the controller's tick, into the

@@ -21,8 +21,19 @@
 //! active segment, retention unlinks whole files, recovery only cuts segments past the
 //! recovery point and the clone's recovery point is its active segment's base). Nothing a
 //! client writes to the clone reaches a shared file: its appends go to its private active
-//! copy or new segments. Limits: a drill lives in memory (after a restart its directories are
-//! left as read-only partitions; delete them by hand); group offsets are not copied into it.
+//! copy or new segments.
+//!
+//! Group offsets: at the start every consumer group's committed offset of a drilled partition
+//! (the offsets the group-offset sync copied from the source) is written for the clone's
+//! partition under the same group id, clamped to the clone, so a consumer of the rehearsal
+//! (same `group.id`, subscribed to `drill.D.T`) resumes where the group was. Groups with a
+//! member on kmirror at that moment are left alone (their own commits win). `drill stop`
+//! deletes every offset committed on the clone's partitions.
+//!
+//! Restarts: each drill is recorded in `<data_dir>/kmirror-drills/<name>.json` before each
+//! step acts (`DrillPhase`): a restart serves a running drill's clones again (they are ordinary
+//! promoted partitions on disk), deletes the clones of one that was starting, and finishes the
+//! stop of one that was stopping.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -192,9 +203,13 @@ pub struct DrillPartition {
     pub topic: String,
     pub partition: i32,
     pub clone_topic: String,
-    /// The mirrored end the clone was taken at (its end before promotion).
+    /// The mirrored end the clone was taken at (its end before promotion); -1 while the
+    /// drill is starting and this partition is not cloned yet.
     pub cloned_end: i64,
     pub cost: CloneCost,
+    /// Consumer-group offsets of the mirrored partition copied for the clone at the start.
+    #[serde(default)]
+    pub group_offsets: u32,
 }
 
 /// A drill in progress.
@@ -208,6 +223,34 @@ pub struct DrillSummary {
     /// (its copies plus what clients wrote to it).
     pub disk_bytes: u64,
     pub linked_bytes: u64,
+    /// Groups whose offsets were not copied because they had members on kmirror at the start
+    /// (their own commits win, as in the group-offset sync).
+    #[serde(default)]
+    pub groups_left_alone: Vec<String>,
+}
+
+/// Where drills are recorded (`control::json_records`, one file per drill), so a drill and its
+/// clones outlive a restart of kmirror.
+pub const RECORDS_DIR: &str = "kmirror-drills";
+
+/// How far a drill got, as recorded before each step acts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrillPhase {
+    /// Recorded before the first clone: a restart finding it deletes what was cloned.
+    Starting,
+    /// Every clone made and served: a restart serves them again.
+    Running,
+    /// Recorded before the clones are deleted: a restart finishes deleting them.
+    Stopping,
+}
+
+/// A drill's durable record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DrillRecord {
+    pub phase: DrillPhase,
+    /// While starting: the partitions to be cloned (`cloned_end` -1).
+    pub summary: DrillSummary,
 }
 
 /// Bytes of the files in `dir` whose only link is there (not shared with the mirror).

@@ -150,6 +150,10 @@ pub trait OffsetSink {
     fn is_active(&self, group: &str) -> bool;
     /// Writes one offset; `Ok(false)` when it was already there.
     fn write(&mut self, group: &str, o: &SourceOffset) -> Result<bool, SyncWriteError>;
+    /// Every group's committed offset of `tp` here (a drill copies them for its clone).
+    fn committed_on(&self, tp: &TopicPartition) -> Vec<(String, SourceOffset)>;
+    /// Deletes every group's committed offset of `tp` (a drill's clone, deleted); how many.
+    fn forget(&mut self, tp: &TopicPartition) -> Result<usize, SyncWriteError>;
 }
 
 impl<S: OffsetStore> OffsetSink
@@ -168,6 +172,29 @@ impl<S: OffsetStore> OffsetSink
             o.leader_epoch,
             &o.metadata,
         )
+    }
+    fn committed_on(&self, tp: &TopicPartition) -> Vec<(String, SourceOffset)> {
+        let c = self.lock().unwrap_or_else(|p| p.into_inner());
+        c.committed_by_groups(tp)
+            .into_iter()
+            .map(|(g, o)| {
+                (
+                    g,
+                    SourceOffset {
+                        tp: tp.clone(),
+                        offset: o.offset,
+                        leader_epoch: o.leader_epoch,
+                        metadata: o.metadata,
+                    },
+                )
+            })
+            .collect()
+    }
+    fn forget(&mut self, tp: &TopicPartition) -> Result<usize, SyncWriteError> {
+        Ok(self
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .delete_partition_offsets(tp)?)
     }
 }
 
@@ -342,7 +369,8 @@ fn left(deadline: Instant) -> Result<Duration, String> {
     }
 }
 
-fn connect(
+/// A blocking connection to `addr` that gives up at `deadline` (every read and write too).
+pub(crate) fn connect_source(
     addr: &str,
     client_id: &str,
     security: &SourceSecurity,
@@ -355,7 +383,7 @@ fn connect(
 }
 
 /// The highest version of `key` both the broker and we speak, if any.
-fn pick(
+pub(crate) fn pick_version(
     client: &mut BlockingClient,
     key: ApiKey,
     ours: (i16, i16),
@@ -391,7 +419,7 @@ impl SourceGroups for BlockingSourceGroups {
         let mut errors = Vec::new();
         let mut brokers = None;
         for addr in &mirror.source.bootstrap_servers {
-            match connect(addr, client_id, &security, deadline)
+            match connect_source(addr, client_id, &security, deadline)
                 .and_then(|mut c| c.metadata(Some(&[])).map_err(|e| e.to_string()))
             {
                 Ok(md) => {
@@ -406,11 +434,11 @@ impl SourceGroups for BlockingSourceGroups {
         // Each broker lists the groups it coordinates and answers OffsetFetch for them.
         for b in brokers {
             let addr = format!("{}:{}", b.host, b.port);
-            let mut c = connect(&addr, client_id, &security, deadline)?;
-            let list_v = pick(&mut c, ApiKey::ListGroups, LIST_GROUPS)
+            let mut c = connect_source(&addr, client_id, &security, deadline)?;
+            let list_v = pick_version(&mut c, ApiKey::ListGroups, LIST_GROUPS)
                 .map_err(|e| format!("{addr}: {e}"))?
                 .ok_or_else(|| format!("{addr} does not offer ListGroups"))?;
-            let fetch_v = pick(&mut c, ApiKey::OffsetFetch, OFFSET_FETCH)
+            let fetch_v = pick_version(&mut c, ApiKey::OffsetFetch, OFFSET_FETCH)
                 .map_err(|e| format!("{addr}: {e}"))?
                 .ok_or_else(|| format!("{addr} does not offer OffsetFetch v2+"))?;
             let listed = c
@@ -541,6 +569,28 @@ mod tests {
         fn write(&mut self, group: &str, o: &SourceOffset) -> Result<bool, SyncWriteError> {
             let new = (o.offset, o.leader_epoch);
             Ok(self.written.insert((group.to_owned(), o.tp.clone()), new) != Some(new))
+        }
+        fn committed_on(&self, tp: &TopicPartition) -> Vec<(String, SourceOffset)> {
+            self.written
+                .iter()
+                .filter(|((_, t), _)| t == tp)
+                .map(|((g, _), (offset, leader_epoch))| {
+                    (
+                        g.clone(),
+                        SourceOffset {
+                            tp: tp.clone(),
+                            offset: *offset,
+                            leader_epoch: *leader_epoch,
+                            metadata: String::new(),
+                        },
+                    )
+                })
+                .collect()
+        }
+        fn forget(&mut self, tp: &TopicPartition) -> Result<usize, SyncWriteError> {
+            let before = self.written.len();
+            self.written.retain(|(_, t), _| t != tp);
+            Ok(before - self.written.len())
         }
     }
 

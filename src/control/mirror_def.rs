@@ -364,6 +364,9 @@ pub struct MirrorDefinition {
     /// Continuous integrity audit (`mirror.audit.*`, `control::audit::settings`).
     #[serde(default)]
     pub audit: crate::control::audit::AuditSettings,
+    /// ACL sync from the source (`mirror.acls.*`, `control::acl_sync`).
+    #[serde(default)]
+    pub acls: crate::control::acl_sync::AclSyncSettings,
     /// Unclean-election recovery (`mirror.support.unclean.leader.election`); off in mirrors
     /// stored by older versions.
     #[serde(default)]
@@ -638,6 +641,7 @@ impl MirrorDefinition {
             .keys()
             // `mirror.audit.*` keys are checked by their own settings (below).
             .filter(|k| !k.starts_with(crate::control::audit::settings::PREFIX))
+            .filter(|k| !k.starts_with(crate::control::acl_sync::PREFIX))
             .find(|k| !KNOWN.contains(&k.as_str()) && !ACCEPTED_UNUSED.contains(&k.as_str()))
         {
             return Err(DefinitionError::UnknownProperty(unknown.clone()));
@@ -762,6 +766,7 @@ impl MirrorDefinition {
             topic_properties_exclude,
             groups: GroupSyncSettings::from_properties(props)?,
             audit: crate::control::audit::AuditSettings::from_properties(props)?,
+            acls: crate::control::acl_sync::AclSyncSettings::from_properties(props)?,
             unclean: UncleanElectionSettings::from_properties(props)?,
         })
     }

@@ -22,9 +22,12 @@
 //! | `mirror_run` | resolving a configured mirror against the source and driving shards  |
 //! | `control_run` | `kmirror serve` with `[admin]`: controller, shards and admin API     |
 //! | `topic_configs` | which source topic configs are copied, and how they apply locally  |
+//! | `acl_sync` | which source ACLs a mirror takes (`mirror.acls.*`), DescribeAcls on the source |
 //! | `audit` | continuous integrity audit: local scrub, comparison with the source, verified marks |
 //! | `unclean_recovery` | truncating to the source's divergence point after its unclean election, the cut to the quarantine |
+//! | `json_records` | durable JSON records of drills and consistent cuts under way, one file each |
 
+pub mod acl_sync;
 pub mod admin;
 pub mod admin_guard;
 pub mod admin_tls;
@@ -36,6 +39,7 @@ pub mod controller;
 pub mod drill;
 pub mod fault;
 pub mod group_sync;
+pub mod json_records;
 pub mod leader_refresh;
 pub mod leader_store;
 pub mod loss_report;

@@ -13,8 +13,9 @@
 //! | 100  | mirror                          | mirror definition + source cluster id, topics |
 //! | 101  | mirror                          | mirror epoch                                  |
 //! | 102  | mirror, topic                   | the topic configs copied from the source      |
+//! | 110  | mirror, acl                     | an ACL synced from the source (when it came)  |
 //!
-//! Types 1 and 2 carry the KIP's numbers and meaning; 100, 101 and 102 are kmirror's own (the KIP
+//! Types 1 and 2 carry the KIP's numbers and meaning; 100, 101, 102 and 110 are kmirror's own (the KIP
 //! keeps mirror definitions in the KRaft metadata log, which kmirror does not have).
 
 use std::collections::BTreeMap;
@@ -25,12 +26,14 @@ use uuid::Uuid;
 use crate::control::mirror_def::{MirrorDefinition, MirrorName};
 use crate::control::state::{Failure, PartitionMachine, Retry, StateName};
 use crate::ids::{MirrorEpoch, Offset, TopicPartition};
+use crate::serve::authz::acl::AclBinding;
 
 pub const TYPE_LAST_MIRROR_EPOCH: i16 = 1;
 pub const TYPE_PARTITION_STATE: i16 = 2;
 pub const TYPE_MIRROR: i16 = 100;
 pub const TYPE_MIRROR_EPOCH: i16 = 101;
 pub const TYPE_TOPIC_CONFIGS: i16 = 102;
+pub const TYPE_SYNCED_ACL: i16 = 110;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordCodecError {
@@ -54,6 +57,12 @@ struct TopicKeyFields {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+struct AclKeyFields {
+    mirror: MirrorName,
+    acl: AclBinding,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 struct PartitionKeyFields {
     mirror: MirrorName,
     topic: String,
@@ -69,6 +78,8 @@ pub enum StateKey {
     MirrorEpoch(MirrorName),
     /// A mirrored topic's configs as copied from the source.
     TopicConfigs(MirrorName, String),
+    /// An ACL synced from the mirror's source (`control::acl_sync`).
+    SyncedAcl(MirrorName, AclBinding),
 }
 
 impl StateKey {
@@ -78,7 +89,8 @@ impl StateKey {
             | StateKey::Partition(m, _)
             | StateKey::Mirror(m)
             | StateKey::MirrorEpoch(m)
-            | StateKey::TopicConfigs(m, _) => m,
+            | StateKey::TopicConfigs(m, _)
+            | StateKey::SyncedAcl(m, _) => m,
         }
     }
 
@@ -113,6 +125,13 @@ impl StateKey {
                 serde_json::to_vec(&TopicKeyFields {
                     mirror: m.clone(),
                     topic: topic.clone(),
+                }),
+            ),
+            StateKey::SyncedAcl(m, acl) => (
+                TYPE_SYNCED_ACL,
+                serde_json::to_vec(&AclKeyFields {
+                    mirror: m.clone(),
+                    acl: acl.clone(),
                 }),
             ),
         };
@@ -156,6 +175,15 @@ impl StateKey {
                 let f: TopicKeyFields = serde_json::from_slice(json).map_err(err)?;
                 Ok(StateKey::TopicConfigs(f.mirror, f.topic))
             }
+            TYPE_SYNCED_ACL => {
+                let f: AclKeyFields = serde_json::from_slice(json).map_err(err)?;
+                // Checked like an ACL from CreateAcls: never a silently different one.
+                f.acl.validate().map_err(|e| RecordCodecError::Json {
+                    kind,
+                    reason: e.to_string(),
+                })?;
+                Ok(StateKey::SyncedAcl(f.mirror, f.acl))
+            }
             other => Err(RecordCodecError::UnknownType(other)),
         }
     }
@@ -167,6 +195,7 @@ impl StateKey {
             StateKey::Mirror(_) => TYPE_MIRROR,
             StateKey::MirrorEpoch(_) => TYPE_MIRROR_EPOCH,
             StateKey::TopicConfigs(..) => TYPE_TOPIC_CONFIGS,
+            StateKey::SyncedAcl(..) => TYPE_SYNCED_ACL,
         }
     }
 }
@@ -240,6 +269,13 @@ pub enum StateValue {
     Mirror(Box<MirrorRecord>),
     MirrorEpoch(MirrorEpoch),
     TopicConfigs(TopicConfigsValue),
+    SyncedAcl(SyncedAclValue),
+}
+
+/// Type 110 value: when the ACL was first synced (wall-clock ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncedAclValue {
+    pub synced_at_ms: i64,
 }
 
 /// Type 102 value: the copied configs (already filtered, see `control::topic_configs`).
@@ -261,6 +297,7 @@ impl StateValue {
             StateValue::Mirror(v) => serde_json::to_vec(v),
             StateValue::MirrorEpoch(e) => serde_json::to_vec(&MirrorEpochJson { epoch: e.0 }),
             StateValue::TopicConfigs(v) => serde_json::to_vec(v),
+            StateValue::SyncedAcl(v) => serde_json::to_vec(v),
         };
         // Our value types hold only strings, numbers, enums and maps with string keys.
         json.unwrap_or_default()
@@ -286,6 +323,9 @@ impl StateValue {
             }
             StateKey::TopicConfigs(..) => {
                 StateValue::TopicConfigs(serde_json::from_slice(bytes).map_err(err)?)
+            }
+            StateKey::SyncedAcl(..) => {
+                StateValue::SyncedAcl(serde_json::from_slice(bytes).map_err(err)?)
             }
         })
     }
@@ -344,6 +384,24 @@ mod tests {
             "type 102 value round-trips"
         );
         assert!(StateKey::decode(&[0, 100, b'{', b'"', b'm']).is_err());
+        let acl = AclBinding::from_wire(2, "t", 3, "User:a", "*", 3, 3).unwrap();
+        let key = StateKey::SyncedAcl(name(), acl.clone());
+        let bytes = key.encode();
+        assert_eq!(i16::from_be_bytes([bytes[0], bytes[1]]), 110);
+        assert_eq!(StateKey::decode(&bytes).unwrap(), key);
+        let value = StateValue::SyncedAcl(SyncedAclValue { synced_at_ms: 7 });
+        assert_eq!(StateValue::decode(&key, &value.encode()).unwrap(), value);
+        // A stored ACL that does not validate is an error, not a different ACL.
+        let mut bad = acl;
+        bad.entry.principal = "nobody".into();
+        let json = serde_json::to_vec(&AclKeyFields {
+            mirror: name(),
+            acl: bad,
+        })
+        .unwrap();
+        let mut bytes = 110i16.to_be_bytes().to_vec();
+        bytes.extend_from_slice(&json);
+        assert!(StateKey::decode(&bytes).is_err());
     }
 
     #[test]

@@ -1039,15 +1039,39 @@ impl DataPlane for ShardDataPlane {
         Ok((end, cost))
     }
 
+    /// Repeatable: the clone is served (the leader store has it), or was left in the log dir
+    /// by a restart (never served again), or is only a directory (a clone whose building a
+    /// crash cut short), or is gone already.
     fn drill_drop(&mut self, clone_tp: &TopicPartition) -> Result<(), String> {
-        let log = self
-            .leaders
-            .release(clone_tp)
-            .ok_or_else(|| format!("{clone_tp} is not a drill clone being served"))?;
+        assert!(
+            clone_tp
+                .topic
+                .starts_with(crate::control::drill::TOPIC_PREFIX),
+            "only drill clones are dropped: {clone_tp}"
+        );
         if let Some(c) = &self.drill_catalog {
             c.remove(clone_tp);
         }
-        log.delete().map_err(|e| e.to_string())
+        if let Some(log) = self.leaders.release(clone_tp) {
+            log.delete().map_err(|e| e.to_string())?;
+            // Served after a restart: the log dir still keeps its checkpoint lines.
+            self.logs().hand_off(clone_tp);
+            return Ok(());
+        }
+        self.take_returned();
+        if self
+            .logs()
+            .delete_partition(clone_tp)
+            .map_err(|e| e.to_string())?
+        {
+            return Ok(());
+        }
+        let dir = self.logs().root().join(clone_tp.dir_name());
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(format!("{}: {e}", dir.display())),
+        }
     }
 
     fn writable(&mut self, tp: &TopicPartition) -> Result<(), String> {

@@ -42,6 +42,8 @@ pub enum JobKind {
     Leaders,
     /// A mirror's integrity audit round (`control::audit`): local re-reads and source fetches.
     Audit,
+    /// The periodic DescribeAcls of a mirror's source (`control::acl_sync`).
+    Acls,
 }
 
 /// Whom a job asks (a mirror name or a source's bootstrap list) and what.

@@ -10,9 +10,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader};
-use kafka_protocol::protocol::{Encodable, StrBytes};
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
 
 use crate::log::read_view::ReadCatalog;
 use crate::serve::catalog_apis;
@@ -104,28 +103,21 @@ pub fn served_versions() -> Vec<(ApiKey, i16)> {
         .collect()
 }
 
-fn frame(api: ApiKey, version: i16, body: &[u8]) -> Bytes {
-    let mut header = RequestHeader::default();
-    header.request_api_key = api as i16;
-    header.request_api_version = version;
-    header.correlation_id = 7;
-    header.client_id = Some(StrBytes::from_static_str("fuzz"));
-    let mut buf = BytesMut::new();
-    header
-        .encode(&mut buf, api.request_header_version(version))
-        .expect("a default header encodes");
-    buf.put_slice(body);
-    buf.freeze()
-}
-
 pub fn request_frame(data: &[u8]) {
     let Some((api, version)) = pick(data) else {
         return;
     };
     let s = served();
-    match s.dispatcher.dispatch(frame(api, version, &data[2..])) {
+    match s
+        .dispatcher
+        .dispatch(super::request_frame(api, version, &data[2..]))
+    {
         Ok((key, v, resp)) => {
-            assert_eq!(resp.correlation_id, 7, "{api:?} v{version}: correlation id");
+            assert_eq!(
+                resp.correlation_id,
+                super::REQUEST_CORRELATION_ID,
+                "{api:?} v{version}: correlation id"
+            );
             if let Outcome::Reply(parts) = &resp.outcome {
                 let len: u64 = parts.iter().map(|p| p.len()).sum();
                 frame_head(key, v, resp.correlation_id, len)

@@ -153,17 +153,6 @@ pub fn print_table(merged: &Merged, out: &mut impl Write) -> Result<(), LatencyE
     Ok(())
 }
 
-/// `kmirror latency FILE [--plot OUT]`.
-pub fn run(file: &Path, plot: Option<&Path>, out: &mut impl Write) -> Result<(), LatencyError> {
-    let merged = read_file(file)?;
-    print_table(&merged, out)?;
-    if let Some(p) = plot {
-        crate::ops::latency_plot::plot(&merged, p)?;
-        writeln!(out, "plot written to {}", p.display())?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -326,8 +326,12 @@ impl Client {
     }
 
     fn delete(&self, path: &str) -> Result<(), CliError> {
-        self.answer::<serde_json::Value>(self.target.delete(path).call())
-            .map(|_| ())
+        self.delete_json::<serde_json::Value>(path).map(|_| ())
+    }
+
+    /// A DELETE whose answer carries a body (e.g. the stopped drill's summary).
+    fn delete_json<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>, CliError> {
+        self.answer(self.target.delete(path).call())
     }
 }
 
@@ -408,20 +412,34 @@ pub(crate) fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
+/// Every action's output: `value` as pretty JSON with `--json`, else what `text` writes.
+fn json_or<W: Write, T: Serialize + ?Sized>(
+    out: &mut W,
+    json: bool,
+    value: &T,
+    text: impl FnOnce(&mut W) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(value).unwrap_or_default()
+        )?;
+        return Ok(());
+    }
+    text(out)
+}
+
 fn print_report(
     out: &mut impl Write,
     json: bool,
     what: &str,
     r: &CommandReport,
 ) -> Result<(), CliError> {
-    if json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(r).unwrap_or_default()
-        )?;
-        return Ok(());
-    }
+    json_or(out, json, r, |out| print_report_text(out, what, r))
+}
+
+fn print_report_text(out: &mut impl Write, what: &str, r: &CommandReport) -> Result<(), CliError> {
     if r.changed.is_empty() && r.unchanged.is_empty() {
         writeln!(out, "No matching topics found yet for mirror {}.", r.mirror)?;
         return Ok(());
@@ -446,14 +464,10 @@ fn print_report(
 
 /// Drills as a table: one row per cloned partition, with the drill's disk use.
 fn print_drills(out: &mut impl Write, json: bool, drills: &[DrillSummary]) -> Result<(), CliError> {
-    if json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(drills).unwrap_or_default()
-        )?;
-        return Ok(());
-    }
+    json_or(out, json, drills, |out| print_drills_text(out, drills))
+}
+
+fn print_drills_text(out: &mut impl Write, drills: &[DrillSummary]) -> Result<(), CliError> {
     if drills.is_empty() {
         writeln!(out, "No drill in progress.")?;
         return Ok(());
@@ -470,6 +484,7 @@ fn print_drills(out: &mut impl Write, json: bool, drills: &[DrillSummary]) -> Re
                     p.cloned_end.to_string(),
                     p.cost.copied_bytes.to_string(),
                     p.cost.linked_bytes.to_string(),
+                    p.group_offsets.to_string(),
                 ]
             })
         })
@@ -484,6 +499,7 @@ fn print_drills(out: &mut impl Write, json: bool, drills: &[DrillSummary]) -> Re
             "CLONED-AT",
             "COPIED-BYTES",
             "SHARED-BYTES",
+            "GROUP-OFFSETS",
         ],
         &cells,
     )?;
@@ -493,6 +509,13 @@ fn print_drills(out: &mut impl Write, json: bool, drills: &[DrillSummary]) -> Re
             "Drill {}: {} bytes on disk of its own, {} bytes shared with the mirror by hard links.",
             d.name, d.disk_bytes, d.linked_bytes
         )?;
+        if !d.groups_left_alone.is_empty() {
+            writeln!(
+                out,
+                "  Group offsets not copied (members on kmirror at the start): {}",
+                d.groups_left_alone.join(", ")
+            )?;
+        }
     }
     Ok(())
 }
@@ -606,21 +629,16 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                 properties,
             };
             let s: MirrorSummary = required(client.post("/mirrors", &body)?, addr)?;
-            if args.json {
-                writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&s).unwrap_or_default()
-                )?;
-            } else {
+            json_or(out, args.json, &s, |out| {
                 writeln!(
                     out,
                     "Created mirror {} (source cluster {}, {}).",
                     s.mirror,
-                    opt(s.source_cluster_id),
+                    opt(s.source_cluster_id.as_ref()),
                     s.source_bootstrap_servers
                 )?;
-            }
+                Ok(())
+            })?;
         }
         Action::Start {
             mirror,
@@ -679,14 +697,8 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                 client.post(&format!("/mirrors/{mirror}/stop"), &body)?,
                 addr,
             )?;
-            if args.json {
-                writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&a).unwrap_or_default()
-                )?;
-            } else {
-                print_report(out, false, "Stopped", &a.report)?;
+            json_or(out, args.json, &a, |out| {
+                print_report_text(out, "Stopped", &a.report)?;
                 if let Some(loss) = &a.loss_report {
                     print_loss(out, loss)?;
                 }
@@ -723,7 +735,8 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                         )?,
                     }
                 }
-            }
+                Ok(())
+            })?;
         }
         Action::Drill { action } => match action {
             DrillAction::Start {
@@ -740,19 +753,16 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                 print_drills(out, args.json, &[d])?;
             }
             DrillAction::Stop { name } => {
-                let d: DrillSummary = required(
-                    client.answer(client.target.delete(&format!("/drills/{name}")).call())?,
-                    addr,
-                )?;
-                if args.json {
+                let d: DrillSummary =
+                    required(client.delete_json(&format!("/drills/{name}"))?, addr)?;
+                json_or(out, args.json, &d, |out| {
                     writeln!(
                         out,
-                        "{}",
-                        serde_json::to_string_pretty(&d).unwrap_or_default()
+                        "Stopped drill {} (its clones and the group offsets committed on them are deleted).",
+                        d.name
                     )?;
-                } else {
-                    writeln!(out, "Stopped drill {} (its clones are deleted).", d.name)?;
-                }
+                    Ok(())
+                })?;
             }
             DrillAction::List => {
                 let all: Vec<DrillSummary> = required(client.get("/drills")?, addr)?;
@@ -766,19 +776,15 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                 let keep = reports.len().saturating_sub(1);
                 reports.drain(..keep);
             }
-            if args.json {
-                writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&reports).unwrap_or_default()
-                )?;
-            } else if reports.is_empty() {
-                writeln!(out, "No stop of mirror {mirror} has been reported yet.")?;
-            } else {
+            json_or(out, args.json, &reports, |out| {
+                if reports.is_empty() {
+                    writeln!(out, "No stop of mirror {mirror} has been reported yet.")?;
+                }
                 for r in &reports {
                     print_loss(out, r)?;
                 }
-            }
+                Ok(())
+            })?;
         }
         Action::Pause { mirror, topics } | Action::Resume { mirror, topics } => {
             let (verb, done) = match &args.action {
@@ -808,21 +814,15 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
         }
         Action::List => {
             let list: Vec<MirrorSummary> = required(client.get("/mirrors")?, addr)?;
-            if args.json {
-                writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&list).unwrap_or_default()
-                )?;
-            } else {
+            json_or(out, args.json, &list, |out| {
                 let rows: Vec<Vec<String>> = list
-                    .into_iter()
+                    .iter()
                     .map(|m| {
                         vec![
-                            m.mirror,
+                            m.mirror.clone(),
                             m.topics.to_string(),
-                            opt(m.source_cluster_id),
-                            m.source_bootstrap_servers,
+                            opt(m.source_cluster_id.as_ref()),
+                            m.source_bootstrap_servers.clone(),
                         ]
                     })
                     .collect();
@@ -836,7 +836,8 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                     ],
                     &rows,
                 )?;
-            }
+                Ok(())
+            })?;
         }
         Action::Describe { mirror, failed } => {
             let path = match mirror {
@@ -872,6 +873,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                     &cells,
                 )?;
             } else {
+                let acl_lines = acl_sync_lines(&rows);
                 let cells: Vec<Vec<String>> = rows
                     .into_iter()
                     .map(|r| {
@@ -907,6 +909,9 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                     ],
                     &cells,
                 )?;
+                for line in acl_lines {
+                    writeln!(out, "{line}")?;
+                }
                 // Drills in progress, with their disk use (an older kmirror has no /drills).
                 if let Ok(Some(drills)) = client.get::<Vec<DrillSummary>>("/drills") {
                     if !drills.is_empty() {
@@ -918,6 +923,32 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// One line per mirror about its ACL sync from the source (from the first row of each).
+fn acl_sync_lines(rows: &[PartitionRow]) -> Vec<String> {
+    let mut seen = std::collections::BTreeMap::new();
+    for r in rows {
+        if let Some(a) = &r.acl_sync {
+            seen.entry(r.mirror.clone()).or_insert_with(|| {
+                let mut line = format!(
+                    "ACL sync of {}: {}, {} synced ACLs in force",
+                    r.mirror, a.state, a.synced
+                );
+                if let Some(ms) = a.last_sync_ms {
+                    line.push_str(&format!(", last sync at {ms} ms"));
+                }
+                if let Some(m) = &a.message {
+                    line.push_str(&format!("; {m}"));
+                }
+                if let Some(e) = &a.error {
+                    line.push_str(&format!("; last error: {e}"));
+                }
+                line
+            });
+        }
+    }
+    seen.into_values().collect()
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ pub mod admin_client;
 pub mod audit_cli;
 pub mod doctor;
 pub mod latency;
+pub mod latency_cmd;
 pub mod latency_plot;
 pub mod log_tools;
 pub mod metrics;

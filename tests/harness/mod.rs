@@ -31,6 +31,7 @@ pub use broker::{Kafka, KafkaVersion, SaslSslSetup};
 pub use dump::{dump_log_segments, DumpBatch, DumpFlags, DumpOutput};
 pub use jars::kafka_libs;
 pub use process::run_bounded;
+pub use tool::{acl_lines, tool_command, try_consume_count, with_client_config};
 pub use tool::{
     console_consumer, consume, consume_to_end, describe_topic_config_sources,
     describe_topic_configs, kafka_acls, kafka_configs, kafka_topics, offsets, offsets_for_times,
@@ -40,7 +41,6 @@ pub use tool::{
 pub use tool::{
     consume_to_end_configured, consume_to_end_with, produce_with, run_tool_with, tool_command_with,
 };
-pub use tool::{tool_command, with_client_config};
 
 use std::sync::OnceLock;
 

@@ -662,6 +662,50 @@ pub fn kafka_acls(bootstrap: &str, args: &[&str]) -> String {
     )
 }
 
+/// Reads up to `max` records of `topic`-0 from offset 0 with the Java consumer (assigned, no
+/// group; a `with_client_config` login applies): how many it read, or the tool's stderr when
+/// it failed (a refused client: the exception the Java client reports).
+pub fn try_consume_count(bootstrap: &str, topic: &str, max: usize) -> Result<usize, String> {
+    let out = run_tool_unchecked(&[
+        s("consume"),
+        s("--bootstrap"),
+        s(bootstrap),
+        s("--topic"),
+        s(topic),
+        s("--partition"),
+        s("0"),
+        s("--from"),
+        s("0"),
+        s("--max"),
+        s(max),
+        s("--isolation"),
+        s("read_uncommitted"),
+        s("--timeout-ms"),
+        s("30000"),
+    ]);
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .count())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The ACL lines `kafka-acls.sh --list` printed (one per ACL, Kafka's `(principal=..., ...)`),
+/// sorted.
+pub fn acl_lines(out: &str) -> Vec<String> {
+    let mut lines: Vec<String> = out
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("(principal="))
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
+}
+
 /// `kafka-topics.sh` (e.g. `--alter --topic T --partitions N`) against `bootstrap`.
 pub fn kafka_topics(bootstrap: &str, args: &[&str]) -> String {
     kafka_admin_tool(

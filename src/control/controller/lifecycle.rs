@@ -604,6 +604,8 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 partitions: busy.join(", "),
             });
         }
+        // Its synced ACLs stay in force (as kmirror's own) before its records go.
+        self.forget_synced_acls(&name)?;
         let entry = self.mirrors.remove(&name).expect("found above");
         for tp in entry.partitions.keys() {
             self.store

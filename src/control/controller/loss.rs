@@ -8,6 +8,7 @@ use std::path::Path;
 
 use super::*;
 use crate::control::consistent_cut::CutReport;
+use crate::control::json_records::JsonRecords;
 use crate::control::loss_report::{
     bytes_per_offset, partition_loss, LossInput, LossReport, LossReports,
 };
@@ -37,44 +38,144 @@ pub(super) struct PendingCut {
     ts: TimestampMs,
     label: String,
     reports: Vec<CutReport>,
+    /// Between `cut_begin` and `cut_finish` of a `stop`: that stop reports the cuts. Otherwise
+    /// (its partitions' failovers retried by the tick, or a cut found at a restart) the tick
+    /// ends the cut once no partition of the mirror is STOPPING (`settle_cuts`).
+    in_stop: bool,
+}
+
+/// Where cuts under way are recorded (`control::json_records`, one file per mirror): a
+/// restart finds the cut and applies it to the partitions still STOPPING, so a kill -9 in the
+/// middle of a cut never leaves some partitions cut and the others failed over uncut.
+const CUTS_DIR: &str = "kmirror-cuts";
+
+/// A cut's durable record.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+struct CutRecord {
+    ts: i64,
+    label: String,
 }
 
 impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
+    fn cut_records(&self) -> Result<JsonRecords, ControlError> {
+        self.json_records(CUTS_DIR).map_err(ControlError::Cut)
+    }
+
     /// `stop --cut-at-timestamp T`, before the stop: every partition of the mirror that fails
-    /// over from now on is cut at T first (a stop already cutting keeps its own T).
+    /// over from now on is cut at T first (a stop already cutting keeps its own T). Recorded
+    /// durably before any partition goes STOPPING.
     pub fn cut_begin(&mut self, mirror: &str, ts: TimestampMs) -> Result<(), ControlError> {
         let name = self.entry(mirror)?.0.clone();
+        if let Some(c) = self.cuts.get_mut(&name) {
+            c.in_stop = true;
+            return Ok(());
+        }
         let label = format!("cut-{name}-{}", now_ms());
-        self.cuts.entry(name).or_insert(PendingCut {
-            ts,
-            label,
-            reports: Vec::new(),
-        });
+        let record = CutRecord {
+            ts: ts.0,
+            label: label.clone(),
+        };
+        self.cut_records()?
+            .put(name.as_str(), &record)
+            .map_err(|e| ControlError::Cut(format!("cut of mirror {name} not recorded: {e}")))?;
+        self.cuts.insert(
+            name,
+            PendingCut {
+                ts,
+                label,
+                reports: Vec::new(),
+                in_stop: true,
+            },
+        );
         Ok(())
     }
 
     /// After the stop: the partitions cut, and the cut ended unless a partition of the mirror
     /// is still STOPPING (its failover is retried by the tick, and cut first).
     pub fn cut_finish(&mut self, mirror: &str) -> Vec<CutReport> {
-        let Ok((name, e)) = self.entry(mirror) else {
+        let Ok((name, _)) = self.entry(mirror) else {
             return Vec::new();
         };
-        let stopping = e
-            .partitions
-            .values()
-            .any(|p| p.machine.state() == Some(StateName::Stopping));
         let name = name.clone();
-        if stopping {
+        if self.mirror_stopping(&name) {
             return self
                 .cuts
                 .get_mut(&name)
-                .map(|c| std::mem::take(&mut c.reports))
+                .map(|c| {
+                    c.in_stop = false;
+                    std::mem::take(&mut c.reports)
+                })
                 .unwrap_or_default();
         }
-        self.cuts
-            .remove(&name)
-            .map(|c| c.reports)
-            .unwrap_or_default()
+        let reports = self.cuts.remove(&name).map(|c| c.reports);
+        self.cut_unrecord(&name);
+        reports.unwrap_or_default()
+    }
+
+    fn mirror_stopping(&self, name: &MirrorName) -> bool {
+        self.mirrors.get(name).is_some_and(|e| {
+            e.partitions
+                .values()
+                .any(|p| p.machine.state() == Some(StateName::Stopping))
+        })
+    }
+
+    fn cut_unrecord(&self, name: &MirrorName) {
+        if let Err(e) = self.cut_records().and_then(|r| {
+            r.remove(name.as_str())
+                .map_err(|e| ControlError::Cut(e.to_string()))
+        }) {
+            tracing::error!(mirror = %name, "cut record not deleted: {e}");
+        }
+    }
+
+    /// At start (`open`, before the partitions are reconciled): the cuts under way when
+    /// kmirror stopped, so the STOPPING partitions' failovers cut first.
+    pub(super) fn restore_cuts(&mut self) {
+        let Ok(records) = self.cut_records() else {
+            return;
+        };
+        // An unreadable record is left as it is, for the operator (logged).
+        for (mirror, record) in records.load_readable::<CutRecord>("consistent cut") {
+            let Some(name) = self.mirrors.keys().find(|n| n.as_str() == mirror).cloned() else {
+                tracing::warn!(%mirror, "cut record of a mirror that does not exist: deleted");
+                let _ = records.remove(&mirror);
+                continue;
+            };
+            tracing::warn!(mirror = %name, cut_at_timestamp = record.ts, label = %record.label, "a consistent cut was under way when kmirror stopped: its partitions still STOPPING are cut before their failover");
+            self.cuts.insert(
+                name,
+                PendingCut {
+                    ts: TimestampMs(record.ts),
+                    label: record.label,
+                    reports: Vec::new(),
+                    in_stop: false,
+                },
+            );
+        }
+    }
+
+    /// Ends the cuts no `stop` reports (see `PendingCut::in_stop`) once no partition of their
+    /// mirror is STOPPING; what each partition's cut took is in its quarantine `report.json`.
+    pub(super) fn settle_cuts(&mut self) {
+        let done: Vec<MirrorName> = self
+            .cuts
+            .iter()
+            .filter(|(n, c)| !c.in_stop && !self.mirror_stopping(n))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in done {
+            let Some(cut) = self.cuts.remove(&name) else {
+                continue;
+            };
+            let cut_partitions = cut
+                .reports
+                .iter()
+                .filter(|r| r.cut_offset.is_some())
+                .count();
+            tracing::info!(mirror = %name, cut_at_timestamp = cut.ts.0, label = %cut.label, partitions = cut.reports.len(), cut_partitions, "consistent cut finished");
+            self.cut_unrecord(&name);
+        }
     }
 
     /// `fail_over`'s cut of one partition: its new end when a cut is under way.

@@ -17,11 +17,13 @@
 //! | `lifecycle`      | operator commands: create, start, pause/resume/stop, promote, delete |
 //! | `source_sync`    | topic discovery, copied topic configs, source offsets of idle partitions |
 //! | `group_schedule` | when group-offset syncs run, and the last one at `stop`          |
+//! | `acl_schedule`   | when ACL syncs run; synced ACLs stored and put in force          |
 //! | `reporting`      | `list`, `describe`, the states for `/metrics`                    |
 //!
 //! The source cluster and the data plane are traits so the lifecycle rules are tested on their
 //! own; `source_catalog` implements the source side with the blocking Kafka client.
 
+mod acl_schedule;
 mod audit_schedule;
 
 mod drills;
@@ -56,6 +58,7 @@ use crate::log::partition_log::Promotion;
 
 pub use crate::control::fault::Fault;
 pub use crate::control::source_catalog::{SourceCatalog, SourceTopic, SourceView};
+pub use acl_schedule::{AclSyncPlane, AclSyncStatus};
 pub use group_schedule::{FinalSync, GroupSyncPlane};
 pub use lifecycle::{PromotePlan, StartAnswer, StartPlan};
 pub use loss::{LossListing, LossPlan};
@@ -212,6 +215,12 @@ pub enum ControlError {
     Drill(String),
     #[error("no drill named {0:?}")]
     UnknownDrill(String),
+    /// A consistent cut could not be recorded; the stop was not begun.
+    #[error("{0}")]
+    Cut(String),
+    /// Synced ACLs could not be kept (the authorizer's store failed).
+    #[error("{0}")]
+    Acls(String),
 }
 
 impl ControlError {
@@ -235,6 +244,8 @@ impl ControlError {
             ControlError::LossReports(_) => 500,
             ControlError::Drill(_) => 409,
             ControlError::UnknownDrill(_) => 404,
+            ControlError::Cut(_) => 500,
+            ControlError::Acls(_) => 500,
         }
     }
 }
@@ -315,8 +326,11 @@ pub struct Controller<S, D> {
 
     /// `stop --cut-at-timestamp`: the mirror's cut while its partitions fail over (`loss.rs`).
     cuts: BTreeMap<MirrorName, loss::PendingCut>,
-    /// Failover drills in progress, by name (`drills.rs`; memory only).
+    /// Failover drills in progress, by name (`drills.rs`; recorded in `kmirror-drills/`).
     drills: BTreeMap<String, crate::control::drill::DrillSummary>,
+    /// ACL sync, once attached (`attach_acl_sync`), and each mirror's synced ACLs as stored.
+    acl_sync: Option<acl_schedule::AclSyncPlane>,
+    synced_acls: BTreeMap<MirrorName, acl_schedule::MirrorAcls>,
 }
 
 /// A source call a command needs before it can finish: run it on a source worker (the admin
@@ -363,6 +377,7 @@ enum SourceResult {
     IdleOffsets(source_sync::IdleAnswer),
     Groups(group_schedule::GroupsAnswer),
     Audit(crate::control::audit::RoundAnswer),
+    Acls(acl_schedule::AclsAnswer),
 }
 
 /// The message of the non-retryable failure of a partition whose source topic is gone.
@@ -379,6 +394,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         data: D,
     ) -> Result<Self, ControlError> {
         let mut mirrors: BTreeMap<MirrorName, MirrorEntry> = BTreeMap::new();
+        let mut synced_acls: BTreeMap<MirrorName, acl_schedule::MirrorAcls> = BTreeMap::new();
         let records = store.records()?;
         for (key, value) in &records {
             if let (StateKey::Mirror(name), StateValue::Mirror(rec)) = (key, value) {
@@ -430,6 +446,13 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 (StateKey::TopicConfigs(_, topic), StateValue::TopicConfigs(v)) => {
                     entry.configs.insert(topic, v.configs);
                 }
+                (StateKey::SyncedAcl(m, acl), StateValue::SyncedAcl(v)) => {
+                    synced_acls
+                        .entry(m)
+                        .or_default()
+                        .acls
+                        .insert(acl, v.synced_at_ms);
+                }
                 _ => {}
             }
         }
@@ -455,7 +478,11 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
 
             cuts: BTreeMap::new(),
             drills: BTreeMap::new(),
+            acl_sync: None,
+            synced_acls,
         };
+        // Before the reconcile: a cut under way applies to the failovers it finishes.
+        c.restore_cuts();
         let names: Vec<MirrorName> = c.mirrors.keys().cloned().collect();
         for name in names {
             c.bump_epoch(&name)?;
@@ -463,6 +490,9 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             c.apply_stored_configs(&name);
             c.reconcile(&name)?;
         }
+        c.settle_cuts();
+        // After the mirrors: a drill's clones take their drilled topics' copied configs.
+        c.restore_drills();
         Ok(c)
     }
 
@@ -764,6 +794,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         }
         self.start_group_syncs(now_ms);
         self.start_audits(now_ms);
+        self.start_acl_syncs(now_ms);
         self.apply_results()?;
         self.stop_holds.retain(|_, until| *until > now_ms);
         let names: Vec<MirrorName> = self.mirrors.keys().cloned().collect();
@@ -786,6 +817,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 self.reconcile(&name)?;
             }
         }
+        self.settle_cuts();
         Ok(())
     }
 
@@ -797,6 +829,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 SourceResult::IdleOffsets(a) => self.apply_idle_offsets(a),
                 SourceResult::Groups(a) => self.apply_group_sync(a),
                 SourceResult::Audit(a) => self.apply_audit(a)?,
+                SourceResult::Acls(a) => self.apply_acl_sync(a)?,
             }
         }
         Ok(())

@@ -79,6 +79,9 @@ pub struct PartitionRow {
     /// 0 when verified to the local log end, else the age of the newest verified record.
     #[serde(default)]
     pub verified_lag_seconds: Option<f64>,
+    /// The mirror's ACL sync from its source (the same on every row of the mirror).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acl_sync: Option<super::AclSyncStatus>,
 }
 
 /// What a command changed, for the operator.
@@ -125,6 +128,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         let mut rows = Vec::new();
         for name in names {
             self.refresh_idle_offsets(&name);
+            let acl_sync = self.acl_sync_status(&name);
             let e = &self.mirrors[&name];
             for (tp, p) in &e.partitions {
                 let Some(state) = p.machine.state() else {
@@ -175,6 +179,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     verified_offset: audit.as_ref().and_then(|a| a.verified_offset),
                     verified_timestamp_ms: audit.as_ref().and_then(|a| a.verified_timestamp_ms),
                     verified_lag_seconds: audit.as_ref().and_then(|a| a.verified_lag_seconds(now)),
+                    acl_sync: acl_sync.clone(),
                 });
             }
         }

@@ -1038,3 +1038,5 @@ fn lifecycle_commands_write_mirror_state_per_step_not_per_partition() {
         );
     }
 }
+
+mod acl_sync;

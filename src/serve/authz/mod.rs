@@ -6,7 +6,7 @@
 //! | `authorizer` | the decision (super users, patterns, deny wins, implied operations, default), sans-IO |
 //! | `store` | `__kmirror_acls-0`, the durable set of ACLs created on kmirror |
 //! | `apis` | CreateAcls, DescribeAcls, DeleteAcls |
-//! | `sync` | what a source's DescribeAcls answer means and which ACLs a mirror takes (not wired to the control plane yet) |
+//! | `sync` | what a source's DescribeAcls answer means and which ACLs a mirror takes |
 //! | `group_checks` | what the consumer-group APIs need and how they refuse, sans-IO |
 //!
 //! `Authz` (here) is the one instance a process has: the ACLs created on kmirror (`local`,
@@ -335,6 +335,44 @@ impl Authz {
         n
     }
 
+    /// Makes `mirror`'s synced ACLs local ones (durably, in `__kmirror_acls`), for a mirror
+    /// that is deleted: they stay in force, now managed with kafka-acls.sh. Returns how many
+    /// were moved; on a store error the ones not yet stored stay synced.
+    pub fn adopt_synced(&self, mirror: &str) -> Result<usize, AclChangeError> {
+        let mut sets = self.sets.lock().expect("acl sets");
+        let Some(synced) = sets.synced.remove(mirror) else {
+            return Ok(0);
+        };
+        let mut moved = 0;
+        let mut left = BTreeSet::new();
+        let mut failed = None;
+        for b in synced {
+            if failed.is_some() {
+                left.insert(b);
+                continue;
+            }
+            if !sets.local.contains(&b) {
+                if let Some(s) = sets.store.as_mut() {
+                    if let Err(e) = s.put(&b) {
+                        failed = Some(e);
+                        left.insert(b);
+                        continue;
+                    }
+                }
+                sets.local.insert(b);
+            }
+            moved += 1;
+        }
+        if !left.is_empty() {
+            sets.synced.insert(mirror.to_string(), left);
+        }
+        self.rebuild(&sets);
+        match failed {
+            Some(e) => Err(e.into()),
+            None => Ok(moved),
+        }
+    }
+
     /// The synced set of `mirror`.
     pub fn synced(&self, mirror: &str) -> BTreeSet<AclBinding> {
         let sets = self.sets.lock().expect("acl sets");
@@ -438,6 +476,13 @@ mod tests {
         a.set_synced("m1", BTreeSet::new());
         assert!(!a.authorize(&s, Operation::Read, ResourceType::Topic, "u"));
         assert!(a.describe(&AclFilter::any()).is_empty());
+        // A deleted mirror's synced ACLs become local ones and stay in force.
+        a.set_synced("m1", [read("u", "alice")].into());
+        assert_eq!(a.adopt_synced("m1").unwrap(), 1);
+        assert!(a.synced("m1").is_empty());
+        assert!(a.authorize(&s, Operation::Read, ResourceType::Topic, "u"));
+        let (removed, kept) = a.delete(&AclFilter::any()).unwrap();
+        assert_eq!((removed.len(), kept.len()), (1, 0), "now local: deletable");
     }
 
     #[test]

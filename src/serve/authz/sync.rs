@@ -1,14 +1,14 @@
 //! The sans-IO half of ACL sync from a mirror's source (KIP-1279): what a source's
-//! DescribeAcls answer means, and which of its ACLs a mirror takes. The default selection
-//! (`mirror.acls.include` unset) is every ACL that applies to a mirrored topic — LITERAL on
-//! its name, the LITERAL `*`, PREFIXED patterns covering it — and every GROUP ACL.
-//!
-//! Not wired yet: the control plane's source worker does not send DescribeAcls, and nothing
-//! stores the result in `__mirror_state`; `Authz::set_synced` is where a result is put in force.
+//! DescribeAcls answer means, and which of its ACLs a mirror takes (`select`; the rule is
+//! documented with `mirror.acls.include` in `control::acl_sync`). The control plane reads the
+//! source on a source worker (`control::acl_sync`), keeps the selection in `__mirror_state`
+//! and puts it in force with `Authz::set_synced` (`control::controller::acl_schedule`).
 
 use std::collections::BTreeSet;
 
 use kafka_protocol::messages::DescribeAclsResponse;
+
+use crate::control::acl_sync::AclKinds;
 
 use crate::serve::authz::acl::{AclBinding, PatternType, ResourceType, WILDCARD};
 
@@ -83,21 +83,29 @@ impl SourceAcls {
                 "the source has no authorizer (SECURITY_DISABLED): no ACLs to sync".into()
             }
             SourceAcls::Error { code, message } => {
-                format!("DescribeAcls on the source failed: error {code} {message}")
+                let name = kafka_protocol::ResponseError::try_from_code(*code)
+                    .map_or_else(|| "unknown error".to_owned(), |e| format!("{e:?}"));
+                format!("DescribeAcls on the source failed: error {code} ({name}) {message}")
             }
         }
     }
 }
 
-/// The default selection: ACLs that apply to one of `topics`, and all GROUP ACLs.
+/// The ACLs of `acls` a mirror whose topics are `topics` takes, given `kinds`: TOPIC ACLs
+/// that apply to one of `topics` (LITERAL on its name, LITERAL `*`, PREFIXED covering it),
+/// and every GROUP, TRANSACTIONAL_ID or CLUSTER ACL when asked for.
 pub fn select<'a>(
     acls: &'a BTreeSet<AclBinding>,
     topics: &'a BTreeSet<String>,
+    kinds: AclKinds,
 ) -> impl Iterator<Item = &'a AclBinding> + 'a {
     acls.iter().filter(move |b| {
         let p = &b.pattern;
         match p.resource_type {
-            ResourceType::Group => true,
+            ResourceType::Group => kinds.groups,
+            ResourceType::TransactionalId => kinds.transactional_ids,
+            ResourceType::Cluster => kinds.cluster,
+            ResourceType::Topic if !kinds.topics => false,
             ResourceType::Topic => match p.pattern_type {
                 PatternType::Literal if p.name == WILDCARD => true,
                 PatternType::Literal => topics.contains(&p.name),
@@ -137,7 +145,8 @@ mod tests {
         };
         assert_eq!(acls.len(), all.len());
         let topics: BTreeSet<String> = ["orders".to_string()].into();
-        let picked: Vec<&AclBinding> = select(&acls, &topics).collect();
+        let default = crate::control::acl_sync::AclSyncSettings::default().include;
+        let picked: Vec<&AclBinding> = select(&acls, &topics, default).collect();
         let want: BTreeSet<AclBinding> = [
             b(2, "orders", 3),
             b(2, "*", 3),
@@ -146,6 +155,14 @@ mod tests {
         ]
         .into();
         assert_eq!(picked.into_iter().cloned().collect::<BTreeSet<_>>(), want);
+        let only = AclKinds {
+            topics: false,
+            groups: false,
+            transactional_ids: true,
+            cluster: true,
+        };
+        let picked: BTreeSet<AclBinding> = select(&acls, &topics, only).cloned().collect();
+        assert_eq!(picked, [b(4, "kafka-cluster", 3), b(5, "tx", 3)].into());
     }
 
     #[test]
@@ -156,9 +173,13 @@ mod tests {
         assert_eq!(r, SourceAcls::NoAuthorizer);
         assert!(r.describe().contains("no authorizer"), "{}", r.describe());
         resp.error_code = 31;
-        assert!(matches!(
-            SourceAcls::from_response(&resp),
-            SourceAcls::Error { code: 31, .. }
-        ));
+        let r = SourceAcls::from_response(&resp);
+        assert!(matches!(r, SourceAcls::Error { code: 31, .. }));
+        assert!(
+            r.describe()
+                .contains("error 31 (ClusterAuthorizationFailed)"),
+            "{}",
+            r.describe()
+        );
     }
 }

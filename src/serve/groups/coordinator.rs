@@ -252,6 +252,43 @@ impl<S: OffsetStore> GroupCoordinator<S> {
         self.offsets.get(group)?.get(tp)
     }
 
+    /// Every group's committed offset of `tp` (a drill copies them for its clone).
+    pub fn committed_by_groups(&self, tp: &TopicPartition) -> Vec<(String, CommittedOffset)> {
+        self.offsets
+            .iter()
+            .filter_map(|(g, m)| m.get(tp).map(|o| (g.clone(), o.clone())))
+            .collect()
+    }
+
+    /// Deletes every group's committed offset of `tp` (a drill's clone, deleted with it);
+    /// returns how many there were. Each is deleted in the store before memory, so a failure
+    /// part-way leaves the rest in both and a repeat finishes the job.
+    pub fn delete_partition_offsets(
+        &mut self,
+        tp: &TopicPartition,
+    ) -> Result<usize, OffsetStoreError> {
+        let groups: Vec<String> = self
+            .offsets
+            .iter()
+            .filter(|(_, m)| m.contains_key(tp))
+            .map(|(g, _)| g.clone())
+            .collect();
+        for g in &groups {
+            let key = OffsetKey {
+                group: g.clone(),
+                tp: tp.clone(),
+            };
+            self.store.delete(&key)?;
+            if let Some(m) = self.offsets.get_mut(g) {
+                m.remove(tp);
+                if m.is_empty() {
+                    self.offsets.remove(g);
+                }
+            }
+        }
+        Ok(groups.len())
+    }
+
     pub fn group(&self, group: &str) -> Option<&Group> {
         self.groups.get(group)
     }
@@ -1060,6 +1097,33 @@ mod tests {
         let mut c = CoordinatorConfig::new(7, "kmirror.local", 9092);
         c.initial_rebalance_delay_ms = 0;
         GroupCoordinator::open(c, MemoryStore::default()).unwrap()
+    }
+
+    #[test]
+    fn a_partitions_offsets_are_listed_by_group_and_deleted_in_the_store_too() {
+        let mut c = coord();
+        let a = TopicPartition::new("drill.d.t", 0);
+        let b = TopicPartition::new("t", 0);
+        c.sync_offset("g1", a.clone(), Offset(5), LeaderEpoch(1), "m")
+            .unwrap();
+        c.sync_offset("g2", a.clone(), Offset(7), LeaderEpoch(1), "")
+            .unwrap();
+        c.sync_offset("g2", b.clone(), Offset(9), LeaderEpoch(1), "")
+            .unwrap();
+        let listed: Vec<(String, i64)> = c
+            .committed_by_groups(&a)
+            .into_iter()
+            .map(|(g, o)| (g, o.offset.0))
+            .collect();
+        assert_eq!(listed, [("g1".to_owned(), 5), ("g2".to_owned(), 7)]);
+        assert_eq!(c.delete_partition_offsets(&a).unwrap(), 2);
+        assert!(c.committed_by_groups(&a).is_empty());
+        assert_eq!(c.committed("g2", &b).map(|o| o.offset), Some(Offset(9)));
+        // What a restart loads: only the other partition's offset.
+        let stored: Vec<_> = c.store().load().unwrap();
+        assert_eq!(stored.len(), 1, "{stored:?}");
+        assert_eq!(stored[0].0.tp, b);
+        assert_eq!(c.delete_partition_offsets(&a).unwrap(), 0);
     }
 
     fn client() -> ClientInfo {

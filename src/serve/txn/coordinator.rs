@@ -20,52 +20,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
 use crate::ids::{ProducerId, TopicPartition};
 use crate::limits::{TXN_IDS_MAX, TXN_TIMEOUT_MS_MAX};
+use crate::serve::txn::meta::{TxnMeta, TxnState};
 use crate::serve::txn::store::{TxnStore, TxnStoreError};
 use crate::serve::writes::{PartitionWriter, WriteError};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum TxnState {
-    Empty,
-    Ongoing,
-    PrepareCommit,
-    PrepareAbort,
-    CompleteCommit,
-    CompleteAbort,
-}
-
-/// One transactional id's record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TxnMeta {
-    pub producer_id: i64,
-    pub producer_epoch: i16,
-    pub timeout_ms: i32,
-    pub state: TxnState,
-    /// `(topic, partition)` of every partition written in the current transaction.
-    pub partitions: BTreeSet<(String, i32)>,
-    /// When the current transaction began (wall clock, ms): its timeout counts from here.
-    pub started_ms: i64,
-    /// Consumer groups whose offsets the current transaction may commit (AddOffsetsToTxn).
-    /// Absent in records written before offsets were served.
-    #[serde(default)]
-    pub groups: BTreeSet<String>,
-}
-
-impl TxnMeta {
-    fn producer(&self) -> ProducerId {
-        ProducerId(self.producer_id)
-    }
-
-    fn tps(&self) -> Vec<TopicPartition> {
-        self.partitions
-            .iter()
-            .map(|(t, p)| TopicPartition::new(t.clone(), *p))
-            .collect()
-    }
-}
 
 /// The group coordinator's side of offsets committed inside transactions.
 pub trait TxnOffsets: Send + Sync {

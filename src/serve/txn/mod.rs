@@ -11,7 +11,8 @@
 //!
 //! | module        | job                                                                   |
 //! |---------------|-----------------------------------------------------------------------|
-//! | `coordinator` | per transactional id: producer id and epoch, state, partitions; rules |
+//! | `meta`        | the durable record per transactional id: producer id and epoch, state  |
+//! | `coordinator` | the rules: state changes per transactional id, fencing, timeouts      |
 //! | `store`       | `__transaction_state-0`: one keyed JSON record per transactional id    |
 //! | `service`     | the API handlers on the endpoint and the timeout timer thread         |
 //!
@@ -23,9 +24,11 @@
 //! partition whose producer has no open transaction already has its marker) and completes it.
 
 pub mod coordinator;
+pub mod meta;
 pub mod service;
 pub mod store;
 
-pub use coordinator::{TxnCoordinator, TxnError, TxnMeta, TxnOffsets, TxnState};
+pub use coordinator::{TxnCoordinator, TxnError, TxnOffsets};
+pub use meta::{TxnMeta, TxnState};
 pub use service::TxnService;
 pub use store::TxnLog;

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::log::config::FlushPolicy;
 use crate::log::keyed_log::{KeyedLog, KeyedLogError};
-use crate::serve::txn::coordinator::TxnMeta;
+use crate::serve::txn::meta::TxnMeta;
 
 pub const TOPIC: &str = "__transaction_state";
 
