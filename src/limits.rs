@@ -754,6 +754,14 @@ pub const LOSS_REPORT_FILE_BYTES_MAX: u64 = 256 << 20;
 /// The quarantine copies a cut log range in reads of at most this many bytes (plus one batch).
 pub const QUARANTINE_READ_BYTES: u64 = 4 << 20;
 
+/// A quarantine `report.json` larger than this is refused when read (one entry of ~200 bytes
+/// per batch taken: 64 MiB is some 300,000 batches).
+pub const QUARANTINE_REPORT_BYTES_MAX: u64 = 64 << 20;
+
+/// Unclean-election recoveries `describe` lists per partition (the newest; the count and the
+/// quarantined records cover all of them).
+pub const UNCLEAN_RECOVERIES_SHOWN_MAX: usize = 8;
+
 /// Longest drill topic name (`drill.<name>.<topic>`): Kafka's topic name limit.
 pub const DRILL_TOPIC_NAME_MAX: usize = 249;
 

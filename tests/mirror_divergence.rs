@@ -30,13 +30,7 @@ fn recreated_topic_is_reported_never_rewritten() {
     wait_mirrored(&mut serve, &k.partition_dir(&topic, 0), &ours);
     let held = log_bytes(&ours);
 
-    k.delete_topic(&topic);
-    k.create_topic(&topic, 1, &[]);
-    let new_data = ProduceOpts {
-        seed: 99,
-        ..Default::default()
-    };
-    k.produce(&topic, 0, 50, &new_data);
+    k.recreate_topic(&topic, 50);
 
     let report = serve.wait_partition_stopped(&topic, Duration::from_secs(90));
     println!("{report}");

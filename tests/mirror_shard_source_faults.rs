@@ -237,7 +237,12 @@ fn offsets_past_i64_max_stop_only_their_partition() {
     let (why, retryable) = loop {
         assert!(std::time::Instant::now() < deadline, "no PartitionStopped");
         match rt.next_event(Duration::from_millis(200)) {
-            Some((_, MirrorEvent::PartitionStopped { tp, why, retryable })) => {
+            Some((
+                _,
+                MirrorEvent::PartitionStopped {
+                    tp, why, retryable, ..
+                },
+            )) => {
                 assert_eq!(tp, TopicPartition::new("t", 0));
                 break (why, retryable);
             }

@@ -541,10 +541,15 @@ async fn metrics<S: SourceCatalog, D: DataPlane>(
         let states = c
             .partition_states()
             .into_iter()
-            .map(|(mirror, tp, state)| crate::ops::metrics::PartitionState {
-                tp,
-                mirror: mirror.to_string(),
-                state,
+            .map(|(mirror, tp, state)| {
+                let unclean = c.data_plane().progress(&tp).unclean;
+                crate::ops::metrics::PartitionState {
+                    tp,
+                    mirror: mirror.to_string(),
+                    state,
+                    unclean_truncations: unclean.count,
+                    quarantined_records: unclean.quarantined_records,
+                }
             })
             .collect();
         let none;

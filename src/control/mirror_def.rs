@@ -367,6 +367,67 @@ pub struct MirrorDefinition {
     /// ACL sync from the source (`mirror.acls.*`, `control::acl_sync`).
     #[serde(default)]
     pub acls: crate::control::acl_sync::AclSyncSettings,
+    /// Unclean-election recovery (`mirror.support.unclean.leader.election`); off in mirrors
+    /// stored by older versions.
+    #[serde(default)]
+    pub unclean: UncleanElectionSettings,
+}
+
+/// `mirror.support.unclean.leader.election` (default false: a partition whose source log
+/// diverges by leader epoch goes FAILED) and `mirror.support.unclean.leader.election.topics`
+/// (the topics it applies to, patterns as `mirror.topics.include`; default all): when on, such
+/// a partition is truncated to the divergence point, the cut records kept in the quarantine,
+/// and mirroring goes on (`control::unclean_recovery`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UncleanElectionSettings {
+    pub enabled: bool,
+    pub topics: TopicFilter,
+}
+
+impl Default for UncleanElectionSettings {
+    fn default() -> Self {
+        UncleanElectionSettings {
+            enabled: false,
+            topics: TopicFilter {
+                include: vec![".*".to_owned()],
+                exclude: Vec::new(),
+            },
+        }
+    }
+}
+
+pub const UNCLEAN_ELECTION_KEY: &str = "mirror.support.unclean.leader.election";
+pub const UNCLEAN_ELECTION_TOPICS_KEY: &str = "mirror.support.unclean.leader.election.topics";
+
+impl UncleanElectionSettings {
+    fn from_properties(props: &BTreeMap<String, String>) -> Result<Self, DefinitionError> {
+        let mut s = UncleanElectionSettings::default();
+        if let Some(v) = props.get(UNCLEAN_ELECTION_KEY) {
+            s.enabled = parse_bool(UNCLEAN_ELECTION_KEY, v)?;
+        }
+        if let Some(v) = props.get(UNCLEAN_ELECTION_TOPICS_KEY) {
+            s.topics.include = split_patterns(v);
+        }
+        s.topics.compile()?;
+        Ok(s)
+    }
+
+    /// Whether partitions of `topic` recover from an unclean election.
+    pub fn applies_to(&self, topic: &str) -> bool {
+        self.enabled && self.topics.compile().is_ok_and(|f| f.matches(topic))
+    }
+}
+
+fn parse_bool(key: &str, v: &str) -> Result<bool, DefinitionError> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(DefinitionError::BadValue {
+            key: key.into(),
+            value: v.to_owned(),
+            expected: "boolean",
+        }),
+    }
 }
 
 /// Which consumer groups' committed offsets are copied from the source, and how often:
@@ -551,7 +612,9 @@ impl MirrorDefinition {
         name: MirrorName,
         props: &BTreeMap<String, String>,
     ) -> Result<MirrorDefinition, DefinitionError> {
-        const KNOWN: [&str; 21] = [
+        const KNOWN: [&str; 23] = [
+            UNCLEAN_ELECTION_KEY,
+            UNCLEAN_ELECTION_TOPICS_KEY,
             "bootstrap.servers",
             "security.protocol",
             "sasl.mechanism",
@@ -704,6 +767,7 @@ impl MirrorDefinition {
             groups: GroupSyncSettings::from_properties(props)?,
             audit: crate::control::audit::AuditSettings::from_properties(props)?,
             acls: crate::control::acl_sync::AclSyncSettings::from_properties(props)?,
+            unclean: UncleanElectionSettings::from_properties(props)?,
         })
     }
 
@@ -850,6 +914,31 @@ client.id = east
             .unwrap();
         assert!(!all.matches("__consumer_offsets"));
         assert!(all.matches("_single_underscore"));
+    }
+
+    // Goal: the unclean-election option is off by default, per mirror, narrowed to topics by
+    // patterns, and a bad value is refused naming the key.
+    #[test]
+    fn unclean_election_settings() {
+        let d = def("bootstrap.servers=a:1\n").unwrap();
+        assert!(!d.unclean.applies_to("orders"));
+        let d =
+            def("bootstrap.servers=a:1\nmirror.support.unclean.leader.election=true\n").unwrap();
+        assert!(d.unclean.applies_to("orders") && d.unclean.applies_to("logs"));
+        let d = def("bootstrap.servers=a:1\nmirror.support.unclean.leader.election=TRUE\nmirror.support.unclean.leader.election.topics=logs-.*,metrics\n").unwrap();
+        assert!(d.unclean.applies_to("logs-app") && d.unclean.applies_to("metrics"));
+        assert!(!d.unclean.applies_to("orders"));
+        let d =
+            def("bootstrap.servers=a:1\nmirror.support.unclean.leader.election.topics=logs-.*\n")
+                .unwrap();
+        assert!(!d.unclean.applies_to("logs-app"), "off unless enabled");
+        let err =
+            def("bootstrap.servers=a:1\nmirror.support.unclean.leader.election=yes\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("mirror.support.unclean.leader.election"),
+            "{err}"
+        );
     }
 
     #[test]

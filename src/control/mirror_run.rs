@@ -476,10 +476,13 @@ fn static_metrics(
     use crate::control::state::StateName;
     use crate::ops::metrics::{render, PartitionState};
     Arc::new(move || {
+        // The static mode recovers no unclean elections (a divergence stops the partition).
         let state = |tp: TopicPartition, state| PartitionState {
             mirror: STATIC_MIRROR.to_owned(),
             tp,
             state,
+            unclean_truncations: 0,
+            quarantined_records: 0,
         };
         let mut states: Vec<PartitionState> = telemetry
             .shards

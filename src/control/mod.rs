@@ -24,6 +24,7 @@
 //! | `topic_configs` | which source topic configs are copied, and how they apply locally  |
 //! | `acl_sync` | which source ACLs a mirror takes (`mirror.acls.*`), DescribeAcls on the source |
 //! | `audit` | continuous integrity audit: local scrub, comparison with the source, verified marks |
+//! | `unclean_recovery` | truncating to the source's divergence point after its unclean election, the cut to the quarantine |
 //! | `json_records` | durable JSON records of drills and consistent cuts under way, one file each |
 
 pub mod acl_sync;
@@ -57,3 +58,4 @@ pub mod source_worker;
 pub mod state;
 pub mod state_log;
 pub mod topic_configs;
+pub mod unclean_recovery;

@@ -8,7 +8,7 @@
 //! for again are looked up on workers too. Answers come back on a channel drained by
 //! `poll_failures` (the controller's tick). One look-up per source and kind is in flight.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -25,11 +25,12 @@ use crate::control::source_epochs::{promoted_epoch, SourceEpochs};
 use crate::control::source_security::security_of;
 use crate::control::source_worker::{JobKey, JobKind, SourceWorkers};
 use crate::control::state_log;
+use crate::control::unclean_recovery::{self, UncleanRecoveries};
 use crate::fetch::blocking::BlockingClient;
 use crate::fetch::fetcher::{FetchConfig, PartitionStart};
 use crate::fetch::list_offsets::{Listed, OffsetQuery};
 use crate::fetch::security::AUTHENTICATION_FAILED;
-use crate::ids::{Offset, ShardId, TopicPartition};
+use crate::ids::{LeaderEpoch, Offset, ShardId, TopicPartition};
 use crate::limits::{
     LEADER_REFRESH_MS_MAX, LEADER_REFRESH_MS_MIN, RECOVERY_CHECKPOINT_INTERVAL_MS_DEFAULT,
     RECOVERY_CHECKPOINT_WRITE_LAG_MS, RETENTION_CHECK_INTERVAL_MS_DEFAULT, SHARD_REMOVE_WAIT_MS,
@@ -38,7 +39,8 @@ use crate::limits::{
 use crate::log::config::LogConfig;
 use crate::log::io::StdIo;
 use crate::log::log_dir::LogDir;
-use crate::log::partition_log::Promotion;
+use crate::log::partition_log::{PartitionLog, Promotion};
+use crate::log::quarantine::Quarantine;
 use crate::log::read_view::ReadCatalog;
 use crate::log::LogError;
 use crate::ops::telemetry::{Telemetry, TelemetryError, TelemetryThread};
@@ -67,12 +69,38 @@ struct PendingAdd {
     start: StartFrom,
     /// In a look-up that has not answered yet.
     asked: bool,
+    /// Set when the partition comes back after its source log diverged by leader epoch and
+    /// the mirror recovers unclean elections: the log is cut once the leader (and the topic
+    /// id) is known again (`control::unclean_recovery`).
+    recover: Option<Recover>,
     attempts: u32,
     next: Instant,
 }
 
+/// A divergence to recover from: the source leader's (epoch, end offset) answer, and the
+/// stop's reason (the failure if recovery is refused).
+#[derive(Debug, Clone)]
+struct Recover {
+    source: (LeaderEpoch, Offset),
+    why: String,
+}
+
 /// Per partition: its leader and where it starts (`None`: the log end or the log start).
 type Resolved = Result<Vec<Result<(LeaderFound, Option<Offset>), String>>, Fault>;
+
+impl PendingAdd {
+    fn new(access: SourceAccess, topic_id: Uuid, recover: Option<Recover>) -> PendingAdd {
+        PendingAdd {
+            access,
+            topic_id,
+            start: StartFrom::Earliest,
+            asked: false,
+            recover,
+            attempts: 0,
+            next: Instant::now(),
+        }
+    }
+}
 
 /// A source worker's answer to the shard plane.
 enum PlaneAnswer {
@@ -110,6 +138,8 @@ pub struct ShardDataPlane {
     progress: ProgressBoard,
     /// Failures the shards reported (partition stopped for good), for the controller.
     failures: Vec<(TopicPartition, Fault)>,
+    /// Logs cut by unclean-election recoveries (new log end), for the controller's audit.
+    truncations: Vec<(TopicPartition, Offset)>,
     /// Failed-over partitions, written by clients through the Kafka endpoint.
     leaders: Arc<LeaderStore>,
     /// Latency collection and interval logs; stopped after the shards.
@@ -140,6 +170,12 @@ pub struct ShardDataPlane {
     checkpoint_write_at: Option<Instant>,
     /// The shards' heartbeats, checked on every poll.
     health: ShardHealth,
+    /// Partitions whose mirror recovers unclean elections
+    /// (`mirror.support.unclean.leader.election`).
+    recovers: HashSet<TopicPartition>,
+    /// Each partition's unclean-election recoveries (from the quarantine at start, then as
+    /// they happen), for `describe` and `/metrics`.
+    unclean: HashMap<TopicPartition, UncleanRecoveries>,
     /// Set with the reason once a shard failed: the process must exit for a restart.
     shard_failed: Arc<OnceLock<String>>,
 }
@@ -174,6 +210,9 @@ impl ShardDataPlane {
             .max();
         leaders.open_producer_ids(data_dir, max_seen)?;
         let source_epochs = SourceEpochs::open(data_dir)?;
+        let unclean = unclean_recovery::load(&Quarantine::new(data_dir))?
+            .into_iter()
+            .collect();
         let rt = Runtime::start(runtime, move |_| {
             MirrorShard::new(Arc::clone(&shard_returned)).with_progress(board.clone())
         })?;
@@ -194,6 +233,8 @@ impl ShardDataPlane {
             next_checkpoint: Instant::now() + checkpoint_every,
             checkpoint_write_at: None,
             health,
+            recovers: HashSet::new(),
+            unclean,
             shard_failed: Arc::default(),
             telemetry: Some(telemetry),
             drill_catalog: None,
@@ -205,6 +246,7 @@ impl ShardDataPlane {
             lent: HashMap::new(),
             progress,
             failures: Vec::new(),
+            truncations: Vec::new(),
             leaders,
             refresh: LeaderRefresh::new(fetch),
             configs: HashMap::new(),
@@ -377,10 +419,31 @@ impl ShardDataPlane {
             };
             let done = until(&event);
             match event {
-                MirrorEvent::PartitionStopped { tp, why, retryable } => {
-                    tracing::error!(partition = %tp, %why, "partition stopped");
-                    self.lent.remove(&tp);
+                MirrorEvent::PartitionStopped {
+                    tp,
+                    why,
+                    retryable,
+                    source_epoch_end,
+                } => {
+                    let lent = self.lent.remove(&tp);
                     self.refresh.forget(&tp);
+                    if let (Some(source), Some((_, access))) = (source_epoch_end, lent) {
+                        if self.recovers.contains(&tp) {
+                            tracing::warn!(partition = %tp, %why, "source log diverged by leader epoch: recovering the unclean election once the source leader is known");
+                            let recover = Recover { source, why };
+                            // The log came back before the event: fetch it again by its id.
+                            self.take_returned();
+                            let id = self.logs().get(&tp).and_then(PartitionLog::topic_id);
+                            let id = id.unwrap_or_else(Uuid::nil);
+                            self.pending
+                                .insert(tp, PendingAdd::new(access, id, Some(recover)));
+                            if done {
+                                return true;
+                            }
+                            continue;
+                        }
+                    }
+                    tracing::error!(partition = %tp, %why, "partition stopped");
                     // A refused login or certificate stays refused until the operator acts.
                     let retryable = retryable && !why.starts_with(AUTHENTICATION_FAILED);
                     self.failures.push((
@@ -566,7 +629,7 @@ impl ShardDataPlane {
         start_offset: Option<Offset>,
     ) -> Result<(), Fault> {
         let leader_epoch = found.leader_epoch;
-        let spec = found.source;
+        let spec = found.source.clone();
         let topic_id = p.topic_id;
         let start = p.start;
         let shard = shard_for(tp, self.rt().shard_count());
@@ -601,6 +664,10 @@ impl ShardDataPlane {
                 }
             }
         }
+        let log = match p.recover {
+            Some(recover) => self.recover_unclean(log, &found, recover)?,
+            None => log,
+        };
         let (log_end, last_epoch) = resume_point(&log);
         let msg = MirrorMsg::AddPartition {
             source: spec,
@@ -621,6 +688,67 @@ impl ShardDataPlane {
         }
         self.lent.insert(tp.clone(), (shard, p.access));
         Ok(())
+    }
+
+    /// Cuts `log` to where the source's log diverges (its cut batches to the quarantine) before
+    /// it goes back to its shard. A source topic that now has another topic id was deleted and
+    /// recreated, not uncleanly elected: the partition fails as without recovery, untouched.
+    fn recover_unclean(
+        &mut self,
+        mut log: PartitionLog,
+        found: &LeaderFound,
+        recover: Recover,
+    ) -> Result<PartitionLog, Fault> {
+        let tp = log.topic_partition().clone();
+        if let Some(ours) = log.topic_id() {
+            if !found.topic_id.is_nil() && found.topic_id != ours {
+                self.logs().restore(log);
+                return Err(Fault::permanent(format!(
+                    "{}; the source topic was deleted and recreated (topic id {ours} is now {}), \
+                     which is not an unclean leader election: nothing is truncated",
+                    recover.why, found.topic_id
+                )));
+            }
+        }
+        let quarantine = Quarantine::new(self.logs().root());
+        let now = crate::log::partition_log::now_ms();
+        let before = log.log_end_offset();
+        match unclean_recovery::recover(&mut log, &mut StdIo, &quarantine, recover.source, now) {
+            Ok(Some(r)) => {
+                tracing::warn!(
+                    partition = %tp,
+                    source_epoch = r.source_epoch,
+                    source_end_offset = r.source_end_offset,
+                    cut_from = r.first_offset,
+                    log_end_before = before.0,
+                    records = r.records,
+                    batches = r.batches,
+                    epochs = ?r.epochs,
+                    quarantine = %r.segment_file.display(),
+                    complete = r.complete,
+                    "unclean leader election on the source: our log was truncated to its \
+                     divergence point; the cut records are kept in the quarantine and \
+                     mirroring continues from there"
+                );
+                self.truncations.push((tp.clone(), log.log_end_offset()));
+                self.unclean.entry(tp).or_default().add(r);
+                if let Err(e) = self.logs().write_checkpoints() {
+                    tracing::error!("writing the recovery-point checkpoint: {e}");
+                }
+                Ok(log)
+            }
+            Ok(None) => {
+                self.logs().restore(log);
+                Err(Fault::permanent(recover.why))
+            }
+            Err(e) => {
+                self.logs().restore(log);
+                Err(Fault::permanent(format!(
+                    "{}; unclean-election recovery failed: {e}",
+                    recover.why
+                )))
+            }
+        }
     }
 
     /// Stops the shards (they hand every log back) and closes the log dir cleanly.
@@ -755,17 +883,14 @@ impl DataPlane for ShardDataPlane {
             request_timeout_ms: self.request_timeout_ms,
             security,
         };
-        self.pending.insert(
-            tp.clone(),
-            PendingAdd {
-                access,
-                topic_id,
-                start,
-                asked: false,
-                attempts: 0,
-                next: Instant::now(),
-            },
-        );
+        if mirror.unclean.applies_to(&tp.topic) {
+            self.recovers.insert(tp.clone());
+        } else {
+            self.recovers.remove(tp);
+        }
+        let mut pending = PendingAdd::new(access, topic_id, None);
+        pending.start = start;
+        self.pending.insert(tp.clone(), pending);
         // Asked at once (on a worker); a look-up of the same source already out takes the
         // rest at the next tick.
         self.dispatch_look_ups();
@@ -834,6 +959,8 @@ impl DataPlane for ShardDataPlane {
             if !answered {
                 return Err(format!("shard {} did not hand {tp} back", shard.0));
             }
+            // A divergence crossing the removal must not bring it back for recovery.
+            self.pending.remove(tp);
         }
         self.take_returned();
         Ok(self
@@ -999,6 +1126,10 @@ impl DataPlane for ShardDataPlane {
         std::mem::take(&mut self.failures)
     }
 
+    fn poll_truncations(&mut self) -> Vec<(TopicPartition, Offset)> {
+        std::mem::take(&mut self.truncations)
+    }
+
     fn progress(&self, tp: &TopicPartition) -> Progress {
         // While a shard owns the log, its end is what the shard last published.
         let seen = self.progress.snapshot(tp);
@@ -1020,6 +1151,7 @@ impl DataPlane for ShardDataPlane {
             throttled_ms: seen.throttled_ms,
             skipped_records: seen.skipped_records,
             stalled: seen.stalled,
+            unclean: self.unclean.get(tp).cloned().unwrap_or_default(),
         }
     }
 

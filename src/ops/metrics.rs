@@ -39,6 +39,10 @@ pub struct PartitionState {
     pub mirror: String,
     pub tp: TopicPartition,
     pub state: StateName,
+    /// Unclean-election recoveries of the partition and the records they quarantined
+    /// (`control::unclean_recovery`; counted across restarts from the quarantine).
+    pub unclean_truncations: u64,
+    pub quarantined_records: i64,
 }
 
 /// Everything one scrape shows, gathered before encoding.
@@ -304,6 +308,33 @@ impl Scrape {
             "kmirror_partition_state",
             "1 for the partition's current mirror state (KIP-1279 names), 0 for the others.",
             &states,
+        )?;
+        let recovered: Vec<&PartitionState> = self
+            .states
+            .iter()
+            .filter(|s| s.unclean_truncations > 0)
+            .collect();
+        f.counter(
+            "kmirror_partition_unclean_truncations",
+            "Unclean leader elections on the source the partition recovered from \
+             (mirror.support.unclean.leader.election): its log truncated to the divergence \
+             point, the cut records moved to the quarantine.",
+            &recovered
+                .iter()
+                .map(|s| (part_labels(&s.mirror, &s.tp), s.unclean_truncations))
+                .collect::<Vec<_>>(),
+        )?;
+        f.counter(
+            "kmirror_partition_quarantined_records",
+            "Records cut from the partition's log by unclean-election recoveries, kept in the \
+             quarantine (kmirror-quarantine/unclean-*).",
+            &recovered
+                .iter()
+                .map(|s| {
+                    let n = u64::try_from(s.quarantined_records).unwrap_or(0);
+                    (part_labels(&s.mirror, &s.tp), n)
+                })
+                .collect::<Vec<_>>(),
         )?;
         // Per mirror, over the partitions the shards fetch for it (none: no series).
         let mut reachable: Vec<(Labels, i64)> = Vec::new();
@@ -742,6 +773,8 @@ mod tests {
             mirror: mirror.to_owned(),
             tp,
             state: StateName::Mirroring,
+            unclean_truncations: 0,
+            quarantined_records: 0,
         };
         let states = || {
             vec![

@@ -41,8 +41,8 @@ use super::shard::{ShardCx, ShardHandler};
 use super::stats::{Latency, PartitionStats};
 use super::uring_io::RingIo;
 use crate::fetch::fetcher::{
-    FetchConfig, FetchEvent, FetchRequestCounts, Fetcher, FetcherError, PartitionStart,
-    PartitionState, Poll, Slot,
+    DivergenceCause, FetchConfig, FetchEvent, FetchRequestCounts, Fetcher, FetcherError,
+    PartitionStart, PartitionState, Poll, Slot,
 };
 use crate::fetch::security::SourceSecurity;
 use crate::fetch::versions::Versions;
@@ -132,6 +132,12 @@ pub enum MirrorEvent {
         tp: TopicPartition,
         why: String,
         retryable: bool,
+        /// When the stop is a divergence by leader epoch (Fetch v12+ DivergingEpoch, or
+        /// OffsetForLeaderEpoch on older sources): the source leader's epoch and its end
+        /// offset for it, from which the control plane may recover an unclean election
+        /// (`control::unclean_recovery`). `None` for every other stop, a changed topic id
+        /// included.
+        source_epoch_end: Option<(LeaderEpoch, Offset)>,
     },
     /// The partition waits for its leader (a leader or topic error, or its broker's connection
     /// broke): the control thread looks it up and answers with `MirrorMsg::Releader`. Asked
@@ -410,6 +416,7 @@ impl MirrorShard {
                 tp,
                 why,
                 retryable: true,
+                source_epoch_end: None,
             });
             return;
         };
@@ -445,6 +452,7 @@ impl MirrorShard {
                     tp,
                     why: e.to_string(),
                     retryable: true,
+                    source_epoch_end: None,
                 });
             }
         }
@@ -1055,7 +1063,13 @@ impl MirrorShard {
                          {}): {}; our log is kept as it is and fetching stopped",
                         d.fetch_offset, d.last_fetched_epoch.0, d.cause
                     );
-                    self.stop_partition(cx, at(d.slot), why, false);
+                    let epoch_end = match d.cause {
+                        DivergenceCause::EpochEnd { epoch, end_offset } => {
+                            Some((epoch, end_offset))
+                        }
+                        _ => None,
+                    };
+                    self.stop_partition_diverged(cx, at(d.slot), why, epoch_end);
                 }
                 FetchEvent::RefreshMetadata { slot, error, hint } => {
                     let why = match hint {
@@ -1151,6 +1165,29 @@ impl MirrorShard {
     }
 
     fn stop_partition(&mut self, cx: &mut Cx<'_>, at: Loc, why: String, retryable: bool) {
+        self.stop_partition_with(cx, at, why, retryable, None);
+    }
+
+    /// A divergence stops the partition for good (not retryable), with the source leader's
+    /// epoch answer when there is one.
+    fn stop_partition_diverged(
+        &mut self,
+        cx: &mut Cx<'_>,
+        at: Loc,
+        why: String,
+        source_epoch_end: Option<(LeaderEpoch, Offset)>,
+    ) {
+        self.stop_partition_with(cx, at, why, false, source_epoch_end);
+    }
+
+    fn stop_partition_with(
+        &mut self,
+        cx: &mut Cx<'_>,
+        at: Loc,
+        why: String,
+        retryable: bool,
+        source_epoch_end: Option<(LeaderEpoch, Offset)>,
+    ) {
         self.cells.remove(&at);
         let group = self.group_mut(at);
         let n = at.slot.0 as usize;
@@ -1168,7 +1205,12 @@ impl MirrorShard {
         if let Some(log) = log {
             self.give_back(log);
         }
-        let _ = cx.emit(MirrorEvent::PartitionStopped { tp, why, retryable });
+        let _ = cx.emit(MirrorEvent::PartitionStopped {
+            tp,
+            why,
+            retryable,
+            source_epoch_end,
+        });
     }
 
     fn on_send(&mut self, cx: &mut Cx<'_>, i: usize, c: Completion) {

@@ -671,7 +671,7 @@ impl Kafka {
 }
 
 /// Broker logging: everything at INFO to stdout, which the watchdog appends to `broker.log`.
-const BROKER_LOG4J: &str = "log4j.rootLogger=INFO, stdout\n\
+pub(super) const BROKER_LOG4J: &str = "log4j.rootLogger=INFO, stdout\n\
     log4j.appender.stdout=org.apache.log4j.ConsoleAppender\n\
     log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n\
     log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n\n";

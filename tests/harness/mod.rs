@@ -14,6 +14,7 @@
 mod broker;
 pub mod certs;
 pub mod client_login;
+pub mod cluster;
 pub mod dump;
 pub mod files;
 pub mod groups;

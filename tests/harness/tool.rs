@@ -885,4 +885,16 @@ impl Kafka {
             s(topic),
         ]);
     }
+
+    /// Deletes the one-partition `topic` and creates it again (a new topic id) holding `n`
+    /// records of other data than the default produce's.
+    pub fn recreate_topic(&self, topic: &str, n: usize) {
+        self.delete_topic(topic);
+        self.create_topic(topic, 1, &[]);
+        let new_data = ProduceOpts {
+            seed: 99,
+            ..Default::default()
+        };
+        self.produce(topic, 0, n, &new_data);
+    }
 }

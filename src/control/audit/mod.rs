@@ -52,6 +52,8 @@ pub struct PartJob {
     pub rescrub: Offset,
     /// False for compacted topics: scrub only (see `COMPACTED_NOTE`).
     pub compare: bool,
+    /// The partition's truncation count when the round was planned (see `PartResult::cuts`).
+    pub cuts: u64,
 }
 
 /// A round for one mirror, run on a source worker.
@@ -75,6 +77,9 @@ pub struct PartResult {
     pub scrub_fault: Option<ScrubFault>,
     /// A reason this round could not check (source unreachable, a segment deleted under it).
     pub note: Option<String>,
+    /// `PartJob::cuts`: a log truncated since (an unclean-election recovery) makes the
+    /// round's marks stale, so they are not applied.
+    pub cuts: u64,
 }
 
 impl PartResult {
@@ -89,6 +94,7 @@ impl PartResult {
             mismatch: None,
             scrub_fault: None,
             note: None,
+            cuts: 0,
         }
     }
 }
@@ -112,6 +118,7 @@ impl RoundJob {
         for p in &self.parts {
             let view = p.handle.view();
             let mut r = PartResult::new(p.tp.clone());
+            r.cuts = p.cuts;
             if !p.compare {
                 // The source's cleaner rewrites batches of a compacted topic (new CRCs, fewer
                 // records), so comparing would report differences that are not damage: its
@@ -349,6 +356,8 @@ pub struct AuditPlane {
     board: Arc<AuditBoard>,
     /// Rounds planned so far (orders the re-scrub of caught-up partitions).
     rounds: u64,
+    /// Per partition, how often its log was truncated under the audit (`truncated`).
+    cuts: BTreeMap<TopicPartition, u64>,
 }
 
 impl AuditPlane {
@@ -361,6 +370,7 @@ impl AuditPlane {
             events: VecDeque::new(),
             board: Arc::default(),
             rounds: 0,
+            cuts: BTreeMap::new(),
         })
     }
 
@@ -427,6 +437,7 @@ impl AuditPlane {
                     verified,
                     rescrub: st.rescrub,
                     compare: *compare,
+                    cuts: self.cuts.get(tp).copied().unwrap_or(0),
                 },
             ));
         }
@@ -462,6 +473,11 @@ impl AuditPlane {
                 .or_default();
             st.bytes_read += r.bytes_read;
             st.bytes_fetched += r.bytes_fetched;
+            if r.cuts != self.cuts.get(&r.tp).copied().unwrap_or(0) {
+                // The log was cut while this round read it: what it verified may be gone.
+                st.note = Some("the log was truncated during this round; checked again".into());
+                continue;
+            }
             st.log_end = Some(r.log_end);
             st.note = r.note.clone();
             if let Some(next) = r.rescrub_next {
@@ -527,6 +543,23 @@ impl AuditPlane {
         }
         self.publish();
         failed
+    }
+
+    /// `tp`'s log was truncated to `end` (`control::unclean_recovery`): what was verified
+    /// above it is gone, so the mark and the re-scrub cursor come down to `end`, durably.
+    pub fn truncated(&mut self, tp: &TopicPartition, end: Offset) {
+        *self.cuts.entry(tp.clone()).or_default() += 1;
+        self.store.truncate(tp, end);
+        for ((_, t), st) in self.parts.iter_mut() {
+            if t == tp {
+                st.rescrub = st.rescrub.min(end);
+                st.log_end = st.log_end.map(|e| e.min(end));
+            }
+        }
+        if let Err(e) = self.store.save() {
+            tracing::warn!("audit: cannot write the verified marks (kept in memory): {e}");
+        }
+        self.publish();
     }
 
     /// "Verified through offset N (source timestamp T)" of `tp` (for the loss report).
@@ -668,5 +701,51 @@ mod tests {
             .as_deref()
             .is_some_and(|n| n.contains("source not read")));
         drop(logs);
+    }
+    // Goal: a log cut by an unclean-election recovery brings its verified mark down to the cut,
+    // and a round planned before the cut cannot raise it over the cut range when it answers.
+    #[test]
+    fn a_truncation_lowers_the_mark_and_drops_a_stale_round() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = ReadCatalog::new();
+        let tp = TopicPartition::new("t", 0);
+        let mut log = PartitionLog::create(
+            &dir.path().join(tp.dir_name()),
+            tp.clone(),
+            None,
+            LogConfig::default(),
+        )
+        .unwrap();
+        catalog.insert(tp.clone(), log.attach_read_view());
+        let b = BatchBuilder::new(Offset(0))
+            .leader_epoch(LeaderEpoch(0))
+            .value(TimestampMs(5), b"v")
+            .build();
+        log.append(&mut StdIo, &b).unwrap();
+        let mut plane = AuditPlane::open(dir.path(), catalog).unwrap();
+        let mark = |next| Verified {
+            next: Offset(next),
+            source_timestamp: Some(TimestampMs(5)),
+        };
+        plane.store.advance(&tp, mark(3));
+        let parts = [(tp.clone(), Uuid::nil(), true)];
+        let stale = plane.round(&def(""), &parts).unwrap();
+        plane.truncated(&tp, Offset(1));
+        assert_eq!(plane.verified(&tp).map(|v| v.next), Some(Offset(1)));
+        let answer = |cuts| {
+            let mut r = PartResult::new(tp.clone());
+            r.verified = Some(mark(4));
+            r.cuts = cuts;
+            RoundAnswer {
+                mirror: "m".into(),
+                parts: vec![r],
+            }
+        };
+        plane.apply(answer(stale.parts[0].cuts), 0);
+        assert_eq!(plane.verified(&tp).map(|v| v.next), Some(Offset(1)));
+        let fresh = plane.round(&def(""), &parts).unwrap();
+        plane.apply(answer(fresh.parts[0].cuts), 0);
+        assert_eq!(plane.verified(&tp).map(|v| v.next), Some(Offset(4)));
+        drop(log);
     }
 }

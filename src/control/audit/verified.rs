@@ -71,6 +71,21 @@ impl VerifiedStore {
         self.dirty = true;
     }
 
+    /// The log of `tp` was truncated to `end` (an unclean-election recovery): the mark comes
+    /// down to it, and its source timestamp is forgotten (the batches that set it may be gone)
+    /// until the next round finds it again.
+    pub fn truncate(&mut self, tp: &TopicPartition, end: Offset) {
+        if let Some(v) = self.map.get_mut(tp) {
+            if v.next > end {
+                *v = Verified {
+                    next: end,
+                    source_timestamp: None,
+                };
+                self.dirty = true;
+            }
+        }
+    }
+
     /// Forgets partitions no mirror holds any more.
     pub fn retain(&mut self, keep: impl Fn(&TopicPartition) -> bool) {
         let before = self.map.len();
@@ -171,5 +186,27 @@ mod tests {
         );
         std::fs::write(dir.path().join(FILE_NAME), "0\nx 1 2 t\n").unwrap();
         assert!(VerifiedStore::open(dir.path()).is_err());
+    }
+    // Goal: only a truncation of the log brings a mark down, durably, and never up.
+    #[test]
+    fn a_truncated_log_brings_its_mark_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let tp = TopicPartition::new("orders", 0);
+        let mut s = VerifiedStore::open(dir.path()).unwrap();
+        let v = |n| Verified {
+            next: Offset(n),
+            source_timestamp: Some(TimestampMs(7)),
+        };
+        s.advance(&tp, v(300));
+        s.truncate(&tp, Offset(400));
+        assert_eq!(s.get(&tp), Some(v(300)));
+        s.truncate(&tp, Offset(200));
+        s.save().unwrap();
+        let s = VerifiedStore::open(dir.path()).unwrap();
+        let after = Verified {
+            next: Offset(200),
+            source_timestamp: None,
+        };
+        assert_eq!(s.get(&tp), Some(after));
     }
 }

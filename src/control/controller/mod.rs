@@ -84,6 +84,10 @@ pub struct Progress {
     pub skipped_records: i64,
     /// Why appends are paused and retried (a full disk), while they are.
     pub stalled: Option<String>,
+    /// Unclean-election recoveries: cuts to the source's divergence point, the cut records
+    /// in the quarantine (`control::unclean_recovery`).
+    #[serde(default)]
+    pub unclean: crate::control::unclean_recovery::UncleanRecoveries,
 }
 
 /// The shards, as the control plane drives them.
@@ -152,6 +156,11 @@ pub trait DataPlane {
     }
     /// Partitions whose fetching stopped on its own since the last call, with the reason.
     fn poll_failures(&mut self) -> Vec<(TopicPartition, Fault)> {
+        Vec::new()
+    }
+    /// Partitions whose log was truncated on its own since the last call (an unclean-election
+    /// recovery, `control::unclean_recovery`), with the new log end.
+    fn poll_truncations(&mut self) -> Vec<(TopicPartition, Offset)> {
         Vec::new()
     }
     /// The shards' counters and latency histograms for `/metrics`, when there are shards.
@@ -805,6 +814,11 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         for (tp, fault) in self.data.poll_failures() {
             tracing::warn!(partition = %tp, why = %fault, "fetching stopped");
             self.partition_failed(&tp, fault.message, fault.retryable)?;
+        }
+        for (tp, end) in self.data.poll_truncations() {
+            if let Some(audit) = self.audit.as_mut() {
+                audit.truncated(&tp, end);
+            }
         }
         if now_ms >= self.next_sync_ms {
             self.next_sync_ms = now_ms.saturating_add(self.sync_interval_ms);

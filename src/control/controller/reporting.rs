@@ -3,6 +3,7 @@
 //! partitions without a fetcher the last background listing with its age.
 
 use super::*;
+use crate::control::unclean_recovery::UncleanRecoveries;
 
 /// A row of `list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -68,6 +69,10 @@ pub struct PartitionRow {
     /// While MIRRORING, why appends are paused and retried (a full disk: issue 11 item 6).
     #[serde(default)]
     pub stalled: Option<String>,
+    /// Unclean-election recoveries (`mirror.support.unclean.leader.election`): how many, the
+    /// records they moved to the quarantine, and the newest ones with offsets and epochs.
+    #[serde(default, skip_serializing_if = "UncleanRecoveries::is_empty")]
+    pub unclean_recoveries: UncleanRecoveries,
     /// Integrity audit (`control::audit`): every offset below this was re-read locally and
     /// matched the source's batch (offsets, leader epoch, CRC); durable across restarts.
     #[serde(default)]
@@ -175,6 +180,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     config_error: e.config_errors.get(&tp.topic).cloned(),
                     skipped_records: progress.skipped_records,
                     stalled: progress.stalled.clone(),
+                    unclean_recoveries: progress.unclean.clone(),
                     verified_offset: audit.as_ref().and_then(|a| a.verified_offset),
                     verified_timestamp_ms: audit.as_ref().and_then(|a| a.verified_timestamp_ms),
                     verified_lag_seconds: audit.as_ref().and_then(|a| a.verified_lag_seconds(now)),

@@ -153,6 +153,7 @@ impl DataPlane for FakeData {
             throttled_ms: None,
             skipped_records: 0,
             stalled: None,
+            unclean: Default::default(),
         }
     }
 }
