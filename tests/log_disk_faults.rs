@@ -205,8 +205,9 @@ fn write_enospc_rolls_back_and_the_same_append_succeeds_later() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("d-0");
     let mut log = acknowledged(&dir);
-    // A new epoch: the append writes the segment data (write 0), then the leader-epoch
-    // checkpoint (write 1); a full disk at either rolls everything back.
+    // A new epoch: the append writes the segment data (write 0), then its flush (every
+    // append here) the leader-epoch checkpoint (write 1, before the recovery point moves); a
+    // full disk at either rolls everything back.
     let next = batch(9, 2, 3);
     for nth in [0, 1] {
         let before = log_bytes(&dir);
@@ -240,8 +241,8 @@ fn epoch_checkpoint_goes_through_the_seam() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("d-0");
     let mut log = acknowledged(&dir);
-    // Syncs of this append, in order: the epoch checkpoint's tmp file (new epoch 2), then the
-    // flush of the segment.
+    // Syncs of this append's flush, in order: the epoch checkpoint's tmp file (new epoch 2),
+    // then the segment.
     let err = log
         .append(
             &mut FaultyDisk::new(Op::Sync, 0, libc::EIO),

@@ -62,6 +62,7 @@ use crate::limits::{
     FETCHER_PARTITIONS_MAX, FETCH_BAD_RECORDS_RETRIES, FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX,
     SOURCE_THROTTLE_MS_MAX,
 };
+use crate::wire::batch::ValidatedBatches;
 
 /// Fetch sizing and waiting, from the mirror's configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,7 +199,7 @@ pub struct Divergence {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchedRecords {
     pub slot: Slot,
-    pub records: Bytes,
+    pub records: ValidatedBatches,
     pub first_offset: Offset,
     pub last_offset: Offset,
     pub max_timestamp: TimestampMs,
@@ -1211,7 +1212,8 @@ impl Fetcher {
             }
             events.push(FetchEvent::Records(FetchedRecords {
                 slot,
-                records: records.slice(valid.bytes.clone()),
+                // `check_records` ran `Batch::validate` on every batch of the valid range.
+                records: ValidatedBatches::already_validated(records.slice(valid.bytes.clone())),
                 first_offset: valid.first_offset,
                 last_offset: valid.last_offset,
                 max_timestamp: valid.max_timestamp,

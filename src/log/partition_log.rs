@@ -28,7 +28,7 @@ use crate::log::recovery::{self, rebuild_producer_state, LoadOptions};
 use crate::log::retention::{deletable_prefix, SegmentFacts};
 use crate::log::segment::{AppendMark, ChunkStats, Recovered, Segment};
 use crate::log::{partition_meta, LogError};
-use crate::wire::batch::{Batch, Batches, Codec, Peek};
+use crate::wire::batch::{Batch, Batches, Codec, Peek, ValidatedBatches};
 
 mod leader;
 
@@ -420,7 +420,7 @@ impl PartitionLog {
         if self.offline.is_some() {
             return Err(self.offline_error());
         }
-        let info = self.validate_append(records)?;
+        let info = self.validate_append(records, true)?;
         if info.batches == 0 {
             return Ok(info);
         }
@@ -442,11 +442,28 @@ impl PartitionLog {
     /// holds no batch); call `append` instead. An error is final, as from `append` (a staged
     /// append that fails its index checks is rolled back and takes the log offline).
     pub fn stage_append(&mut self, records: &[u8]) -> Result<Option<StagedAppend>, LogError> {
+        self.stage_checked(records, true)
+    }
+
+    /// `stage_append` of batches whose CRCs were already checked on receipt: framing, offsets
+    /// and sizes are checked as always, the CRC-32C is not computed a second time.
+    pub fn stage_validated_append(
+        &mut self,
+        records: &ValidatedBatches,
+    ) -> Result<Option<StagedAppend>, LogError> {
+        self.stage_checked(records, false)
+    }
+
+    fn stage_checked(
+        &mut self,
+        records: &[u8],
+        check_crc: bool,
+    ) -> Result<Option<StagedAppend>, LogError> {
         self.assert_not_staged();
         if self.offline.is_some() {
             return Err(self.offline_error());
         }
-        let info = self.validate_append(records)?;
+        let info = self.validate_append(records, check_crc)?;
         if info.batches == 0 {
             return Ok(None);
         }
@@ -533,12 +550,20 @@ impl PartitionLog {
         info: &AppendInfo,
     ) -> Result<(), (LogError, bool)> {
         self.unflushed_messages += (info.last_offset.0 - info.first_offset.0 + 1) as u64;
-        self.maybe_flush(io).map_err(|e| (e, false))
+        match self.maybe_flush(io) {
+            Ok(()) => Ok(()),
+            // Only the epoch checkpoint's full disk leaves the log online (see `flush`).
+            Err(e) => {
+                let retryable = e.is_disk_full() && self.offline.is_none();
+                Err((e, retryable))
+            }
+        }
     }
 
     /// The end of every append: on success the new view is published; on failure (`true`:
     /// a write failed, `false`: the flush) the log is truncated back to where it was, and is
-    /// taken offline unless a write found the disk full.
+    /// taken offline unless a write (or the flush's epoch checkpoint, see `after_write`) found
+    /// the disk full.
     fn settle(
         &mut self,
         io: &mut impl LogIo,
@@ -581,7 +606,8 @@ impl PartitionLog {
         }
     }
 
-    fn validate_append(&self, records: &[u8]) -> Result<AppendInfo, LogError> {
+    /// `check_crc` false only for `ValidatedBatches` (see `stage_validated_append`).
+    fn validate_append(&self, records: &[u8], check_crc: bool) -> Result<AppendInfo, LogError> {
         let mut info = AppendInfo {
             first_offset: Offset(-1),
             last_offset: Offset(-1),
@@ -592,7 +618,9 @@ impl PartitionLog {
         let mut batches = Batches::new(records);
         for item in batches.by_ref() {
             let (_, batch) = item?;
-            batch.validate()?;
+            if check_crc {
+                batch.validate()?;
+            }
             if batch.size() as u64 > self.config.segment_bytes {
                 return Err(LogError::BatchLargerThanSegment {
                     partition: self.name(),
@@ -700,9 +728,13 @@ impl PartitionLog {
         io: &mut impl LogIo,
         batch: &Batch<'_>,
     ) -> Result<(), LogError> {
-        if assign_epoch(&mut self.epochs, batch) {
-            self.epochs.flush_with(io)?;
-        }
+        // The checkpoint file is written (and synced) when the recovery point next moves
+        // (`sync_epochs`), not here: a new epoch at a batch above the recovery point is
+        // rebuilt from that batch by recovery (as Kafka's recovery reassigns epochs of the
+        // segments it revalidates), so until the batch is flushed the file may lag. Writing
+        // it here cost two fsyncs per partition's first append (a thousand partitions
+        // starting to mirror paid seconds of synchronous fsyncs on the shard).
+        assign_epoch(&mut self.epochs, batch);
         if let Some(txn) = self.producers.on_batch(batch) {
             self.active_mut().append_aborted(io, &txn)?;
         }
@@ -722,6 +754,7 @@ impl PartitionLog {
         active.flush(io)?;
         // A sealed segment is only read (through descriptors opened per read) or deleted.
         active.release_files();
+        self.sync_epochs(io)?;
         let segment = Segment::create(&self.dir, base, &self.config, now)?;
         self.segments.push(segment);
         // Kafka snapshots producer state on every roll, named after the new segment.
@@ -729,6 +762,13 @@ impl PartitionLog {
         sync_dir(&self.dir)?;
         self.recovery_point = self.recovery_point.max(base);
         Ok(())
+    }
+
+    /// Writes the epoch checkpoint if an append assigned an epoch since it was last written:
+    /// before the recovery point moves over that append's batches, below which recovery no
+    /// longer rebuilds epochs.
+    fn sync_epochs(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        self.epochs.flush_if_dirty_with(io)
     }
 
     fn maybe_flush(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
@@ -765,6 +805,15 @@ impl PartitionLog {
             return Err(self.offline_error());
         }
         let end = self.log_end_offset();
+        // The epoch checkpoint first: a full disk there has synced nothing yet, so the log
+        // stays online with its recovery point where it was (the append that flushed is
+        // rolled back and retried, as for a write that found the disk full).
+        if let Err(e) = self.sync_epochs(io) {
+            if !e.is_disk_full() {
+                self.take_offline(format!("epoch checkpoint failed: {e}"));
+            }
+            return Err(e);
+        }
         for i in 0..self.segments.len() {
             let seg = &mut self.segments[i];
             if seg.next_offset() > self.recovery_point || seg.base_offset() >= self.recovery_point {

@@ -53,7 +53,7 @@ impl MirrorShard {
         let Some(log) = self.log_mut(at) else {
             return;
         };
-        let outcome = match log.stage_append(&r.records) {
+        let outcome = match log.stage_validated_append(&r.records) {
             Ok(Some(append)) => {
                 self.staged.staged.push(Staged {
                     at,

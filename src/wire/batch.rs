@@ -576,6 +576,32 @@ impl<'a> Batches<'a> {
     }
 }
 
+/// Whole record batches that every one passed `Batch::validate` (framing, offsets, CRC) when
+/// they were received, so the log they are appended to in the same process need not compute
+/// their CRCs a second time (the bytes are an immutable `Bytes`; nothing can change them in
+/// between). Made only by the code that validated them; debug builds check the claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidatedBatches(bytes::Bytes);
+
+impl ValidatedBatches {
+    /// `bytes` must be whole batches each of which passed `Batch::validate`.
+    pub(crate) fn already_validated(bytes: bytes::Bytes) -> ValidatedBatches {
+        debug_assert!(
+            Batches::new(&bytes).all(|b| b.is_ok_and(|(_, b)| b.validate().is_ok())),
+            "batches claimed validated fail validation"
+        );
+        ValidatedBatches(bytes)
+    }
+}
+
+impl std::ops::Deref for ValidatedBatches {
+    type Target = bytes::Bytes;
+
+    fn deref(&self) -> &bytes::Bytes {
+        &self.0
+    }
+}
+
 impl<'a> Iterator for Batches<'a> {
     type Item = Result<(usize, Batch<'a>), BatchError>;
 
