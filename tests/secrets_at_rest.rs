@@ -125,16 +125,7 @@ fn secrets_are_private_files_and_never_shown() {
         .unwrap()
         .contains(SCRAM_PASSWORD));
     let state = data.join("__mirror_state-0");
-    assert_eq!(mode(&state), 0o700, "{}", state.display());
-    let mut files = 0;
-    for f in std::fs::read_dir(&state).unwrap() {
-        let f = f.unwrap().path();
-        if f.is_file() {
-            files += 1;
-            assert_eq!(mode(&f), 0o600, "{}", f.display());
-        }
-    }
-    assert!(files > 0, "{} holds no file", state.display());
+    assert_state_files_private(&state);
 
     // Output: describe (text and JSON), list, /metrics, and the debug log.
     let metrics = ureq::get(&format!("http://{admin}/metrics"))
@@ -162,4 +153,20 @@ fn secrets_are_private_files_and_never_shown() {
         }
     }
     serve.sigterm_and_wait();
+    // The clean close wrote a producer-state snapshot under umask 000: 0600 as well.
+    assert_state_files_private(&state);
+}
+
+/// `dir` is 0700 and every file in it 0600.
+fn assert_state_files_private(dir: &std::path::Path) {
+    assert_eq!(mode(dir), 0o700, "{}", dir.display());
+    let mut files = 0;
+    for f in std::fs::read_dir(dir).unwrap() {
+        let f = f.unwrap().path();
+        if f.is_file() {
+            files += 1;
+            assert_eq!(mode(&f), 0o600, "{}", f.display());
+        }
+    }
+    assert!(files > 0, "{} holds no file", dir.display());
 }

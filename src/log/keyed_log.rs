@@ -149,15 +149,7 @@ impl<I: LogIo> KeyedLog<I> {
             PartitionLog::create(&compacting, tp.clone(), None, config.clone()).map_err(e_log)?;
         // Control state holds secrets (mirror definitions with source passwords): the log's
         // directory is 0700 and its files 0600 before a record is written, whatever the umask.
-        let restrict = |dir: &Path| {
-            crate::serve::credentials::secret_file::restrict_dir(dir).map_err(|e| {
-                KeyedLogError::Io {
-                    topic: topic.to_owned(),
-                    path: dir.to_path_buf(),
-                    source: std::io::Error::other(e.to_string()),
-                }
-            })
-        };
+        let restrict = |dir: &Path| restrict_files(topic, dir);
         restrict(&compacting)?;
         let mut next = Offset::ZERO;
         for (key, value) in &live {
@@ -178,8 +170,8 @@ impl<I: LogIo> KeyedLog<I> {
         }
         let log = open(&mut io).map_err(e_log)?;
         // The close above wrote a producer-state snapshot with the umask's mode: again 0600.
-        // (Files the log makes later, a snapshot at the next close or a rolled segment, follow
-        // the umask inside the 0700 directory until the next open restricts them.)
+        // Files the log makes later (a rolled segment, the snapshot of the next close) are
+        // restricted when they appear (`restrict_after_roll`, `close`).
         restrict(&dir)?;
         Ok(KeyedLog {
             topic: topic.to_owned(),
@@ -238,12 +230,14 @@ impl<I: LogIo> KeyedLog<I> {
             records.extend_from_slice(&b.build());
             base = Offset(base.0 + chunk.len() as i64);
         }
+        let segments = self.log.segments().len();
         self.log
             .append(&mut self.io, &records)
             .map_err(|source| KeyedLogError::Log {
                 topic: self.topic.clone(),
                 source,
             })?;
+        self.restrict_after_roll(segments)?;
         for (k, v) in entries {
             match v {
                 Some(v) => self.live.insert(k, v),
@@ -267,13 +261,14 @@ impl<I: LogIo> KeyedLog<I> {
         let batch = BatchBuilder::new(self.log.log_end_offset())
             .record(TimestampMs(now_ms()), Some(key), value, &[])
             .build();
+        let segments = self.log.segments().len();
         self.log
             .append(&mut self.io, &batch)
             .map_err(|source| KeyedLogError::Log {
                 topic: self.topic.clone(),
                 source,
             })?;
-        Ok(())
+        self.restrict_after_roll(segments)
     }
 
     pub fn log_end_offset(&self) -> Offset {
@@ -286,10 +281,25 @@ impl<I: LogIo> KeyedLog<I> {
 
     /// Closes the log cleanly (flush, final index entries, producer snapshot).
     pub fn close(mut self) -> Result<(), KeyedLogError> {
-        let topic = self.topic;
+        let dir = self.log.dir().to_path_buf();
         self.log
             .close(&mut self.io)
-            .map_err(|source| KeyedLogError::Log { topic, source })
+            .map_err(|source| KeyedLogError::Log {
+                topic: self.topic.clone(),
+                source,
+            })?;
+        // The close wrote a producer-state snapshot with the umask's mode.
+        restrict_files(&self.topic, &dir)
+    }
+
+    /// After an append: a roll made a new segment and its indexes with the umask's mode, so
+    /// the directory's files are made 0600 again (only then: a readdir per append would cost
+    /// the group-offset store, which appends per commit).
+    fn restrict_after_roll(&self, segments_before: usize) -> Result<(), KeyedLogError> {
+        if self.log.segments().len() == segments_before {
+            return Ok(());
+        }
+        restrict_files(&self.topic, self.log.dir())
     }
 
     /// Test hook: appends raw bytes without touching the live map.
@@ -347,4 +357,14 @@ fn replay(topic: &str, log: &PartitionLog) -> Result<BTreeMap<Vec<u8>, Vec<u8>>,
         }
     }
     Ok(live)
+}
+
+/// Makes the keyed log's directory 0700 and its files 0600 (control state, credentials and
+/// ACLs hold secrets or say who may do what).
+fn restrict_files(topic: &str, dir: &Path) -> Result<(), KeyedLogError> {
+    crate::serve::credentials::secret_file::restrict_dir(dir).map_err(|e| KeyedLogError::Io {
+        topic: topic.to_owned(),
+        path: dir.to_path_buf(),
+        source: std::io::Error::other(e.to_string()),
+    })
 }
