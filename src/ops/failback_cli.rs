@@ -8,7 +8,7 @@ use clap::Subcommand;
 use crate::control::admin_failback::FailbackBody;
 use crate::control::failback::FailbackReport;
 use crate::limits::FAILBACK_STOP_TIMEOUT_MS_DEFAULT;
-use crate::ops::mirrors_cli::{opt, required, table, CliError, Client};
+use crate::ops::mirrors_cli::{json_or, opt, required, table, CliError, Client};
 
 #[derive(Debug, Subcommand)]
 pub enum FailbackAction {
@@ -83,15 +83,11 @@ pub(crate) fn run(
     print(out, json, &report)
 }
 
-fn print(out: &mut impl Write, json: bool, r: &FailbackReport) -> Result<(), CliError> {
-    if json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(r).unwrap_or_default()
-        )?;
-        return Ok(());
-    }
+fn print<W: Write>(out: &mut W, json: bool, r: &FailbackReport) -> Result<(), CliError> {
+    json_or(out, json, r, |out| print_table(out, r))
+}
+
+fn print_table(out: &mut impl Write, r: &FailbackReport) -> Result<(), CliError> {
     writeln!(
         out,
         "Failback of mirror {}: {:?}{}{}",

@@ -431,7 +431,7 @@ pub(crate) fn opt<T: ToString>(v: Option<T>) -> String {
 }
 
 /// Every action's output: `value` as pretty JSON with `--json`, else what `text` writes.
-fn json_or<W: Write, T: Serialize + ?Sized>(
+pub(crate) fn json_or<W: Write, T: Serialize + ?Sized>(
     out: &mut W,
     json: bool,
     value: &T,
