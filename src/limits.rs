@@ -514,6 +514,13 @@ pub const SERVE_IO_THREADS: usize = 2;
 pub const SERVE_DISPATCH_THREADS_MAX: usize = 256;
 pub const SERVE_DISPATCH_THREAD_KEEP_ALIVE_MS: u64 = 10_000;
 
+/// Fetches that may wait for data (long poll) at once, each parking a handler thread: half the
+/// pool, so parked fetches never hold the threads every other request needs
+/// (`serve::fetch_park`); a Fetch past it is answered at once with what there is.
+pub const SERVE_FETCH_PARKED_MAX: usize = SERVE_DISPATCH_THREADS_MAX / 2;
+const _: () =
+    assert!(SERVE_FETCH_PARKED_MAX > 0 && SERVE_FETCH_PARKED_MAX < SERVE_DISPATCH_THREADS_MAX);
+
 /// Named listeners (`[[kafka.listeners]]`) one endpoint may have.
 pub const SERVE_LISTENERS_MAX: usize = 16;
 

@@ -30,6 +30,7 @@ use crate::limits::{SERVE_FETCH_POLL_MS, SERVE_FETCH_RESPONSE_BYTES_MAX, SERVE_F
 use crate::log::read_view::{PartitionReadView, ReadCatalog};
 use crate::serve::authz::acl::{Operation, ResourceType};
 use crate::serve::dispatch::{encode_body, ApiHandler, Outcome, Part, Request};
+use crate::serve::fetch_park;
 use crate::serve::fetch_sessions::{self, Context, FetchSessions, TopicKey, Wanted};
 use crate::serve::metadata::{
     topic_by_id, topics, Topics, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID,
@@ -86,17 +87,26 @@ impl ApiHandler for FetchApi {
             Duration::from_millis((request.max_wait_ms.max(0) as u64).min(SERVE_FETCH_WAIT_MS_MAX));
         let deadline = Instant::now() + wait;
         let min_bytes = request.min_bytes.max(0) as u64;
+        let mut parked: Option<fetch_park::Parked> = None;
         let mut plan = loop {
             let plan = self.plan(req.version, &request, wanted, &|topic: &str| {
                 req.authorized(Operation::Read, ResourceType::Topic, topic)
             })?;
             // Long poll: wait for `min_bytes` as Kafka's purgatory does, by re-reading the
-            // published views (appends publish a new one) until enough data or the deadline.
+            // published views (appends publish a new one) until enough data or the deadline;
+            // only with a park slot (`fetch_park`), else answered now.
             if plan.bytes >= min_bytes || plan.has_error || Instant::now() >= deadline {
                 break plan;
             }
+            if parked.is_none() {
+                match fetch_park::try_park() {
+                    Some(slot) => parked = Some(slot),
+                    None => break plan,
+                }
+            }
             std::thread::sleep(Duration::from_millis(SERVE_FETCH_POLL_MS));
         };
+        drop(parked);
         match &context {
             Context::Full(wanted) => {
                 plan.response.session_id =
@@ -633,6 +643,46 @@ mod tests {
                 }
             }
         }
+    }
+
+    // Goal: parked long polls never hold more than SERVE_FETCH_PARKED_MAX handler threads:
+    // with that many fetches waiting at the log end, one more is answered at once (empty,
+    // no error) while every one of them still waits; and their slots come back when they end.
+    #[test]
+    fn long_polls_past_the_park_bound_are_answered_at_once() {
+        use crate::limits::SERVE_FETCH_PARKED_MAX;
+        let (_dir, d, id, _) = setup();
+        let d = Arc::new(d);
+        let mut waiting = request(12, id, 13, 0);
+        waiting.max_wait_ms = 5_000;
+        waiting.min_bytes = 1;
+        let parked: Vec<_> = (0..SERVE_FETCH_PARKED_MAX)
+            .map(|_| {
+                let (d, r) = (Arc::clone(&d), waiting.clone());
+                std::thread::spawn(move || fetch(&d, 12, &r))
+            })
+            .collect();
+        let start = Instant::now();
+        while fetch_park::parked() < SERVE_FETCH_PARKED_MAX {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "only {} fetches parked",
+                fetch_park::parked()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let extra = fetch(&d, 12, &waiting);
+        assert!(
+            parked.iter().all(|h| !h.is_finished()),
+            "the extra fetch was answered only after a parked one"
+        );
+        let p = &extra.responses[0].partitions[0];
+        assert_eq!((p.error_code, p.records.as_deref()), (0, Some(&[][..])));
+        for h in parked {
+            let r = h.join().unwrap();
+            assert_eq!(r.responses[0].partitions[0].error_code, 0);
+        }
+        assert!(fetch_park::try_park().is_some(), "slots given back");
     }
 
     // Goal: fetch errors clients rely on: past the end → OFFSET_OUT_OF_RANGE, at the end →

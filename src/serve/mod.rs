@@ -39,6 +39,7 @@ pub mod credentials;
 pub mod describe_configs;
 pub mod dispatch;
 pub mod fetch;
+pub mod fetch_park;
 pub mod fetch_sessions;
 pub mod groups;
 pub mod list_offsets;
