@@ -1,12 +1,13 @@
 //! The group coordinator plugged into the Kafka endpoint: the I/O around the sans-IO
 //! `GroupCoordinator`.
 //!
-//! The endpoint runs one blocking thread per client connection, so a JoinGroup or SyncGroup that
-//! must wait for the rest of its group waits on its own connection's thread: it parks the
-//! request in the coordinator under a fresh token and sleeps on a condition variable (which
-//! releases the coordinator mutex) until the answer for that token comes out, after another
-//! member's request or a timer tick. Other connections are never held up: nothing sleeps while
-//! holding the mutex, and every request holds it for one call only.
+//! Handlers run on the endpoint's bounded pool of blocking threads, so a JoinGroup or SyncGroup
+//! that must wait for the rest of its group waits on its pool thread: it parks the request in
+//! the coordinator under a fresh token and sleeps on a condition variable (which releases the
+//! coordinator mutex) until the answer for that token comes out, after another member's request
+//! or a timer tick. Nothing sleeps while holding the mutex, and every request holds it for one
+//! call only. These waits are not bounded apart from the pool (Fetch long polls are:
+//! `serve::fetch_park`), so enough members joining slow groups at once can occupy the pool.
 //!
 //! A timer thread (`group-timer`) ticks the coordinator at its next deadline, so sessions expire
 //! and join rounds end while no request arrives. It waits on the same condition variable, so a
