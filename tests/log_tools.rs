@@ -305,3 +305,47 @@ fn dump_prints_one_line_per_batch_including_legacy_and_markers() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("baseOffset: 4 lastOffset: 4 count: 1 partitionLeaderEpoch: -1 magic: 1"));
 }
+
+// Goal: kmirror writes `leader-epoch-checkpoint` at a flush, before the recovery point moves,
+// so on a live or killed log the checkpoint may lack epochs that start at or above the
+// partition's recovery point (recovery rebuilds those from the batches; no recovery-point entry
+// means 0); `verify` accepts exactly that, and nothing below the recovery point. Method: the built log's epochs are
+// 0@0, 1@30, 2@60; drop the last entry and vary `recovery-point-offset-checkpoint` beside the
+// partition directory.
+#[test]
+fn epochs_above_the_recovery_point_may_be_missing_from_the_checkpoint() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = build(tmp.path());
+    let path = dir.join("leader-epoch-checkpoint");
+    let rp = tmp.path().join("recovery-point-offset-checkpoint");
+    std::fs::write(&path, "0\n2\n0 0\n1 30\n").expect("write");
+
+    // Recovery point 61: epoch 2 starts below it, so it must have been checkpointed.
+    std::fs::write(&rp, "0\n1\nt 0 61\n").expect("write");
+    expect_problem(&dir, &path, "does not match the batches");
+
+    // Recovery point 60: epoch 2 starts there, not yet checkpointed.
+    std::fs::write(&rp, "0\n1\nt 0 60\n").expect("write");
+    let summary = verify(&dir).expect("epoch 2 starts at the recovery point");
+    assert_eq!(summary.epochs_above_recovery_point, 1, "{summary}");
+    assert!(summary
+        .to_string()
+        .contains("1 epochs above the recovery point"));
+
+    // No recovery-point file (or no entry): recovery starts at 0, so the same holds.
+    std::fs::remove_file(&rp).expect("remove");
+    assert_eq!(
+        verify(&dir)
+            .expect("no recovery point")
+            .epochs_above_recovery_point,
+        1
+    );
+
+    // No checkpoint at all with recovery point 0 (a fresh partition before its first flush).
+    std::fs::remove_file(&path).expect("remove");
+    std::fs::write(&rp, "0\n1\nt 0 0\n").expect("write");
+    let summary = verify(&dir).expect("nothing flushed yet");
+    assert_eq!(summary.epochs_above_recovery_point, 3, "{summary}");
+    std::fs::write(&rp, "0\n1\nt 0 30\n").expect("write");
+    expect_problem(&dir, &path, "missing, but epoch 0 starts at 0");
+}
