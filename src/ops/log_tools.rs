@@ -178,7 +178,7 @@ pub fn verify(dir: &Path) -> Result<Summary, ToolError> {
     if let Some(last) = previous_last {
         log_end = log_end.max(last.next());
     }
-    verify_epochs(dir, &epochs, log_end, recovery_point(dir)?, &mut summary)?;
+    verify_epochs(dir, &epochs, log_end, recovery_point(dir), &mut summary)?;
     for offset in list_snapshots(dir)? {
         let path = snapshot_path(dir, offset);
         read_snapshot(&path).map_err(|e| problem(&path, None, None, e.to_string()))?;
@@ -426,21 +426,20 @@ fn verify_txn_index(
 
 /// The partition's recovery point as kmirror's (and Kafka's) recovery would take it: its entry
 /// in `recovery-point-offset-checkpoint` of the log dir above `dir`, else offset 0 (a missing
-/// file or entry means "recover from the start").
-fn recovery_point(dir: &Path) -> Result<Offset, ToolError> {
-    let Some(tp) = dir
+/// file or entry means "recover from the start"). A root file that cannot be read (a running
+/// broker may be rewriting it) also gives 0: that only widens which epochs may be missing, and
+/// the partition directory, not the log dir's root, is what is judged here.
+fn recovery_point(dir: &Path) -> Offset {
+    let tp = dir
         .file_name()
-        .and_then(|n| crate::log::log_dir::parse_partition_dir(&n.to_string_lossy()))
-    else {
-        return Ok(Offset::ZERO);
+        .and_then(|n| crate::log::log_dir::parse_partition_dir(&n.to_string_lossy()));
+    let (Some(tp), Some(root)) = (tp, dir.parent()) else {
+        return Offset::ZERO;
     };
-    let Some(root) = dir.parent() else {
-        return Ok(Offset::ZERO);
-    };
-    let path = root.join(OffsetCheckpointFile::RECOVERY_POINT);
-    let points =
-        OffsetCheckpointFile::read(&path).map_err(|e| problem(&path, None, None, e.to_string()))?;
-    Ok(points.get(&tp).copied().unwrap_or(Offset::ZERO))
+    OffsetCheckpointFile::read(&root.join(OffsetCheckpointFile::RECOVERY_POINT))
+        .ok()
+        .and_then(|points| points.get(&tp).copied())
+        .unwrap_or(Offset::ZERO)
 }
 
 /// The checkpoint must list exactly the epochs the batches start (epoch ≥ 0 and higher than the
