@@ -38,21 +38,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(free_port); CPORT=$(free_port); PLAIN=$(free_port); TLS=$(free_port)
-QUIET=(-Dlog4j.configuration=file:"$WORK/log4j.properties" -Dlog4j2.configurationFile="$WORK/log4j2.properties")
-printf 'log4j.rootLogger=WARN, stderr\nlog4j.appender.stderr=org.apache.log4j.ConsoleAppender\nlog4j.appender.stderr.Target=System.err\nlog4j.appender.stderr.layout=org.apache.log4j.PatternLayout\n' > "$WORK/log4j.properties"
-printf 'status=error\nrootLogger.level=warn\n' > "$WORK/log4j2.properties"
-kraft_properties "$WORK/broker-data" "$PORT" "$CPORT" >"$WORK/server.properties"
-java -Xmx256m -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" kafka.tools.StorageTool \
-  format -t "$(kraft_cluster_id)" -c "$WORK/server.properties" > "$WORK/format.log" 2>&1
-java -Xmx1g -Xms256m -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" kafka.Kafka "$WORK/server.properties" \
-  > "$WORK/broker.log" 2>&1 &
-BROKER_PID=$!
-for _ in $(seq 1 240); do
-  python3 -c "import socket; socket.create_connection(('127.0.0.1',$PORT),1)" 2>/dev/null && break
-  sleep 0.5
-done
+kraft_start "$WORK" "$CP" -Xmx1g -Xms256m -XX:+UseSerialGC
+QUIET=("${KRAFT_QUIET[@]}")
+PLAIN=$(kraft_free_port); TLS=$(kraft_free_port)
 
 TOPIC=bench
 java -Xmx256m -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" org.apache.kafka.tools.TopicCommand \
