@@ -16,7 +16,9 @@
 //! Method: one `kmirror serve` (control plane) with three listeners: PLAIN (PLAINTEXT), SASL
 //! (SASL_SSL, SCRAM-SHA-512 and PLAIN) and MTLS (SSL, client auth required); certificates made
 //! with the openssl CLI. It mirrors two topics of the shared broker, one per test, and each test
-//! fails its own topic over with `mirrors stop`.
+//! fails its own topic over with `mirrors stop`. Each test runs its Java client checks in one
+//! JVM (`harness::with_tool_session`: the same KafkaTool commands, each with its own client and
+//! login, in sequence) instead of a JVM per check, which made this the slowest CI test.
 //!
 //! Who is let in: User:admin (PLAIN, from the users file) is the one super user. It creates the
 //! SCRAM users alice (granted) and bob (no ACL), and grants alice and the client certificate's
@@ -233,6 +235,10 @@ fn produce_after_failover(
 // producer/consumer; bad logins refused with SASL_AUTHENTICATION_FAILED; no ACL, no access.
 #[test]
 fn sasl_ssl_scram_clients_work_and_bad_logins_and_unacled_users_are_refused() {
+    harness::with_tool_session(sasl_ssl_checks)
+}
+
+fn sasl_ssl_checks() {
     let r = rig();
     let k = harness::shared();
     let topic = &r.sasl_topic;
@@ -308,6 +314,10 @@ fn sasl_ssl_scram_clients_work_and_bad_logins_and_unacled_users_are_refused() {
 // both client families are refused.
 #[test]
 fn mtls_clients_with_a_trusted_certificate_work_and_others_are_refused() {
+    harness::with_tool_session(mtls_checks)
+}
+
+fn mtls_checks() {
     let r = rig();
     let k = harness::shared();
     let c = &r.certs;

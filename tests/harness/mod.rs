@@ -33,7 +33,8 @@ pub use dump::{dump_log_segments, DumpBatch, DumpFlags, DumpOutput};
 pub use jars::kafka_libs;
 pub use process::run_bounded;
 pub use tool::{
-    acl_lines, add_scram_user, kafka_acls_allow, tool_command, try_consume, with_client_config,
+    acl_lines, add_scram_user, kafka_acls_allow, kafka_cluster_id, tool_command, try_consume,
+    with_client_config,
 };
 pub use tool::{
     console_consumer, consume, consume_to_end, describe_topic_config_sources,
@@ -43,6 +44,7 @@ pub use tool::{
 };
 pub use tool::{
     consume_to_end_configured, consume_to_end_with, produce_with, run_tool_with, tool_command_with,
+    with_tool_session,
 };
 
 use std::sync::OnceLock;

@@ -159,7 +159,8 @@ pub fn run_tool(args: &[String]) -> Output {
 
 /// As [`run_tool`], on the Java clients of release `clients`.
 pub fn run_tool_with(clients: KafkaVersion, args: &[String]) -> Output {
-    let out = run_bounded(&mut tool_command_with(clients, args), TOOL_LIMIT);
+    let out = run_in_session(clients, args)
+        .unwrap_or_else(|| run_bounded(&mut tool_command_with(clients, args), TOOL_LIMIT));
     assert!(
         out.status.success(),
         "KafkaTool {} on Kafka {} clients failed ({}):\n{}",
@@ -173,7 +174,146 @@ pub fn run_tool_with(clients: KafkaVersion, args: &[String]) -> Output {
 
 /// Runs `KafkaTool <args>` and returns whatever happened, for tests that expect failures.
 pub fn run_tool_unchecked(args: &[String]) -> Output {
-    run_bounded(&mut tool_command(args), TOOL_LIMIT)
+    run_in_session(KafkaVersion::DEFAULT, args)
+        .unwrap_or_else(|| run_bounded(&mut tool_command(args), TOOL_LIMIT))
+}
+
+/// One KafkaTool JVM (`KafkaTool session`) running, one after another, the commands of the
+/// thread that opened it (`with_tool_session`).
+struct ToolSession {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    answers: std::sync::mpsc::Receiver<String>,
+}
+
+impl ToolSession {
+    fn start() -> ToolSession {
+        let mut cmd = java_tool(KafkaVersion::DEFAULT, &["session".to_owned()]);
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            // The clients' own log lines (warnings only); a command's stderr is in its answer.
+            .stderr(std::process::Stdio::inherit());
+        let mut child = cmd.spawn().expect("start KafkaTool session");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, answers) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        ToolSession {
+            child,
+            stdin,
+            answers,
+        }
+    }
+
+    /// Runs one command; its exit status, stdout and stderr as a run of its own would give.
+    fn run(&mut self, args: &[String]) -> Output {
+        use std::io::Write;
+        use std::os::unix::process::ExitStatusExt;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let line: Vec<String> = args.iter().map(|a| b64.encode(a)).collect();
+        let stdin = self.stdin.as_mut().expect("open until drop");
+        writeln!(stdin, "{}", line.join(" ")).expect("write to KafkaTool session");
+        stdin.flush().expect("write to KafkaTool session");
+        let answer = match self.answers.recv_timeout(TOOL_LIMIT) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = self.child.kill();
+                panic!(
+                    "KafkaTool session: no answer to {} within {TOOL_LIMIT:?} ({e})",
+                    args.join(" ")
+                );
+            }
+        };
+        let mut parts = answer.splitn(3, ' ');
+        let (Some(status), Some(out), Some(err)) = (parts.next(), parts.next(), parts.next())
+        else {
+            panic!("KafkaTool session answered {answer:?}");
+        };
+        let decode = |t: &str| {
+            b64.decode(t)
+                .unwrap_or_else(|e| panic!("KafkaTool session answered {answer:?}: {e}"))
+        };
+        let code: i32 = status
+            .parse()
+            .unwrap_or_else(|e| panic!("KafkaTool session answered {answer:?}: {e}"));
+        Output {
+            // A wait status: the exit code in the second byte.
+            status: std::process::ExitStatus::from_raw(code << 8),
+            stdout: decode(out),
+            stderr: decode(err),
+        }
+    }
+}
+
+impl Drop for ToolSession {
+    fn drop(&mut self) {
+        // End of stdin ends the session; a command still running is killed.
+        drop(self.stdin.take());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+thread_local! {
+    /// The KafkaTool session of this thread, while `with_tool_session` runs.
+    static SESSION: std::cell::RefCell<Option<ToolSession>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with every KafkaTool command it runs on this thread on the default clients
+/// (`produce`, `consume`, `try_consume`, `offsets`, ...) sent to one JVM instead of a JVM
+/// each: the same commands, arguments and client configs, and the same exit status, stdout
+/// and stderr (`KafkaTool session`). Saves a JVM start per call; for tests that make many
+/// short client checks. Commands that halt the JVM or read stdin do not belong in it.
+pub fn with_tool_session<T>(f: impl FnOnce() -> T) -> T {
+    let nested = SESSION.with(|s| s.borrow().is_some());
+    if nested {
+        return f();
+    }
+    SESSION.with(|s| *s.borrow_mut() = Some(ToolSession::start()));
+    struct End;
+    impl Drop for End {
+        fn drop(&mut self) {
+            let session = SESSION.with(|s| s.borrow_mut().take());
+            drop(session);
+        }
+    }
+    let _end = End;
+    f()
+}
+
+/// `args` run in this thread's session (with the thread's client config, as
+/// `tool_command_with` adds it), or `None` outside one or for other clients than the default.
+fn run_in_session(clients: KafkaVersion, args: &[String]) -> Option<Output> {
+    if clients != KafkaVersion::DEFAULT {
+        return None;
+    }
+    SESSION.with(|s| {
+        let mut s = s.borrow_mut();
+        let session = s.as_mut()?;
+        let mut full = args.to_vec();
+        CLIENT_CONFIG.with(|c| {
+            if let Some(path) = &*c.borrow() {
+                full.push("--command-config".to_owned());
+                full.push(path.display().to_string());
+            }
+        });
+        Some(session.run(&full))
+    })
 }
 
 /// The command that runs `KafkaTool <args>`, for tests that talk to it while it runs.
@@ -184,6 +324,17 @@ pub fn tool_command(args: &[String]) -> Command {
 /// The command that runs `KafkaTool <args>` on the Java clients of release `clients`
 /// (compiled against them and run with their jars), e.g. to check that a newer client works.
 pub fn tool_command_with(clients: KafkaVersion, args: &[String]) -> Command {
+    let mut cmd = java_tool(clients, args);
+    CLIENT_CONFIG.with(|c| {
+        if let Some(path) = &*c.borrow() {
+            cmd.arg("--command-config").arg(path);
+        }
+    });
+    cmd
+}
+
+/// `java ... KafkaTool <args>` on the Java clients of release `clients`, nothing else added.
+fn java_tool(clients: KafkaVersion, args: &[String]) -> Command {
     let libs = jars::classpath(clients.name());
     let mut cmd = Command::new(jars::java());
     cmd.args(jars::tool_jvm_flags())
@@ -191,11 +342,6 @@ pub fn tool_command_with(clients: KafkaVersion, args: &[String]) -> Command {
         .arg(format!("{}:{libs}", compiled_tool(clients).display()))
         .arg("KafkaTool")
         .args(args);
-    CLIENT_CONFIG.with(|c| {
-        if let Some(path) = &*c.borrow() {
-            cmd.arg("--command-config").arg(path);
-        }
-    });
     cmd
 }
 
@@ -791,12 +937,32 @@ pub fn console_consumer(bootstrap: &str, args: &[&str]) -> Vec<String> {
 /// Runs one of Kafka's admin command-line tools (its main class) and fails the test if it
 /// fails; returns what it printed.
 fn kafka_admin_tool(main: &str, name: &str, bootstrap: &str, args: &[&str]) -> String {
+    let mut all = vec!["--bootstrap-server", bootstrap];
+    all.extend_from_slice(args);
+    kafka_tool_main(main, name, &all)
+}
+
+/// The cluster id `bootstrap` tells, as Kafka's own `kafka-cluster.sh cluster-id` prints it.
+pub fn kafka_cluster_id(bootstrap: &str) -> String {
+    let text = kafka_tool_main(
+        "org.apache.kafka.tools.ClusterTool",
+        "kafka-cluster",
+        &["cluster-id", "--bootstrap-server", bootstrap],
+    );
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("Cluster ID: "))
+        .unwrap_or_else(|| panic!("kafka-cluster cluster-id printed no id:\n{text}"))
+        .trim()
+        .to_owned()
+}
+
+/// One of Kafka's own command-line tools (`main`, the class its script runs) with `args`.
+fn kafka_tool_main(main: &str, name: &str, args: &[&str]) -> String {
     let mut cmd = std::process::Command::new(super::jars::java());
     cmd.args(super::jars::tool_jvm_flags())
         .arg("-cp")
         .arg(super::jars::classpath(super::KafkaVersion::DEFAULT.name()))
         .arg(main)
-        .args(["--bootstrap-server", bootstrap])
         .args(args);
     let out = super::process::run_bounded(&mut cmd, std::time::Duration::from_secs(120));
     let text = format!(

@@ -40,6 +40,14 @@
 // Every command takes [--command-config FILE]: client properties (security settings) loaded
 // before the command's own.
 //
+//   session       runs many commands in this one JVM (a JVM start per client check costs
+//                 seconds on a loaded machine): each stdin line is one command, its arguments
+//                 base64-encoded and joined by spaces; each answer is one stdout line
+//                 "<exit status> <base64 of its stdout> <base64 of its stderr>", the status and
+//                 stderr as the command's own JVM would have given (an exception's stack trace,
+//                 status 1). It ends at the end of stdin. Not for commands that halt the JVM
+//                 (`produce --txns ...,open`) or wait on stdin (`group-member`).
+//
 // `produce --txns` splits the records evenly over one transaction per listed outcome. The outcome
 // `open` leaves the last transaction open: the tool flushes, prints its result and halts the JVM
 // without aborting, as a crashed producer would.
@@ -82,6 +90,14 @@ public class KafkaTool {
         if (argv.length == 0) {
             throw new IllegalArgumentException("usage: KafkaTool <command> [--flag value]...");
         }
+        if (argv[0].equals("session")) {
+            session();
+            return;
+        }
+        run(argv);
+    }
+
+    static void run(String[] argv) throws Exception {
         Args a = new Args(argv);
         switch (argv[0]) {
             case "create-topic" -> createTopic(a);
@@ -97,6 +113,45 @@ public class KafkaTool {
             case "txn-transform" -> txnTransform(a);
             case "delete-topic" -> deleteTopic(a);
             default -> throw new IllegalArgumentException("unknown command " + argv[0]);
+        }
+    }
+
+    static void session() throws Exception {
+        java.nio.charset.Charset utf8 = java.nio.charset.StandardCharsets.UTF_8;
+        java.io.BufferedReader in = new java.io.BufferedReader(new java.io.InputStreamReader(System.in, utf8));
+        java.io.PrintStream realOut = System.out;
+        java.io.PrintStream realErr = System.err;
+        Base64.Decoder dec = Base64.getDecoder();
+        Base64.Encoder enc = Base64.getEncoder();
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] parts = line.trim().split(" ");
+            String[] argv = new String[parts.length];
+            for (int i = 0; i < parts.length; i++) argv[i] = new String(dec.decode(parts[i]), utf8);
+            java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream();
+            java.io.ByteArrayOutputStream err = new java.io.ByteArrayOutputStream();
+            java.io.PrintStream po = new java.io.PrintStream(out, true, utf8);
+            java.io.PrintStream pe = new java.io.PrintStream(err, true, utf8);
+            System.setOut(po);
+            System.setErr(pe);
+            int status = 0;
+            try {
+                if (argv[0].equals("session")) throw new IllegalArgumentException("session in a session");
+                run(argv);
+            } catch (Throwable t) {
+                // As the JVM reports an uncaught exception of main.
+                pe.print("Exception in thread \"main\" ");
+                t.printStackTrace(pe);
+                status = 1;
+            } finally {
+                po.flush();
+                pe.flush();
+                System.setOut(realOut);
+                System.setErr(realErr);
+            }
+            realOut.println(status + " " + enc.encodeToString(out.toByteArray()) + " "
+                    + enc.encodeToString(err.toByteArray()));
+            realOut.flush();
         }
     }
 

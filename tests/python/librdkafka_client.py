@@ -5,7 +5,8 @@ wheel bundles librdkafka). One JSON line per result on stdout; any failure exits
             (CONFIG_JSON: more client settings, e.g. security.protocol and ssl.*)
             assign from the beginning and read until librdkafka reports the partition's end
             (the high watermark read_uncommitted, the last stable offset read_committed):
-            one line per record
+            one line per record; a refused login (error_cb _AUTHENTICATION) fails the run at
+            once with the broker's reason
   metadata  BOOTSTRAP                      -> {"topics": {name: [partition ids]}, "brokers": n}
   configs   BOOTSTRAP TOPIC                -> {name: value} (DescribeConfigs of the topic)
   offsets   BOOTSTRAP TOPIC PARTITION TS,TS,...
@@ -62,6 +63,15 @@ def emit(obj):
 
 
 def consume(bootstrap, topic, partition, isolation, config_json="{}"):
+    # librdkafka retries a refused login for ever and tells it only to error_cb: the first
+    # authentication error ends the run (non-zero, with the broker's reason) instead of the
+    # deadline.
+    refused = []
+
+    def on_error(e):
+        if e.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+            refused.append(e)
+
     c = Consumer(with_env({
         "bootstrap.servers": bootstrap,
         "group.id": "librdkafka-assign",  # required by the client; nothing is committed
@@ -69,11 +79,12 @@ def consume(bootstrap, topic, partition, isolation, config_json="{}"):
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
         "isolation.level": isolation,
+        "error_cb": on_error,
         **json.loads(config_json),
     }))
     c.assign([TopicPartition(topic, int(partition), OFFSET_BEGINNING)])
     try:
-        for m in messages(c, lambda: f"no end of {topic}-{partition}"):
+        for m in messages(c, lambda: f"no end of {topic}-{partition}", refused):
             if m.error():
                 if m.error().code() == KafkaError._PARTITION_EOF:
                     return
@@ -90,11 +101,14 @@ def consume(bootstrap, topic, partition, isolation, config_json="{}"):
         c.close()
 
 
-def messages(consumer, what):
+def messages(consumer, what, refused=()):
     """Polled messages (errors included) until the caller stops; fails after DEADLINE_S, saying
-    `what()` did not happen."""
+    `what()` did not happen, or as soon as `refused` (filled by an error_cb) holds an error."""
     deadline = time.time() + DEADLINE_S
     while True:
+        if refused:
+            e = refused[0]
+            raise SystemExit(f"authentication refused: {e.name()}: {e.str()}")
         if time.time() > deadline:
             raise SystemExit(f"{what()} within {DEADLINE_S} s")
         m = consumer.poll(0.5)
