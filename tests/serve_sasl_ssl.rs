@@ -90,7 +90,8 @@ fn rig() -> &'static Rig {
             users.display()
         ));
         std::fs::write(&config, text).unwrap();
-        let mut serve = Serve::start(&config, work.path().join("serve.log"));
+        // Shared by both tests in a static: killed when the test process exits.
+        let mut serve = Serve::start_until_exit(&config, work.path().join("serve.log"));
         wait_admin(&mut serve, &admin);
         let plain = serve.kafka_listener_named("PLAIN");
         let sasl = serve.kafka_listener_named("SASL");

@@ -128,6 +128,18 @@ impl Serve {
 
     /// `start`, under `launch`'s wrapper and with its environment.
     pub fn start_with(config: &Path, log: PathBuf, launch: &Launch) -> Serve {
+        Serve::spawn(config, log, launch, false)
+    }
+
+    /// `start` for a `kmirror serve` kept in a static that the binary's tests share: it is
+    /// never dropped, so it is killed when the test process exits, whichever way (a shell
+    /// watches a pipe from this process and kills kmirror at its end of file, as the broker
+    /// JVMs' watchdog does). Without this it would keep running after the tests.
+    pub fn start_until_exit(config: &Path, log: PathBuf) -> Serve {
+        Serve::spawn(config, log, &Launch::default(), true)
+    }
+
+    fn spawn(config: &Path, log: PathBuf, launch: &Launch, until_exit: bool) -> Serve {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -135,12 +147,28 @@ impl Serve {
             .unwrap();
         let log_start = out.metadata().unwrap().len() as usize;
         let bin = OsString::from(env!("CARGO_BIN_EXE_kmirror"));
+        // The watcher keeps the pipe (fd 3), kmirror replaces the shell (`exec`: the child's
+        // pid is kmirror's, `$$` in the watcher too).
+        const UNTIL_EXIT: &str = "exec 3<&0; ( cat <&3 >/dev/null 2>&1; kill -KILL $$ 2>/dev/null ) & exec \"$@\" </dev/null 3<&-";
         let (program, wrapper_args) = match launch.wrapper.split_first() {
+            _ if until_exit => (
+                OsString::from("sh"),
+                ["-c", UNTIL_EXIT, "kmirror-watchdog"]
+                    .into_iter()
+                    .map(OsString::from)
+                    .chain([bin])
+                    .collect(),
+            ),
             Some((program, args)) => (program.clone(), [args, &[bin]].concat()),
             None => (bin, Vec::new()),
         };
         let child = Command::new(&program)
             .args(wrapper_args)
+            .stdin(if until_exit {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .args(["serve", "--config"])
             .arg(config)
             .env("KMIRROR_LOG", "info")
