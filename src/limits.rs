@@ -786,6 +786,9 @@ pub const LINEAGE_PROBE_FETCH_BYTES: i32 = 64 * 1024;
 /// Sources kept in a mirror's lineage (`control::lineage::Hop`); the oldest are dropped first,
 /// so a mirror re-pointed back and forth keeps its record small.
 pub const LINEAGE_HOPS_MAX: usize = 32;
+/// Longest cluster id accepted in a source's `kmirror.lineage` (`control::lineage::chain`):
+/// Kafka's are 22 characters; a longer one is not a cluster id.
+pub const LINEAGE_CLUSTER_ID_CHARS_MAX: usize = 64;
 /// Failback (`control::failback`): how long each call to the original may take (connect,
 /// each read and write, a Produce's acks=all wait), as Kafka's `request.timeout.ms` default.
 pub const FAILBACK_REQUEST_TIMEOUT_MS: u64 = 30_000;

@@ -5,7 +5,11 @@
 //! (`mirrors repoint`) and resumes from its own log end, fetching nothing it already holds,
 //! while a source whose topic of the same name holds another history is refused with the
 //! reason (by `repoint`, and by `start` of a new mirror over C's existing logs) and C's log is
-//! left as it was.
+//! left as it was. Each topic's lineage (A's cluster id as Kafka's `kafka-cluster.sh
+//! cluster-id` tells it with B's mirror epoch, then B's with C's) is in C's `describe` and in
+//! what C serves (`kmirror.lineage`), before and after the re-point; a re-point of B at C
+//! (which mirrors from B: same bytes, a loop) is refused by the lineage; STOPPED partitions
+//! stay as they are through a re-point.
 //!
 //! Method: two `kmirror serve` control planes (B with a `[kafka]` listener), the Java
 //! producer on A, our `.log` bytes compared with the broker's files; the re-copy figure is
@@ -56,6 +60,30 @@ fn list_row(admin: &str, mirror: &str) -> serde_json::Value {
         .unwrap()
 }
 
+/// Every partition row of `topic` in `describe --json` has `chain`, and the text shows it.
+fn assert_lineage(admin: &str, topic: &str, chain: &serde_json::Value) {
+    for r in describe_rows(admin, "up") {
+        assert_eq!(&r["lineage"], chain, "{r}");
+    }
+    let shown: Vec<String> = chain
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            format!(
+                "{}@{}",
+                l["cluster_id"].as_str().unwrap(),
+                l["mirror_epoch"]
+            )
+        })
+        .collect();
+    let text = cli_ok(admin, &["describe", "--mirror", "up"]);
+    assert!(
+        text.contains(&format!("Lineage of {topic} (up): {}", shown.join(" > "))),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_chain_is_byte_identical_and_a_repoint_resumes_without_a_recopy() {
     let a = harness::shared();
@@ -101,6 +129,58 @@ fn a_chain_is_byte_identical_and_a_repoint_resumes_without_a_recopy() {
             Some("86400000".to_owned()),
             Some("DYNAMIC_TOPIC_CONFIG".to_owned())
         )]
+    );
+
+    // Each topic's lineage: C's chain names A (by Kafka's own cluster id) with B's mirror
+    // epoch, then B with C's. C serves it to its own downstream as the read-only topic config
+    // `kmirror.lineage`, as the stock Admin client reads it.
+    let a_id = harness::kafka_cluster_id(&a.bootstrap());
+    assert_ne!(a_id, b_id);
+    let epoch_b = list_row(&admin_b, "m")["mirror_epoch"].as_i64().unwrap();
+    let epoch_c = list_row(&admin_c, "up")["mirror_epoch"].as_i64().unwrap();
+    let link = |id: &str, epoch: i64| serde_json::json!({"cluster_id": id, "mirror_epoch": epoch});
+    let chain = serde_json::json!([link(&a_id, epoch_b), link(&b_id, epoch_c)]);
+    assert_lineage(&admin_c, &topic, &chain);
+    let served = harness::describe_topic_config_sources(&listener_c, &topic, &["kmirror.lineage"]);
+    assert_eq!(
+        served,
+        [(
+            "kmirror.lineage".to_owned(),
+            Some(format!("{a_id}:{epoch_b},{b_id}:{epoch_c}")),
+            Some("DYNAMIC_TOPIC_CONFIG".to_owned())
+        )]
+    );
+
+    // What the lineage refuses that the bytes cannot: B re-pointed at C, which mirrors the
+    // topic from B. C holds B's bytes (the history check agrees), but following it would be a
+    // loop; refused, and B keeps its source.
+    let props_c = work_b.path().join("c.properties");
+    std::fs::write(&props_c, format!("bootstrap.servers={listener_c}\n")).unwrap();
+    let looped = cli(
+        &admin_b,
+        &[
+            "repoint",
+            "--mirror",
+            "m",
+            "--mirror-config",
+            props_c.to_str().unwrap(),
+        ],
+    );
+    println!("{}", looped.stderr);
+    assert!(!looped.ok, "a loop was accepted: {}", looped.stdout);
+    assert!(
+        looped.stderr.contains("refused, nothing changed")
+            && looped.stderr.contains("mirrors this topic from us")
+            && looped
+                .stderr
+                .contains(&format!("holds our cluster id {b_id}"))
+            && !looped.stderr.contains("differs"),
+        "{}",
+        looped.stderr
+    );
+    assert_eq!(
+        list_row(&admin_b, "m")["source_bootstrap_servers"],
+        a.bootstrap().as_str()
     );
 
     // New records on A flow through B to C.
@@ -170,6 +250,21 @@ fn a_chain_is_byte_identical_and_a_repoint_resumes_without_a_recopy() {
     for r in describe_rows(&admin_c, "up") {
         assert_eq!(r["state"], "MIRRORING", "{r}");
     }
+    // The chain keeps B and adds A again under C's new mirror epoch.
+    let epoch_c2 = list_row(&admin_c, "up")["mirror_epoch"].as_i64().unwrap();
+    assert!(epoch_c2 > epoch_c);
+    let chain = serde_json::json!([
+        link(&a_id, epoch_b),
+        link(&b_id, epoch_c),
+        link(&a_id, epoch_c2)
+    ]);
+    assert_lineage(&admin_c, &topic, &chain);
+    assert!(
+        out.contains(&format!(
+            "lineage of {topic}: {a_id}@{epoch_b} > {b_id}@{epoch_c} > {a_id}@{epoch_c2}"
+        )),
+        "{out}"
+    );
 
     // A topic of the same name with another history is refused, and C keeps its log.
     cli_ok(&admin_c, &["pause", "--mirror", "up", "--topics", &topic]);
@@ -210,9 +305,26 @@ fn a_chain_is_byte_identical_and_a_repoint_resumes_without_a_recopy() {
         1
     );
 
+    // Failed over, the partitions are C's own: a re-point leaves them STOPPED and says why.
+    cli_ok(&admin_c, &["stop", "--mirror", "up", "--topics", &topic]);
+    let kept = cli_ok(&admin_c, &repoint);
+    for p in 0..PARTITIONS {
+        assert!(
+            kept.contains(&format!(
+                "{topic}-{p}: not re-pointed: STOPPED (failed over)"
+            )),
+            "{kept}"
+        );
+    }
+    for r in describe_rows(&admin_c, "up") {
+        assert_eq!(r["state"], "STOPPED", "{r}");
+    }
+    for (i, (_, ours)) in pairs_c.iter().enumerate() {
+        assert_eq!(log_bytes(ours), held[i], "{} changed", ours.display());
+    }
+
     // Nor does a new mirror take over C's logs of that topic (left by the failed-over "up")
     // from a source holding another history: `start` checks them the same way.
-    cli_ok(&admin_c, &["stop", "--mirror", "up", "--topics", &topic]);
     create_mirror(&admin_c, work_c.path(), "other", &a.bootstrap(), "");
     let taken = cli(
         &admin_c,

@@ -287,6 +287,10 @@ pub struct SyncedAclValue {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicConfigsValue {
     pub configs: BTreeMap<String, String>,
+    /// The topic's upstream chain (`control::lineage::chain`); absent in records written
+    /// before lineage was kept per topic.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lineage: Vec<crate::control::lineage::chain::Link>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -382,6 +386,10 @@ mod tests {
         let key = StateKey::TopicConfigs(name(), "t".into());
         let value = StateValue::TopicConfigs(TopicConfigsValue {
             configs: [("retention.ms".to_owned(), "60000".to_owned())].into(),
+            lineage: vec![crate::control::lineage::chain::Link {
+                cluster_id: Some("AAAAAAAAAAAAAAAAAAAAAA".into()),
+                mirror_epoch: 2,
+            }],
         });
         assert_eq!(
             StateValue::decode(&key, &value.encode()).unwrap(),

@@ -1017,6 +1017,10 @@ impl DataPlane for ShardDataPlane {
             .unwrap_or_default()
     }
 
+    fn own_cluster_id(&self) -> Option<String> {
+        self.drill_catalog.as_ref()?.cluster_id().map(str::to_owned)
+    }
+
     fn local_tail(
         &self,
         tp: &TopicPartition,

@@ -35,7 +35,7 @@ pub const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 /// Configs a mirror never copies, whatever its `mirror.topic.properties.exclude` says, with the
 /// reason. They describe the source's brokers, replicas or storage tiers, not the topic's data,
 /// and applied to kmirror they would be wrong or meaningless.
-pub const NEVER_COPIED: [(&str, &str); 13] = [
+pub const NEVER_COPIED: [(&str, &str); 14] = [
     (
         "leader.replication.throttled.replicas",
         "a replication throttle names the source's brokers and slows their replication",
@@ -87,6 +87,10 @@ pub const NEVER_COPIED: [(&str, &str); 13] = [
     (
         "file.delete.delay.ms",
         "housekeeping timing of the source's log dirs",
+    ),
+    (
+        crate::control::lineage::chain::LINEAGE_CONFIG,
+        "a kmirror source's lineage of the topic: recorded as the topic's upstream chain (control::lineage::chain), never a config",
     ),
 ];
 

@@ -690,6 +690,9 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                 for (tp, end) in &r.partitions {
                     writeln!(out, "  {tp}: history agrees; resumes from offset {end}")?;
                 }
+                for (tp, why) in &r.stopped {
+                    writeln!(out, "  {tp}: not re-pointed: {why}")?;
+                }
                 for hop in &r.lineage {
                     writeln!(
                         out,
@@ -697,6 +700,13 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                         opt(hop.cluster_id.clone()),
                         hop.bootstrap_servers,
                         hop.until_mirror_epoch
+                    )?;
+                }
+                for (topic, links) in &r.topic_lineage {
+                    writeln!(
+                        out,
+                        "  lineage of {topic}: {}",
+                        crate::control::lineage::chain::show(links)
                     )?;
                 }
             }
@@ -938,6 +948,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                 )?;
             } else {
                 let acl_lines = acl_sync_lines(&rows);
+                let lineage_lines = lineage_lines(&rows);
                 let cells: Vec<Vec<String>> = rows
                     .into_iter()
                     .map(|r| {
@@ -973,7 +984,7 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
                     ],
                     &cells,
                 )?;
-                for line in acl_lines {
+                for line in acl_lines.into_iter().chain(lineage_lines) {
                     writeln!(out, "{line}")?;
                 }
                 // Drills in progress, with their disk use (an older kmirror has no /drills).
@@ -987,6 +998,18 @@ pub fn run(args: &MirrorsArgs, out: &mut impl Write) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// One line per mirrored topic with its upstream chain (`control::lineage::chain`).
+fn lineage_lines(rows: &[PartitionRow]) -> Vec<String> {
+    let mut seen = std::collections::BTreeMap::new();
+    for r in rows.iter().filter(|r| !r.lineage.is_empty()) {
+        seen.entry((r.mirror.clone(), r.topic.clone()))
+            .or_insert_with(|| crate::control::lineage::chain::show(&r.lineage));
+    }
+    seen.into_iter()
+        .map(|((mirror, topic), chain)| format!("Lineage of {topic} ({mirror}): {chain}"))
+        .collect()
 }
 
 /// One line per mirror about its ACL sync from the source (from the first row of each).

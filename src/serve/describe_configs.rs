@@ -1,6 +1,8 @@
 //! DescribeConfigs for topics: the settings of the local log (the topic's configs as kmirror
 //! applies them). The source topic's own overrides as copied (`LogConfig::topic_configs`,
-//! see `control::topic_configs`) are DYNAMIC_TOPIC_CONFIG, as on the source.
+//! see `control::topic_configs`) are DYNAMIC_TOPIC_CONFIG, as on the source; so is the topic's
+//! lineage (`kmirror.lineage`, `control::lineage::chain`), which the controller puts there for
+//! a downstream kmirror to read.
 //! Broker resources are answered with no entries: kmirror has no broker configs a client could
 //! act on.
 

@@ -102,6 +102,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 partitions: BTreeMap::new(),
                 configs: BTreeMap::new(),
                 config_errors: BTreeMap::new(),
+                lineages: BTreeMap::new(),
             },
         );
         self.bump_epoch(&name)?;

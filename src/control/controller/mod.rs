@@ -141,6 +141,11 @@ pub trait DataPlane {
         let _ = clone_tp;
         Err("this data plane cannot clone logs".to_owned())
     }
+    /// This kmirror's own cluster id as its Kafka endpoint tells it (`serve::cluster_id`);
+    /// `None` without an endpoint (then no mirror can follow us, nor make a loop through us).
+    fn own_cluster_id(&self) -> Option<String> {
+        None
+    }
     /// Our tail of `tp` for a re-point's history check (`control::lineage`): `None` when no
     /// local log exists, `Err` when its last batch cannot be read back.
     fn local_tail(
@@ -296,6 +301,8 @@ struct MirrorEntry {
     /// Topics whose latest source configs could not be applied, with why (the previous
     /// configs stay in force).
     config_errors: BTreeMap<String, String>,
+    /// Each topic's upstream chain (`control::lineage::chain`), kept with its configs.
+    lineages: BTreeMap<String, Vec<crate::control::lineage::chain::Link>>,
 }
 
 fn source_error(name: &MirrorName, fault: Fault, ms: u64) -> ControlError {
@@ -437,6 +444,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                         partitions: BTreeMap::new(),
                         configs: BTreeMap::new(),
                         config_errors: BTreeMap::new(),
+                        lineages: BTreeMap::new(),
                     },
                 );
             }
@@ -475,6 +483,9 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     }
                 }
                 (StateKey::TopicConfigs(_, topic), StateValue::TopicConfigs(v)) => {
+                    if !v.lineage.is_empty() {
+                        entry.lineages.insert(topic.clone(), v.lineage);
+                    }
                     entry.configs.insert(topic, v.configs);
                 }
                 (StateKey::SyncedAcl(m, acl), StateValue::SyncedAcl(v)) => {

@@ -9,7 +9,7 @@
 //! every fetching (or FAILED) partition resume from its local log end on the new source.
 
 use super::*;
-use crate::control::lineage::{agree, Hop, LocalTail, SourceTail};
+use crate::control::lineage::{agree, chain, Hop, LocalTail, SourceTail};
 use crate::control::source_worker::JobKind;
 use crate::limits::LINEAGE_HOPS_MAX;
 
@@ -21,10 +21,12 @@ pub struct RepointPlan {
     tails: Vec<(TopicPartition, LocalTail)>,
 }
 
-/// The new source's answer: its metadata, and its tail of each partition checked.
+/// The new source's answer: its metadata, its tail of each partition checked, and its
+/// configs of the mirror's topics (their `kmirror.lineage`, and what the mirror copies).
 pub struct RepointAnswer {
     pub view: Result<SourceView, Fault>,
     pub history: Result<BTreeMap<TopicPartition, SourceTail>, Fault>,
+    pub configs: Option<Result<crate::control::source_catalog::DescribedConfigs, Fault>>,
 }
 
 /// What a re-point did.
@@ -37,7 +39,16 @@ pub struct RepointReport {
     /// Each partition checked, with the offset it resumes from (its local log end).
     pub partitions: Vec<(String, i64)>,
     pub lineage: Vec<Hop>,
+    /// STOPPED partitions, left as they are, with why (`control::lineage`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stopped: Vec<(String, String)>,
+    /// Each topic's chain after the re-point (`control::lineage::chain`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub topic_lineage: BTreeMap<String, Vec<crate::control::lineage::chain::Link>>,
 }
+
+/// Why a re-point leaves a STOPPED partition alone.
+pub const STOPPED_NOT_REPOINTED: &str = "STOPPED (failed over): it takes local writes and is no longer a copy of any source; re-pointing it would be a new mirror over them (failback sends them back), so it stays as it is";
 
 impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
     /// `repoint`, first half: validates the new properties and reads our tails; the ask
@@ -75,6 +86,8 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         let source = self.source.clone();
         let def = definition.clone();
         let asked = tails.clone();
+        let mut topics: Vec<String> = entry.partitions.keys().map(|tp| tp.topic.clone()).collect();
+        topics.dedup();
         let ask = SourceAsk::new(
             JobKey::new(name.as_str(), JobKind::Describe),
             self.source_timeout_ms,
@@ -84,7 +97,15 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     Ok(_) => source.history(&def, &asked, by),
                     Err(f) => Err(f.clone()),
                 };
-                RepointAnswer { view, history }
+                let configs = view.as_ref().ok().map(|_| {
+                    let wanted: Vec<&str> = topics.iter().map(String::as_str).collect();
+                    source.topic_configs(&def, &wanted, by)
+                });
+                RepointAnswer {
+                    view,
+                    history,
+                    configs,
+                }
             },
         );
         Ok((
@@ -115,6 +136,8 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         let history = answer
             .history
             .map_err(|fault| self.source_error(&name, fault))?;
+        let own_id = self.data.own_cluster_id();
+        let their_chains = self.their_chains(&name, answer.configs.as_ref());
         let mut refused = Vec::new();
         for (tp, local) in &tails {
             let theirs = history.get(tp).cloned().unwrap_or_else(|| SourceTail {
@@ -122,6 +145,21 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 ..SourceTail::default()
             });
             if let Err(why) = agree(local, &theirs) {
+                refused.push(format!("{tp}: {why}"));
+                continue;
+            }
+            let ours = self.mirrors[&name]
+                .lineages
+                .get(&tp.topic)
+                .map_or(&[][..], Vec::as_slice);
+            let theirs = their_chains.get(&tp.topic).map_or(&[][..], Vec::as_slice);
+            if let Some(why) = chain::repoint_refusal(
+                ours,
+                own_id.as_deref(),
+                theirs,
+                view.cluster_id.as_deref(),
+                local.last_batch.is_some(),
+            ) {
                 refused.push(format!("{tp}: {why}"));
             }
         }
@@ -191,6 +229,9 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             &StateValue::Mirror(Box::new(record.clone())),
         )?;
         let epoch = self.bump_epoch(&name)?;
+        // Each topic's chain gets the new source's and our new link; its configs are copied
+        // from the new source at once (the sync would within its interval).
+        self.apply_topic_configs(&name, answer.configs)?;
         tracing::info!(
             mirror = %name,
             source = %record.definition.source.bootstrap_servers.join(","),
@@ -233,7 +274,40 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 .map(|(tp, l)| (tp.to_string(), l.log_end.0))
                 .collect(),
             lineage: record.lineage,
+            stopped: self.mirrors[&name]
+                .partitions
+                .iter()
+                .filter(|(_, p)| p.machine.state() == Some(StateName::Stopped))
+                .map(|(tp, _)| (tp.to_string(), STOPPED_NOT_REPOINTED.to_owned()))
+                .collect(),
+            topic_lineage: self.mirrors[&name].lineages.clone(),
         })
+    }
+
+    /// The new source's chain of each topic it described (`kmirror.lineage`; none from a
+    /// stock Kafka source). A topic it could not describe, or an unreadable value, counts as
+    /// no chain: the lineage check then sees only the source's cluster id.
+    fn their_chains(
+        &self,
+        name: &MirrorName,
+        configs: Option<&Result<crate::control::source_catalog::DescribedConfigs, Fault>>,
+    ) -> BTreeMap<String, Vec<chain::Link>> {
+        let mut out = BTreeMap::new();
+        let Some(Ok(described)) = configs else {
+            return out;
+        };
+        for (topic, entries) in described {
+            let Ok(entries) = entries else { continue };
+            match chain::upstream_of(entries) {
+                Ok(c) => {
+                    out.insert(topic.clone(), c);
+                }
+                Err(why) => {
+                    tracing::warn!(mirror = %name, %topic, %why, "repoint: the new source's lineage not read");
+                }
+            }
+        }
+        out
     }
 
     /// `repoint` in one call, the source asked on this thread.

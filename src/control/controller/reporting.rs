@@ -86,6 +86,11 @@ pub struct PartitionRow {
     /// The mirror's ACL sync from its source (the same on every row of the mirror).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acl_sync: Option<super::AclSyncStatus>,
+    /// The topic's upstream chain, oldest first (`control::lineage::chain`): each cluster its
+    /// data came through with the mirror epoch of the kmirror that copied it; the last link is
+    /// this kmirror's current source. Empty until the first config sync records it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lineage: Vec<crate::control::lineage::chain::Link>,
 }
 
 /// What a command changed, for the operator.
@@ -185,6 +190,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     verified_timestamp_ms: audit.as_ref().and_then(|a| a.verified_timestamp_ms),
                     verified_lag_seconds: audit.as_ref().and_then(|a| a.verified_lag_seconds(now)),
                     acl_sync: acl_sync.clone(),
+                    lineage: e.lineages.get(&tp.topic).cloned().unwrap_or_default(),
                 });
             }
         }

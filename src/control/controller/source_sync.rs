@@ -4,6 +4,7 @@
 //! answers on the control thread.
 
 use super::*;
+use crate::control::lineage::chain;
 use crate::control::mirror_def::TopicFilter;
 use crate::control::source_catalog::DescribedConfigs;
 use crate::control::source_worker::JobKind;
@@ -25,7 +26,7 @@ pub(super) struct IdleAnswer {
 }
 
 impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
-    /// Applies each topic's stored configs to the data plane (at start).
+    /// Applies each topic's stored configs to the data plane (at start), with its lineage.
     pub(super) fn apply_stored_configs(&mut self, name: &MirrorName) {
         let stored: Vec<(String, TopicConfigs)> = self.mirrors[name]
             .configs
@@ -33,7 +34,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             .map(|(t, c)| (t.clone(), c.clone()))
             .collect();
         for (topic, configs) in stored {
-            match topic_configs::apply(&LogConfig::default(), &configs) {
+            match self.served_config(name, &topic, &configs) {
                 Ok(config) => {
                     if let Err(why) = self.data.configure(&topic, &config) {
                         tracing::error!(mirror = %name, %topic, %why, "stored topic configs not applied");
@@ -45,6 +46,49 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 }
             }
         }
+    }
+
+    /// The log config of `topic` from its copied configs, with its lineage as the read-only
+    /// `kmirror.lineage` our own downstream reads (`control::lineage::chain`).
+    fn served_config(
+        &self,
+        name: &MirrorName,
+        topic: &str,
+        configs: &TopicConfigs,
+    ) -> Result<LogConfig, topic_configs::TopicConfigError> {
+        let mut config = topic_configs::apply(&LogConfig::default(), configs)?;
+        if let Some(chain) = self.mirrors[name].lineages.get(topic) {
+            config
+                .topic_configs
+                .insert(chain::LINEAGE_CONFIG.to_owned(), chain::encode(chain));
+        }
+        Ok(config)
+    }
+
+    /// A topic's lineage on `start`, a sync or a re-point: what is stored, updated with the
+    /// source's chain (`kmirror.lineage` in its DescribeConfigs) and our own link.
+    fn lineage_now(
+        &self,
+        name: &MirrorName,
+        topic: &str,
+        entries: &[topic_configs::SourceConfigEntry],
+    ) -> Vec<chain::Link> {
+        let e = &self.mirrors[name];
+        let stored = e.lineages.get(topic).map_or(&[][..], Vec::as_slice);
+        let upstream = match chain::upstream_of(entries) {
+            Ok(u) => u,
+            Err(why) => {
+                // Nothing from it is taken: the stored chain (and our own link) stays.
+                tracing::warn!(mirror = %name, %topic, %why, "source sync: lineage not read");
+                Vec::new()
+            }
+        };
+        chain::merged(
+            stored,
+            &upstream,
+            e.record.source_cluster_id.as_deref(),
+            e.epoch.0,
+        )
     }
 
     /// The mirror's live topics (those with a partition not STOPPED and not failed as
@@ -141,35 +185,71 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 None => continue,
             };
             let copied = topic_configs::copied(&def, entries);
+            let lineage = self.lineage_now(name, &topic, entries);
             let entry = self.entry_mut(name)?;
-            if entry.configs.get(&topic) == Some(&copied) {
+            let lineage_changed = entry.lineages.get(&topic) != Some(&lineage);
+            if entry.configs.get(&topic) == Some(&copied) && !lineage_changed {
                 continue;
             }
-            let config = match topic_configs::apply(&LogConfig::default(), &copied) {
+            if lineage_changed {
+                tracing::info!(mirror = %name, %topic, lineage = %chain::show(&lineage), "source sync: topic lineage recorded");
+                entry.lineages.insert(topic.clone(), lineage.clone());
+            }
+            let config = match self.served_config(name, &topic, &copied) {
                 Ok(config) => config,
                 Err(e) => {
                     let why = e.to_string();
+                    let entry = self.entry_mut(name)?;
                     if entry.config_errors.get(&topic) != Some(&why) {
                         tracing::error!(mirror = %name, %topic, "source sync: {why}; the previous configs stay");
                     }
-                    entry.config_errors.insert(topic, why);
+                    entry.config_errors.insert(topic.clone(), why);
+                    if lineage_changed {
+                        // The lineage is kept (and served) even so, with the configs in force.
+                        let kept = entry.configs.entry(topic.clone()).or_default().clone();
+                        self.persist_topic(name, &topic, &kept)?;
+                        if let Ok(config) = self.served_config(name, &topic, &kept) {
+                            let _ = self.data.configure(&topic, &config);
+                        }
+                    }
                     continue;
                 }
             };
+            let entry = self.entry_mut(name)?;
             entry.config_errors.remove(&topic);
+            let configs_changed = entry.configs.get(&topic) != Some(&copied);
             entry.configs.insert(topic.clone(), copied.clone());
-            self.store.put(
-                &StateKey::TopicConfigs(name.clone(), topic.clone()),
-                &StateValue::TopicConfigs(crate::control::records::TopicConfigsValue {
-                    configs: copied.clone(),
-                }),
-            )?;
-            tracing::info!(mirror = %name, %topic, configs = ?copied, "source sync: topic configs copied");
+            self.persist_topic(name, &topic, &copied)?;
+            if configs_changed {
+                tracing::info!(mirror = %name, %topic, configs = ?copied, "source sync: topic configs copied");
+            }
             if let Err(why) = self.data.configure(&topic, &config) {
                 tracing::error!(mirror = %name, %topic, %why, "topic configs not applied");
                 self.entry_mut(name)?.config_errors.insert(topic, why);
             }
         }
+        Ok(())
+    }
+
+    /// Writes a topic's configs and lineage record (`__mirror_state` type 102).
+    fn persist_topic(
+        &mut self,
+        name: &MirrorName,
+        topic: &str,
+        configs: &TopicConfigs,
+    ) -> Result<(), ControlError> {
+        let lineage = self.mirrors[name]
+            .lineages
+            .get(topic)
+            .cloned()
+            .unwrap_or_default();
+        self.store.put(
+            &StateKey::TopicConfigs(name.clone(), topic.to_owned()),
+            &StateValue::TopicConfigs(crate::control::records::TopicConfigsValue {
+                configs: configs.clone(),
+                lineage,
+            }),
+        )?;
         Ok(())
     }
 

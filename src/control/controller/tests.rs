@@ -90,6 +90,8 @@ struct FakeData {
     configs: Rc<RefCell<BTreeMap<String, LogConfig>>>,
     /// Local logs' tails, for re-point checks.
     tails: Rc<RefCell<BTreeMap<TopicPartition, crate::control::lineage::LocalTail>>>,
+    /// Our own cluster id, as the endpoint would tell it.
+    own_id: Rc<RefCell<Option<String>>>,
 }
 
 impl DataPlane for FakeData {
@@ -134,6 +136,9 @@ impl DataPlane for FakeData {
     }
     fn local_partitions(&self) -> Vec<TopicPartition> {
         self.tails.borrow().keys().cloned().collect()
+    }
+    fn own_cluster_id(&self) -> Option<String> {
+        self.own_id.borrow().clone()
     }
     fn local_tail(
         &self,
@@ -713,6 +718,8 @@ fn topic_configs_are_copied_persisted_replayed_and_bad_ones_kept_out() {
             dynamic("retention.ms", "60000"),
             dynamic("cleanup.policy", "compact"),
             dynamic("min.insync.replicas", "2"),
+            // A kmirror source's lineage: recorded as the chain, not copied.
+            dynamic("kmirror.lineage", "up:2"),
         ],
     );
     let mut c = rig.open();
@@ -723,8 +730,12 @@ fn topic_configs_are_copied_persisted_replayed_and_bad_ones_kept_out() {
     assert!(!applied.cleanup.delete && applied.cleanup.compact);
     assert_eq!(
         applied.topic_configs.keys().collect::<Vec<_>>(),
-        ["cleanup.policy", "retention.ms"],
+        ["cleanup.policy", "kmirror.lineage", "retention.ms"],
         "min.insync.replicas is never copied"
+    );
+    assert_eq!(
+        applied.topic_configs["kmirror.lineage"], "up:2,c1:1",
+        "the source's chain and our own link are served"
     );
     // A change on the source is applied by the next sync.
     rig.source.1.lock().unwrap().get_mut("orders").unwrap()[0] = dynamic("retention.ms", "120000");
@@ -1143,13 +1154,53 @@ fn repoint_moves_only_when_every_history_agrees_and_keeps_the_lineage() {
         ["orders-0", "orders-1"],
         "fetchers not resumed"
     );
+    // The topic's chain: c1 (a stock source: no upstream) under the first epoch, then c2.
+    let link = |id: &str, e: i32| crate::control::lineage::chain::Link {
+        cluster_id: Some(id.into()),
+        mirror_epoch: e,
+    };
+    let chain = vec![
+        link("c1", before[0].mirror_epoch),
+        link("c2", r.mirror_epoch),
+    ];
+    assert_eq!(r.topic_lineage["orders"], chain);
+    assert_eq!(
+        rig.data.configs.borrow()["orders"].topic_configs["kmirror.lineage"],
+        format!("c1:{},c2:{}", before[0].mirror_epoch, r.mirror_epoch),
+        "the chain is not served"
+    );
     drop(c);
-    let c = rig.open();
+    let mut c = rig.open();
     let after = c.list();
     assert_eq!(after[0].source_bootstrap_servers, "other:9092");
     assert_eq!(after[0].source_cluster_id.as_deref(), Some("c2"));
     assert_eq!(after[0].lineage, r.lineage);
     assert!(after[0].mirror_epoch > before[0].mirror_epoch);
+    for row in c.describe(Some("m1")).unwrap() {
+        assert_eq!(row.lineage, chain, "chain lost by the restart");
+    }
+
+    // A source that mirrors orders from us ("me" in its chain) is refused though its bytes
+    // agree, and nothing changes.
+    *rig.data.own_id.borrow_mut() = Some("me".into());
+    *rig.source.0.lock().unwrap() = Ok(view("c3"));
+    rig.source.1.lock().unwrap().insert(
+        "orders".into(),
+        vec![SourceConfigEntry {
+            name: "kmirror.lineage".into(),
+            value: Some("c1:1,me:4".into()),
+            source: 1,
+        }],
+    );
+    let before = c.list();
+    let err = c.repoint("m1", &props()).unwrap_err().to_string();
+    assert!(
+        err.contains("mirrors this topic from us")
+            && err.contains("orders-0")
+            && !err.contains("differs"),
+        "{err}"
+    );
+    assert_eq!(c.list(), before);
 }
 
 mod acl_sync;

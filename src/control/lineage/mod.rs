@@ -5,17 +5,26 @@
 //! bootstrap servers, and the mirror epoch and wall-clock time when kmirror left it; the
 //! current source ends the list.
 //! It is kept in the mirror's `__mirror_state` record (type 100), so it survives restarts, and
-//! shown by `mirrors list --json` and `describe --json` (`lineage`).
+//! shown by `mirrors list --json` (`lineage`).
+//!
+//! Each topic also keeps its upstream chain (`chain`): every cluster its data came through,
+//! with the mirror epochs, learned from a kmirror source's `kmirror.lineage` topic config and
+//! served to our own downstream the same way; `mirrors describe` shows it per topic.
 //!
 //! `mirrors repoint` moves a mirror to a new source (its own connection properties): every
 //! partition that is not STOPPED must pass the history check (`agreement`): the new source
 //! holds our last batch byte for byte at the same offsets and its leader epochs do not cut our
-//! log. Then the mirror's source is replaced, a hop is added, and each partition resumes from
+//! log; and the topic's chain must not object (`chain::repoint_refusal`: a source that
+//! mirrors the topic from us, or a stranger when there is no batch to compare). STOPPED
+//! partitions are failed over: written locally, they are no longer a copy of any source, and
+//! re-pointing them would be a new mirror over local writes; they stay STOPPED and the report
+//! names them (failback is the way to send their writes back). Then the mirror's source is replaced, a hop is added, and each partition resumes from
 //! its local log end: nothing below it is fetched again. If any partition fails the check the
 //! whole re-point is refused with every partition's reason and nothing changes (no log is
 //! truncated, no state written): the mirror keeps its old source.
 
 pub mod agreement;
+pub mod chain;
 pub mod probe;
 
 use serde::{Deserialize, Serialize};
