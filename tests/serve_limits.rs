@@ -59,7 +59,8 @@ fn rig() -> &'static Rig {
              request_receive_timeout_ms = {RECEIVE_TIMEOUT_MS}\n"
         ));
         std::fs::write(&config, text).unwrap();
-        let mut serve = Serve::start(&config, work.path().join("serve.log"));
+        // Shared in a static: killed when the test process exits.
+        let mut serve = Serve::start_until_exit(&config, work.path().join("serve.log"));
         let kafka = serve.kafka_listener().parse().unwrap();
         wait_mirrored(
             &mut serve,

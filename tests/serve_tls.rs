@@ -68,7 +68,8 @@ fn rig() -> &'static Rig {
             certs.admin_principal
         ));
         std::fs::write(&config, text).unwrap();
-        let mut serve = Serve::start(&config, work.path().join("serve.log"));
+        // Shared in a static: killed when the test process exits.
+        let mut serve = Serve::start_until_exit(&config, work.path().join("serve.log"));
         let plain = serve.kafka_listener_named("PLAIN");
         let tls_addr = serve.kafka_listener_named("TLS");
         let mtls = serve.kafka_listener_named("MTLS");
