@@ -111,8 +111,9 @@ for codec in $CODECS; do
                     stop "$src_pid"; src_pid=""
                     continue
                 fi
-                # Each partition keeps its .log, .index and .timeindex open.
-                fds=$((3 * parts + 256))
+                # A written partition keeps its active .log open; index files share one budget
+                # for the whole process (limits::INDEX_FILES_HELD_MAX, 1,024); 256 for the rest.
+                fds=$((parts + 1024 + 256))
                 if (($(ulimit -Hn) != 0)) && [[ $(ulimit -Hn) != unlimited ]] && ((fds > $(ulimit -Hn))); then
                     echo "$cell skipped: needs about $fds descriptors, hard RLIMIT_NOFILE is $(ulimit -Hn)"
                     stop "$src_pid"; src_pid=""

@@ -2,7 +2,7 @@
 # kmirror vs MirrorMaker 2, side by side on the same data.
 #
 # Starts two real Kafka 4.1.1 KRaft brokers (A, B) from the cached jars, preloads SIZE_GB of
-# text-like records (lz4, 16 partitions) into A with Kafka's ProducerPerformance, then
+# text-like records (CODEC, default lz4; PARTS partitions, default 16) into A with Kafka's ProducerPerformance, then
 #   (a) `kmirror serve` mirrors A's topic into its own data dir;
 #   (b) MirrorMaker 2 (dedicated mode, IdentityReplicationPolicy, heartbeats/checkpoints/offset
 #       syncs of groups off) mirrors it from A into B.
@@ -25,6 +25,7 @@ REPO=$PWD
 SIZE_GB=${SIZE_GB:-3}
 PARTS=${PARTS:-16}
 TOPIC=${TOPIC:-bench}
+CODEC=${CODEC:-lz4}                    # compression.type of the preload and of MM2's producer
 RECORD_BYTES=${RECORD_BYTES:-1000}     # average payload line length
 KMIRROR_SHARDS=${KMIRROR_SHARDS:-2}
 MM2_TASKS=${MM2_TASKS:-2}
@@ -47,10 +48,6 @@ cleanup() {
 trap cleanup EXIT
 log() { echo "# $(date -u +%T) $*"; }
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 cat >"$WORK/log4j.properties" <<'EOF'
 log4j.rootLogger=INFO, stdout
 log4j.appender.stdout=org.apache.log4j.ConsoleAppender
@@ -66,28 +63,13 @@ tool() { # class args...: a short-lived Kafka tool JVM
 }
 
 declare -A PORT BROKER_PID
-start_broker() { # name
-    local name=$1 dir=$WORK/$1 port cport id
-    mkdir -p "$dir"
-    port=$(free_port) cport=$(free_port)
-    PORT[$name]=$port
-    kraft_properties "$dir/data" "$port" "$cport" >"$dir/server.properties"
-    id=$(kraft_cluster_id)
-    tool kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" >"$dir/format.log" 2>&1
-    # Kafka's own start script heap and GC settings.
-    "$JAVA" -Xmx1G -Xms1G -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
-        -Djava.awt.headless=true "${LOGFLAGS[@]}" -cp "$KAFKA_LIBS/*" kafka.Kafka "$dir/server.properties" \
-        >"$dir/broker.log" 2>&1 &
-    BROKER_PID[$name]=$!
-    PIDS+=($!)
-    for _ in $(seq 1 900); do
-        grep -q "Kafka Server started" "$dir/broker.log" && return 0
-        kill -0 "${BROKER_PID[$name]}" 2>/dev/null || break
-        sleep 0.2
-    done
-    echo "broker $name did not start:" >&2
-    tail -30 "$dir/broker.log" >&2
-    exit 1
+start_broker() { # name: the shared one-node start-up, with Kafka's own start script heap and GC
+    mkdir -p "$WORK/$1"
+    kraft_start "$WORK/$1" "$KAFKA_LIBS/*" -Xmx1G -Xms1G -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+        -XX:InitiatingHeapOccupancyPercent=35 -Djava.awt.headless=true || exit 1
+    PORT[$1]=$PORT
+    BROKER_PID[$1]=$BROKER_PID
+    PIDS+=("$BROKER_PID")
 }
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -100,7 +82,7 @@ log "A=$A (pid ${BROKER_PID[A]}) B=$B (pid ${BROKER_PID[B]})"
 
 tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$A" --create --topic "$TOPIC" \
     --partitions "$PARTS" --replication-factor 1 >/dev/null
-# Text-like payload lines (words and numbers), so lz4 compresses them the way it does real
+# Text-like payload lines (words and numbers), so lz4/zstd compress them the way they do real
 # payloads; ProducerPerformance picks a random line per record.
 python3 - "$WORK/payload.txt" "$RECORD_BYTES" <<'EOF'
 import random, sys
@@ -120,16 +102,16 @@ with open(sys.argv[1], "w") as f:
         f.write(" ".join(line)[:size] + "\n")
 EOF
 records=$(awk -v g="$SIZE_GB" -v r="$RECORD_BYTES" 'BEGIN {printf "%d", g * 1e9 / r}')
-log "preloading $records records of ~$RECORD_BYTES bytes (lz4, batch.size 64 KiB) into $TOPIC on A"
+log "preloading $records records of ~$RECORD_BYTES bytes ($CODEC, batch.size 64 KiB) into $TOPIC on A"
 t=$(date +%s.%N)
 tool org.apache.kafka.tools.ProducerPerformance --topic "$TOPIC" --num-records "$records" \
     --throughput -1 --payload-file "$WORK/payload.txt" \
-    --producer-props bootstrap.servers="$A" compression.type=lz4 batch.size=65536 linger.ms=20 \
+    --producer-props bootstrap.servers="$A" compression.type="$CODEC" batch.size=65536 linger.ms=20 \
     acks=1 buffer.memory=134217728 2>&1 | tail -1
 log "preload took $(awk -v t="$t" -v n="$(date +%s.%N)" 'BEGIN {printf "%.1f", n - t}') s"
 
 watch() { # target_dir pids -> watcher line
-    python3 benches/mm2/watch_mirror.py --source-dir "$WORK/A/data" --target-dir "$1" \
+    python3 benches/mm2/watch_mirror.py --source-dir "$WORK/A/broker-data" --target-dir "$1" \
         --topic "$TOPIC" --partitions "$PARTS" --pids "$2" --timeout "$TIMEOUT"
 }
 
@@ -181,7 +163,7 @@ offset.storage.replication.factor = 1
 status.storage.replication.factor = 1
 config.storage.replication.factor = 1
 # Keep the mirrored data compressed as at the source (MM2's producer default is none).
-B.producer.compression.type = lz4
+B.producer.compression.type = $CODEC
 B.producer.batch.size = 65536
 B.producer.linger.ms = 20
 EOF
@@ -192,7 +174,7 @@ log "MirrorMaker 2 (dedicated, tasks.max=$MM2_TASKS) A -> B, load1=$load_m"
     "$WORK/mm2.properties" --clusters B >"$WORK/mm2.log" 2>&1 &
 mpid=$!
 PIDS+=($mpid)
-mline=$(watch "$WORK/B/data" "mm2=$mpid,brokerA=${BROKER_PID[A]},brokerB=${BROKER_PID[B]}")
+mline=$(watch "$WORK/B/broker-data" "mm2=$mpid,brokerA=${BROKER_PID[A]},brokerB=${BROKER_PID[B]}")
 mhwm=$(awk '/^VmHWM/ {print $2}' "/proc/$mpid/status" 2>/dev/null) || mhwm=0
 kill "$mpid"; wait "$mpid" 2>/dev/null || true
 echo "mm2: $mline hwm_kB=$mhwm"

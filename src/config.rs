@@ -268,6 +268,10 @@ pub struct KafkaSection {
     /// way is forgotten this long after its last one.
     #[serde(default = "default_transactional_id_expiration_ms")]
     pub transactional_id_expiration_ms: i64,
+    /// Kafka's `group.initial.rebalance.delay.ms`: the first rebalance of an empty group waits
+    /// this long for more members to join (3 s, as Kafka's default).
+    #[serde(default = "default_group_initial_rebalance_delay_ms")]
+    pub group_initial_rebalance_delay_ms: i64,
     /// `[kafka.sasl]`: SASL mechanisms, credentials, re-authentication (serve::sasl).
     #[serde(default)]
     pub sasl: Option<crate::serve::sasl::SaslSection>,
@@ -275,6 +279,10 @@ pub struct KafkaSection {
     /// `[kafka.authorizer]`: ACLs (serve::authz).
     #[serde(default)]
     pub authorizer: crate::serve::authz::AuthorizerConfig,
+}
+
+fn default_group_initial_rebalance_delay_ms() -> i64 {
+    crate::limits::GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT
 }
 
 fn default_transactional_id_expiration_ms() -> i64 {
@@ -533,6 +541,13 @@ impl ServeConfig {
             return Err(invalid(
                 "kafka.transactional_id_expiration_ms",
                 format!("must be {XMIN}..={XMAX}"),
+            ));
+        }
+        use crate::limits::GROUP_INITIAL_REBALANCE_DELAY_MS_MAX as RMAX;
+        if !(0..=RMAX).contains(&k.group_initial_rebalance_delay_ms) {
+            return Err(invalid(
+                "kafka.group_initial_rebalance_delay_ms",
+                format!("must be 0..={RMAX}"),
             ));
         }
         if let Some(sasl) = &k.sasl {
@@ -812,10 +827,10 @@ data_dir = "/tmp/kmirror"
             "{GOOD}[kafka]\nlisten = \"0.0.0.0:9092\"\nadvertised = \"mirror.example:9092\"\n"
         ))
         .unwrap();
-        assert_eq!(
-            c.kafka.unwrap().advertised.as_deref(),
-            Some("mirror.example:9092")
-        );
+        let k = c.kafka.unwrap();
+        assert_eq!(k.advertised.as_deref(), Some("mirror.example:9092"));
+        // Kafka's own default, so a consumer fleet starting at once rebalances once.
+        assert_eq!(k.group_initial_rebalance_delay_ms, 3_000);
         let cases = [
             (
                 format!("{GOOD}[kafka]\nlisten = \"0.0.0.0:9092\"\n"),
@@ -841,6 +856,12 @@ data_dir = "/tmp/kmirror"
             (
                 format!("{ADMIN}[kafka]\nlisten = \"127.0.0.1:1\"\nport = 3\n"),
                 "port",
+            ),
+            (
+                format!(
+                    "{GOOD}[kafka]\nlisten = \"127.0.0.1:1\"\ngroup_initial_rebalance_delay_ms = -1\n"
+                ),
+                "kafka.group_initial_rebalance_delay_ms",
             ),
         ];
         for (text, key) in cases {

@@ -375,6 +375,10 @@ pub const GROUP_CLOSE_WAIT_MS: u64 = 3_000;
 /// waits this long for more members, so a starting fleet does not rebalance once per member.
 pub const GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT: i64 = 3_000;
 
+/// Most `[kafka] group_initial_rebalance_delay_ms` accepts: a JoinGroup holds its connection's
+/// handler for this long, so minutes would be a misconfiguration, not a choice.
+pub const GROUP_INITIAL_REBALANCE_DELAY_MS_MAX: i64 = 300_000;
+
 /// Members of one group (Kafka's `group.max.size` is unbounded by default; a bound keeps one
 /// group from taking the coordinator's memory).
 pub const GROUP_MEMBERS_MAX: usize = 1_000;

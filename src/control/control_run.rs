@@ -72,6 +72,10 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
     // thread once the shard plane has opened the data dir without `__consumer_offsets-0`
     // (so the coordinator is that log's only opener), and handed back here for the listener.
     let serve_groups = config.kafka.is_some();
+    let rebalance_delay_ms = config.kafka.as_ref().map_or(
+        crate::limits::GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT,
+        |k| k.group_initial_rebalance_delay_ms,
+    );
     let groups_slot: Arc<OnceLock<Arc<GroupService>>> = Arc::default();
     let build_catalog = Arc::clone(&catalog);
     let build_writer = Arc::clone(&writer);
@@ -107,7 +111,8 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<(), ControlRunErro
         let leaders: Arc<dyn crate::serve::writes::PartitionWriter> = plane.leaders();
         let _ = build_writer.set(leaders);
         let groups = if serve_groups {
-            match GroupService::open(&data_dir, Arc::clone(&build_catalog)) {
+            match GroupService::open_with(&data_dir, Arc::clone(&build_catalog), rebalance_delay_ms)
+            {
                 Ok(g) => Some(g),
                 Err(e) => {
                     let _ = plane.stop();

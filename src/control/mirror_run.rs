@@ -306,8 +306,12 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
     }
     // Consumer groups are served with the endpoint; `__consumer_offsets-0` was left out of the
     // log dir above, so the coordinator is its only opener.
-    let groups = match config.kafka.as_ref().map(|_| {
-        crate::serve::groups::GroupService::open(data_dir, std::sync::Arc::clone(&catalog))
+    let groups = match config.kafka.as_ref().map(|k| {
+        crate::serve::groups::GroupService::open_with(
+            data_dir,
+            std::sync::Arc::clone(&catalog),
+            k.group_initial_rebalance_delay_ms,
+        )
     }) {
         None => None,
         Some(Ok(g)) => Some(g),
