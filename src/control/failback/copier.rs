@@ -19,7 +19,7 @@
 //! the original no longer knows the producer (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE,
 //! INVALID_PRODUCER_EPOCH) the next session takes a new producer id, sequences from 0.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -195,6 +195,7 @@ fn session(
         conns,
         leaders,
         coordinators: BTreeMap::new(),
+        added: BTreeSet::new(),
         stamp,
     };
     loop {
@@ -244,6 +245,11 @@ struct Session {
     leaders: BTreeMap<usize, String>,
     /// Transaction coordinators by transactional id.
     coordinators: BTreeMap<String, TxnConn>,
+    /// (partition, kmirror producer id) whose open replayed transaction this session added the
+    /// partition to. A transaction persisted open by an earlier process is added again before
+    /// its next batch (adding a partition a transaction holds already is a no-op; one the kill
+    /// cut off before its AddPartitionsToTxn begins it then).
+    added: BTreeSet<(usize, i64)>,
     stamp: ProducerStamp,
 }
 
@@ -453,8 +459,9 @@ fn txn_lost(code: i16) -> bool {
     matches!(code, 47 | 48 | 90 | 59 | 49)
 }
 
-/// Begins kmirror producer `pid`'s replayed transaction on the original if it is not open:
-/// InitProducerId for its transactional id the first time, then AddPartitionsToTxn. `Some(why)`
+/// Begins kmirror producer `pid`'s replayed transaction on the original if it is not open
+/// (InitProducerId for its transactional id the first time, then AddPartitionsToTxn), or adds
+/// the partition again to one an earlier process left open. `Some(why)`
 /// when the original refused.
 fn begin_txn(
     env: &CopierEnv,
@@ -474,7 +481,7 @@ fn begin_txn(
         tp.partition,
         pid,
     );
-    if r.open.is_some() {
+    if r.open.is_some() && s.added.contains(&(i, pid)) {
         return Ok(None);
     }
     let tid = r.transactional_id.clone();
@@ -507,19 +514,24 @@ fn begin_txn(
         pid,
     );
     let st = r.stamp.expect("just set");
-    // Persisted open before the partition is added: a restart continues this transaction.
-    r.open = Some(OpenTxn {
-        first_kmirror: batch.base_offset().0,
-        ending: None,
-    });
-    persist(env, file, shared)?;
+    if r.open.is_none() {
+        // Persisted open before the partition is added: a restart continues this transaction.
+        r.open = Some(OpenTxn {
+            first_kmirror: batch.base_offset().0,
+            ending: None,
+        });
+        persist(env, file, shared)?;
+    }
     let code = s.coordinator(&tid)?.add_partition(
         &tid,
         (ProducerId(st.producer_id), st.producer_epoch),
         &tp,
     )?;
     match code {
-        0 => Ok(None),
+        0 => {
+            s.added.insert((i, pid));
+            Ok(None)
+        }
         15 | 16 => {
             s.coordinators.remove(&tid);
             Err(CallError {
