@@ -37,6 +37,20 @@ use serde_json::Value;
 /// Failure guard only: how long the test waits for the copy to reach a state.
 const COPY_LIMIT: Duration = Duration::from_secs(180);
 
+/// The records on A are kmirror's, one for one: key, value, headers, timestamp, in order.
+fn same_records(what: &str, on_a: &[harness::ConsumedRecord], on_k: &[harness::ConsumedRecord]) {
+    assert_eq!(on_a.len(), on_k.len(), "{what}: record count");
+    for (ra, rk) in on_a.iter().zip(on_k) {
+        assert_eq!(
+            (&ra.key, &ra.value, &ra.headers, ra.timestamp),
+            (&rk.key, &rk.value, &rk.headers, rk.timestamp),
+            "{what}: record {} on A against kmirror offset {}",
+            ra.offset,
+            rk.offset
+        );
+    }
+}
+
 const HOLD_VAR: &str = "KMIRROR_TEST_FAILBACK_HOLD_FILE";
 
 /// Waits until the copier says it is held by the hook file `hold`.
@@ -198,18 +212,14 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
     let after_failover = |v: Vec<harness::ConsumedRecord>| -> Vec<harness::ConsumedRecord> {
         v.into_iter().filter(|r| r.offset >= 10).collect()
     };
-    let tx_committed_k = after_failover(consume_to_end(
-        &kmirror,
-        txn_topic,
-        0,
-        Isolation::ReadCommitted,
-    ));
-    let tx_all_k = after_failover(consume_to_end(
-        &kmirror,
-        txn_topic,
-        0,
-        Isolation::ReadUncommitted,
-    ));
+    let fbtx_both = |bootstrap: &str| {
+        let read = |i| after_failover(consume_to_end(bootstrap, txn_topic, 0, i));
+        (
+            read(Isolation::ReadCommitted),
+            read(Isolation::ReadUncommitted),
+        )
+    };
+    let (tx_committed_k, tx_all_k) = fbtx_both(&kmirror);
     assert_eq!(
         tx_committed_k.len(),
         100 + 100 + 200,
@@ -412,45 +422,16 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
         tail_on_a[..],
         "the divergent tail stays where it was"
     );
-    for (i, (ra, rk)) in on_a[70..].iter().zip(&post).enumerate() {
+    for (i, ra) in on_a[70..].iter().enumerate() {
         assert_eq!(ra.offset, 70 + i as i64, "no gap on A");
-        assert_eq!(
-            (&ra.key, &ra.value, &ra.headers, ra.timestamp),
-            (&rk.key, &rk.value, &rk.headers, rk.timestamp),
-            "record {} on A against kmirror offset {}",
-            ra.offset,
-            rk.offset
-        );
     }
+    same_records("fb", &on_a[70..], &post);
 
     // fbtx on A: its 10 mirrored records, then read_committed exactly kmirror's committed and
     // plain records, read_uncommitted all of kmirror's, in kmirror's order.
-    let same = |what: &str, on_a: &[harness::ConsumedRecord], on_k: &[harness::ConsumedRecord]| {
-        assert_eq!(on_a.len(), on_k.len(), "{what}: record count");
-        for (ra, rk) in on_a.iter().zip(on_k) {
-            assert_eq!(
-                (&ra.key, &ra.value, &ra.headers, ra.timestamp),
-                (&rk.key, &rk.value, &rk.headers, rk.timestamp),
-                "{what}: record {} on A against kmirror offset {}",
-                ra.offset,
-                rk.offset
-            );
-        }
-    };
-    let tx_committed_a = after_failover(consume_to_end(
-        &a.bootstrap(),
-        txn_topic,
-        0,
-        Isolation::ReadCommitted,
-    ));
-    let tx_all_a = after_failover(consume_to_end(
-        &a.bootstrap(),
-        txn_topic,
-        0,
-        Isolation::ReadUncommitted,
-    ));
-    same("read_committed", &tx_committed_a, &tx_committed_k);
-    same("read_uncommitted", &tx_all_a, &tx_all_k);
+    let (tx_committed_a, tx_all_a) = fbtx_both(&a.bootstrap());
+    same_records("fbtx read_committed", &tx_committed_a, &tx_committed_k);
+    same_records("fbtx read_uncommitted", &tx_all_a, &tx_all_k);
 
     // The group continues on A: exactly the records after its position, once each.
     let rest = (70 + written - g_on_a) as usize;

@@ -300,6 +300,18 @@ fn hold_while_asked(shared: &Shared) {
     let _ = std::fs::remove_file(&held);
 }
 
+/// Partition `i`'s replay of kmirror producer `pid` (created when new).
+fn replay(file: &mut FailbackFile, i: usize, pid: i64) -> &mut txn_replay::TxnReplay {
+    let part = &mut file.partitions[i];
+    txn_replay::replay_of(
+        &mut part.txns,
+        &file.mirror,
+        &part.topic,
+        part.partition,
+        pid,
+    )
+}
+
 /// Whether the partition goes on this turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Flow {
@@ -474,13 +486,7 @@ fn begin_txn(
 ) -> Result<Option<String>, CallError> {
     let tp = tp_of(file, i);
     let mirror = file.mirror.clone();
-    let r = txn_replay::replay_of(
-        &mut file.partitions[i].txns,
-        &mirror,
-        &tp.topic,
-        tp.partition,
-        pid,
-    );
+    let r = replay(file, i, pid);
     if r.open.is_some() && s.added.contains(&(i, pid)) {
         return Ok(None);
     }
@@ -491,13 +497,7 @@ fn begin_txn(
         let (p, e) = s
             .coordinator(&tid)?
             .init_producer_id(&tid, FAILBACK_TXN_TIMEOUT_MS)?;
-        let r = txn_replay::replay_of(
-            &mut file.partitions[i].txns,
-            &mirror,
-            &tp.topic,
-            tp.partition,
-            pid,
-        );
+        let r = replay(file, i, pid);
         r.stamp = Some(ProducerStamp {
             producer_id: p.0,
             producer_epoch: e,
@@ -506,13 +506,7 @@ fn begin_txn(
         persist(env, file, shared)?;
         tracing::info!(mirror = %mirror, partition = %tp, kmirror_producer = pid, producer_id = p.0, transactional_id = %tid, "failback replays the producer's transactions");
     }
-    let r = txn_replay::replay_of(
-        &mut file.partitions[i].txns,
-        &mirror,
-        &tp.topic,
-        tp.partition,
-        pid,
-    );
+    let r = replay(file, i, pid);
     let st = r.stamp.expect("just set");
     if r.open.is_none() {
         // Persisted open before the partition is added: a restart continues this transaction.
@@ -560,14 +554,7 @@ fn end_txn(
     outcome: Outcome,
 ) -> Result<Flow, CallError> {
     let tp = tp_of(file, i);
-    let mirror = file.mirror.clone();
-    let r = txn_replay::replay_of(
-        &mut file.partitions[i].txns,
-        &mirror,
-        &tp.topic,
-        tp.partition,
-        pid,
-    );
+    let r = replay(file, i, pid);
     let tid = r.transactional_id.clone();
     let st = r.stamp.expect("an open replay has its producer");
     if let Some(open) = &mut r.open {
@@ -646,10 +633,15 @@ fn record_marker(file: &mut FailbackFile, i: usize, batch: &Batch<'_>, pid: i64,
 }
 
 fn log_end(env: &CopierEnv, tp: &TopicPartition) -> Result<Offset, CallError> {
+    Ok(log_ends(env, std::slice::from_ref(tp))?[0])
+}
+
+/// The original's log end (high watermark) of each of `tps`, in order.
+fn log_ends(env: &CopierEnv, tps: &[TopicPartition]) -> Result<Vec<Offset>, CallError> {
     let ends = BlockingSourceCatalog
         .list_offsets(
             &env.def,
-            std::slice::from_ref(tp),
+            tps,
             OffsetQuery::Latest,
             Deadline::after_ms(FAILBACK_REQUEST_TIMEOUT_MS),
         )
@@ -657,13 +649,19 @@ fn log_end(env: &CopierEnv, tp: &TopicPartition) -> Result<Offset, CallError> {
             message: f.message,
             retryable: f.retryable,
         })?;
-    match ends.into_iter().next() {
-        Some((_, Listed::At(o))) => Ok(o),
-        other => Err(CallError {
-            message: format!("{tp}: log end on the original: {other:?}"),
-            retryable: true,
-        }),
+    let mut out = Vec::with_capacity(tps.len());
+    for tp in tps {
+        match ends.iter().find(|(t, _)| t == tp) {
+            Some((_, Listed::At(o))) => out.push(*o),
+            other => {
+                return Err(CallError {
+                    message: format!("{tp}: log end on the original: {other:?}"),
+                    retryable: true,
+                })
+            }
+        }
     }
+    Ok(out)
 }
 
 /// Nothing to copy this turn: says whether every partition is caught up (kmirror's readable
@@ -700,27 +698,8 @@ fn reconcile(
     live: &[usize],
 ) -> Result<(), CallError> {
     let tps: Vec<TopicPartition> = live.iter().map(|&i| tp_of(file, i)).collect();
-    let ends = BlockingSourceCatalog
-        .list_offsets(
-            &env.def,
-            &tps,
-            OffsetQuery::Latest,
-            Deadline::after_ms(FAILBACK_REQUEST_TIMEOUT_MS),
-        )
-        .map_err(|f| CallError {
-            message: f.message,
-            retryable: f.retryable,
-        })?;
-    for (&i, (tp, listed)) in live.iter().zip(ends) {
-        let end = match listed {
-            Listed::At(o) => o,
-            other => {
-                return Err(CallError {
-                    message: format!("{tp}: log end on the original: {other:?}"),
-                    retryable: true,
-                })
-            }
-        };
+    let ends = log_ends(env, &tps)?;
+    for ((&i, tp), end) in live.iter().zip(&tps).zip(ends) {
         let expected = file.partitions[i].map.next_original();
         if end == expected {
             continue;

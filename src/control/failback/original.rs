@@ -163,27 +163,7 @@ impl Original {
         group: &str,
         offsets: &[(TopicPartition, Offset)],
     ) -> Result<Vec<(TopicPartition, i16)>, CallError> {
-        let md = self.metadata(&[])?;
-        let any = md
-            .brokers
-            .first()
-            .ok_or_else(|| CallError::retry("the original lists no broker"))?;
-        let addr = format!("{}:{}", any.host, any.port);
-        let mut c = self.connect(&addr)?;
-        let v = version(&mut c, &addr, ApiKey::FindCoordinator, FIND_COORDINATOR)?;
-        let mut find = FindCoordinatorRequest::default();
-        find.key = StrBytes::from_string(group.to_owned());
-        find.key_type = 0;
-        let found = c
-            .request::<FindCoordinatorRequest>(v, &find)
-            .map_err(|e| CallError::of(&addr, &e))?;
-        if found.error_code != 0 {
-            return Err(CallError::retry(format!(
-                "FindCoordinator {group}: error {}",
-                found.error_code
-            )));
-        }
-        let coord = format!("{}:{}", found.host, found.port);
+        let coord = self.find_coordinator(group, 0)?;
         let mut c = self.connect(&coord)?;
         let v = version(&mut c, &coord, ApiKey::OffsetCommit, OFFSET_COMMIT)?;
         let mut req = OffsetCommitRequest::default();
@@ -235,7 +215,7 @@ impl Original {
     pub fn txn_coordinator(&self, transactional_id: &str) -> Result<TxnConn, CallError> {
         let until = std::time::Instant::now() + Duration::from_millis(FAILBACK_REQUEST_TIMEOUT_MS);
         loop {
-            let found = self.find_txn_coordinator(transactional_id);
+            let found = self.find_coordinator(transactional_id, 1);
             match found {
                 Err(e) if e.retryable && std::time::Instant::now() < until => {
                     std::thread::sleep(Duration::from_millis(FAILBACK_COORDINATOR_RETRY_MS));
@@ -249,7 +229,8 @@ impl Original {
         }
     }
 
-    fn find_txn_coordinator(&self, transactional_id: &str) -> Result<String, CallError> {
+    /// The address of the coordinator of `key` (key type 0: a group, 1: a transactional id).
+    fn find_coordinator(&self, key: &str, key_type: i8) -> Result<String, CallError> {
         let md = self.metadata(&[])?;
         let any = md
             .brokers
@@ -259,14 +240,14 @@ impl Original {
         let mut c = self.connect(&addr)?;
         let v = version(&mut c, &addr, ApiKey::FindCoordinator, FIND_COORDINATOR)?;
         let mut find = FindCoordinatorRequest::default();
-        find.key = StrBytes::from_string(transactional_id.to_owned());
-        find.key_type = 1;
+        find.key = StrBytes::from_string(key.to_owned());
+        find.key_type = key_type;
         let found = c
             .request::<FindCoordinatorRequest>(v, &find)
             .map_err(|e| CallError::of(&addr, &e))?;
         if found.error_code != 0 {
             return Err(CallError::retry(format!(
-                "FindCoordinator (transaction) {transactional_id}: error {}",
+                "FindCoordinator {key} (key type {key_type}): error {}",
                 found.error_code
             )));
         }
@@ -326,13 +307,7 @@ impl TxnConn {
             ApiKey::InitProducerId,
             INIT_PRODUCER_ID,
         )?;
-        let mut req = InitProducerIdRequest::default();
-        req.transactional_id = Some(TransactionalId(StrBytes::from_string(
-            transactional_id.to_owned(),
-        )));
-        req.transaction_timeout_ms = timeout_ms;
-        req.producer_id = WireProducerId(-1);
-        req.producer_epoch = -1;
+        let req = init_request(Some(transactional_id), timeout_ms);
         let mut answer = (ProducerId(-1), -1);
         let code = self.until_settled("InitProducerId", |c| {
             let resp = c.request::<InitProducerIdRequest>(v, &req)?;
@@ -402,6 +377,17 @@ impl TxnConn {
     }
 }
 
+/// InitProducerId for a new producer (no id or epoch yet), transactional when an id is given.
+fn init_request(transactional_id: Option<&str>, timeout_ms: i32) -> InitProducerIdRequest {
+    let mut req = InitProducerIdRequest::default();
+    req.transactional_id =
+        transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.to_owned())));
+    req.transaction_timeout_ms = timeout_ms;
+    req.producer_id = WireProducerId(-1);
+    req.producer_epoch = -1;
+    req
+}
+
 fn version(
     c: &mut BlockingClient,
     addr: &str,
@@ -439,11 +425,7 @@ impl ProducerConn {
             ApiKey::InitProducerId,
             INIT_PRODUCER_ID,
         )?;
-        let mut req = InitProducerIdRequest::default();
-        req.transactional_id = None;
-        req.transaction_timeout_ms = i32::MAX;
-        req.producer_id = WireProducerId(-1);
-        req.producer_epoch = -1;
+        let req = init_request(None, i32::MAX);
         let resp = self
             .client
             .request::<InitProducerIdRequest>(v, &req)
