@@ -766,7 +766,15 @@ fn reconcile(
                 part.error = Some(format!("the original's log end {end} is below the {expected} the copy reached: the original lost acknowledged records; nothing more is produced to it"));
             }
             Reconciled::Foreign => {
-                part.error = Some(format!("the original holds {} offsets past the copy ({expected}..{end}) that are not kmirror's next batch: another producer wrote to it; nothing more is produced to it", end.0 - expected.0));
+                // With a replayed transaction open, one more offset can also be the ABORT
+                // marker the original wrote when that transaction's timeout passed.
+                let open = txn_replay::open_transactions(&part.txns);
+                let or_timeout = if open.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (or the original aborted the replayed transaction begun at kmirror offset {} by itself: its transaction timeout passed)", open[0])
+                };
+                part.error = Some(format!("the original holds {} offsets past the copy ({expected}..{end}) that are not kmirror's next batch: another producer wrote to it{or_timeout}; nothing more is produced to it", end.0 - expected.0));
             }
         }
         persist(env, file, shared)?;
