@@ -894,4 +894,55 @@ mod tests {
         // No data dir given: no disk gauges rather than made-up ones.
         assert!(!text.contains("kmirror_data_dir_"), "{text}");
     }
+
+    #[test]
+    fn failback_rows_render_one_series_each_and_one_state() {
+        let telemetry = Telemetry::new(Vec::new());
+        let row = |topic: &str, state, lag| FailbackMetric {
+            mirror: "east".to_owned(),
+            tp: TopicPartition::new(topic, 0),
+            state,
+            lag_offsets: lag,
+            copied_records: 12,
+            copied_bytes: 3400,
+            divergent_tail_records: 20,
+            open_transactions: 1,
+        };
+        let text = render_with_failback(
+            &telemetry,
+            Vec::new(),
+            "",
+            vec![row("a", "COPYING", Some(7)), row("b", "FAILED", None)],
+        );
+        let l = r#"mirror="east",topic="a",partition="0""#;
+        for (name, v) in [
+            ("kmirror_failback_lag_offsets", 7.0),
+            ("kmirror_failback_copied_records_total", 12.0),
+            ("kmirror_failback_copied_bytes_total", 3400.0),
+            ("kmirror_failback_divergent_tail_records", 20.0),
+            ("kmirror_failback_open_transactions", 1.0),
+        ] {
+            assert_eq!(sample(&text, &format!("{name}{{{l}}}")), Some(v), "{text}");
+        }
+        for state in FAILBACK_STATES {
+            let key = format!(r#"kmirror_failback_state{{{l},state="{state}"}}"#);
+            let want = if state == "COPYING" { 1.0 } else { 0.0 };
+            assert_eq!(sample(&text, &key), Some(want), "{text}");
+        }
+        // b's end on kmirror is not known: no lag sample rather than a made-up one.
+        let b = r#"mirror="east",topic="b",partition="0""#;
+        assert_eq!(
+            sample(&text, &format!("kmirror_failback_lag_offsets{{{b}}}")),
+            None
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!(r#"kmirror_failback_state{{{b},state="FAILED"}}"#)
+            ),
+            Some(1.0)
+        );
+        // Without failbacks: no family at all.
+        assert!(!render(&telemetry, Vec::new(), "").contains("kmirror_failback_"));
+    }
 }

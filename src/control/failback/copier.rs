@@ -18,6 +18,13 @@
 //! high watermark is answered as a duplicate with its first offset, not written twice. When
 //! the original no longer knows the producer (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE,
 //! INVALID_PRODUCER_EPOCH) the next session takes a new producer id, sequences from 0.
+//!
+//! Transactional batches go through `txn_replay`: each kmirror producer's transactions are
+//! replayed by a transactional producer of their own on the original (AddPartitionsToTxn,
+//! transactional Produce, EndTxn at kmirror's marker). After EndTxn the copier waits until the
+//! original's marker is in its log end and records the offset it took, so the log-end check
+//! stays exact; `ending` is persisted before EndTxn, so a restart sends it again and the check
+//! knows the marker may be there.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;

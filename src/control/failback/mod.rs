@@ -14,8 +14,10 @@
 //!   report. Stored in `store` (phase CREATED); nothing is written to the original.
 //! - `start`: the copier thread (`copier`) runs until `stop`, and again after a restart of
 //!   kmirror while the phase is COPYING.
+//!   Transactions are replayed with the original's transaction protocol (`txn_replay`).
 //! - `stop` (cut-over, after the operator stopped producers on kmirror): waits until every
-//!   partition is copied to kmirror's end, moves the groups' offsets, phase STOPPED.
+//!   partition is copied to kmirror's end with no replayed transaction open, moves the
+//!   groups' offsets, phase STOPPED.
 //!
 //! The control thread only flips flags and reads the copier's last status: it never waits on
 //! the original (the admin handlers await the copier's answers without the controller lock).
