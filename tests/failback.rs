@@ -21,7 +21,8 @@
 //! hook (`KMIRROR_TEST_FAILBACK_HOLD_FILE`) while a replayed transaction is half done, and there
 //! kmirror is killed -9, and later A's broker is killed -9 and restarted. A read_committed Java
 //! consumer on A must then see exactly kmirror's committed and plain records in order, a
-//! read_uncommitted one all of kmirror's records, and /metrics must show the reverse copy.
+//! read_uncommitted one all of kmirror's records, a group that read part of it on kmirror must
+//! continue on A at exactly the next record, and /metrics must show the reverse copy.
 
 mod harness;
 
@@ -247,6 +248,11 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
     assert_eq!(consumed.len(), 350);
     let g_on_kmirror = consumed.last().unwrap().offset + 1;
     assert_eq!(committed_offset(&kmirror, "g", 0), Some(g_on_kmirror));
+    // And one on fbtx (read_uncommitted, the Java default): its 10 mirrored records and 100
+    // written after, aborted ones included. Its position may well be a transaction marker.
+    let gt = group_consume(&kmirror, txn_topic, "gt", 110);
+    assert_eq!(gt.len(), 110);
+    let gt_on_kmirror = gt.last().unwrap().offset + 1;
 
     a.restart();
 
@@ -441,6 +447,35 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
     assert_eq!(
         offsets, expected,
         "the group resumes on A with no gap or duplicate"
+    );
+    // The fbtx group continues on A with exactly the records after its kmirror position (its
+    // offset translated past markers on both sides): compared by key, once each.
+    let gt_moved = groups
+        .iter()
+        .find(|g| g["group"] == "gt")
+        .unwrap_or_else(|| panic!("group gt not moved: {stopped}"));
+    assert_eq!(gt_moved["outcome"], "committed", "{gt_moved}");
+    assert_eq!(gt_moved["kmirror_offset"], gt_on_kmirror, "{gt_moved}");
+    let want: Vec<_> = tx_all_k
+        .iter()
+        .filter(|r| r.offset >= gt_on_kmirror)
+        .map(|r| r.key.clone())
+        .collect();
+    let gt_on_a = group_consume(&a.bootstrap(), txn_topic, "gt", want.len());
+    let got: Vec<_> = gt_on_a
+        .iter()
+        .map(|c| {
+            tx_all_a
+                .iter()
+                .find(|r| r.offset == c.offset)
+                .unwrap_or_else(|| panic!("gt read offset {} on A, not a data record", c.offset))
+                .key
+                .clone()
+        })
+        .collect();
+    assert_eq!(
+        got, want,
+        "the fbtx group resumes on A with no gap or duplicate"
     );
     drop(serve);
 }
