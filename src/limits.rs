@@ -810,6 +810,10 @@ pub const FAILBACK_BATCHES_PER_TURN: usize = 64;
 pub const FAILBACK_IDLE_POLL_MS: u64 = 100;
 /// The longest backoff between the copier's sessions with the original.
 pub const FAILBACK_RETRY_BACKOFF_MS_MAX: u64 = 5_000;
+/// The transaction timeout failback asks the original for its replayed transactions: Kafka's
+/// default `transaction.max.timeout.ms` (15 min), the longest a replayed transaction may stay
+/// open (kmirror down, or a later transaction on kmirror holding the copy below its LSO).
+pub const FAILBACK_TXN_TIMEOUT_MS: i32 = 900_000;
 /// The largest failback state file read back (one range per batch at worst).
 pub const FAILBACK_FILE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// How long `failback create` may take (list, scan) and `failback stop` waits for the

@@ -12,9 +12,17 @@
 //! librdkafka's idempotent producer; a Java group consumes part of it and commits. A restarts; `failback create` reports the tail; `start`
 //! copies; kmirror is killed -9 while the copy is under way and restarted (the copy resumes by
 //! itself); `stop` waits for zero lag and moves the group. Then A's log is read with the Java
-//! consumer and compared with kmirror's, and the group consumes the rest on A. A second topic,
-//! written to by a Java transactional producer after the failover, must be refused with the
-//! reason (transactions are not replayed yet) while the first is copied.
+//! consumer and compared with kmirror's, and the group consumes the rest on A.
+//!
+//! Transactions: a second topic `fbtx` is written on kmirror after the failover by two Java
+//! transactional producers at once (committed and aborted transactions, small batches) and a
+//! plain idempotent one, so transactions of several producers interleave in one partition.
+//! Failback replays them on A with A's own transaction protocol; the copier is held by a test
+//! hook (`KMIRROR_TEST_FAILBACK_HOLD_FILE`) while a replayed transaction is half done, and there
+//! kmirror is killed -9, and later A's broker is killed -9 and restarted. A read_committed Java
+//! consumer on A must then see exactly kmirror's committed and plain records in order, a
+//! read_uncommitted one all of kmirror's records, a group that read part of it on kmirror must
+//! continue on A at exactly the next record, and /metrics must show the reverse copy.
 
 mod harness;
 
@@ -23,12 +31,53 @@ use std::time::{Duration, Instant};
 use harness::groups::{committed_offset, group_consume};
 use harness::mirrors_cli::{cli_ok, ControlPlane};
 use harness::python_clients::librdkafka;
-use harness::serve::{wait_all_mirrored, Serve};
+use harness::serve::{scrape_metrics, wait_all_mirrored, Serve};
 use harness::{consume_to_end, Codec, Isolation, Kafka, ProduceOpts, TxnEnd};
 use serde_json::Value;
 
 /// Failure guard only: how long the test waits for the copy to reach a state.
 const COPY_LIMIT: Duration = Duration::from_secs(180);
+
+/// The records on A are kmirror's, one for one: key, value, headers, timestamp, in order.
+fn same_records(what: &str, on_a: &[harness::ConsumedRecord], on_k: &[harness::ConsumedRecord]) {
+    assert_eq!(on_a.len(), on_k.len(), "{what}: record count");
+    for (ra, rk) in on_a.iter().zip(on_k) {
+        assert_eq!(
+            (&ra.key, &ra.value, &ra.headers, ra.timestamp),
+            (&rk.key, &rk.value, &rk.headers, rk.timestamp),
+            "{what}: record {} on A against kmirror offset {}",
+            ra.offset,
+            rk.offset
+        );
+    }
+}
+
+const HOLD_VAR: &str = "KMIRROR_TEST_FAILBACK_HOLD_FILE";
+
+/// Waits until the copier says it is held by the hook file `hold`.
+fn wait_held(hold: &std::path::Path) {
+    let mut held = hold.as_os_str().to_owned();
+    held.push(".held");
+    let held = std::path::PathBuf::from(held);
+    let started = Instant::now();
+    while !held.exists() {
+        assert!(
+            started.elapsed() < COPY_LIMIT,
+            "the copier never held at a half-replayed transaction ({})",
+            hold.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The value of sample `key` (name and labels as rendered) in a scrape.
+fn metric(scrape: &str, key: &str) -> f64 {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no sample {key} in:\n{scrape}"))
+}
 
 fn failback_json(admin: &str, args: &[&str]) -> Value {
     let mut all = vec!["failback"];
@@ -59,9 +108,11 @@ fn part_of<'a>(report: &'a Value, topic: &str) -> &'a Value {
 #[test]
 fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
     let topic = "fb";
+    let holds = tempfile::tempdir().unwrap();
+    let (hold1, hold2) = (holds.path().join("hold1"), holds.path().join("hold2"));
     let mut a = Kafka::start_dedicated();
     a.create_topic(topic, 1, &[]);
-    // Written to transactionally after failover: failback refuses it (no replay yet).
+    // Written to transactionally after failover: failback replays the transactions.
     let txn_topic = "fbtx";
     a.create_topic(txn_topic, 1, &[]);
     a.produce(txn_topic, 0, 10, &ProduceOpts::default());
@@ -74,7 +125,12 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
         config,
         admin,
         mut serve,
-    } = ControlPlane::start(&a.bootstrap(), true, "sync.group.offsets.enabled=false\n");
+    } = ControlPlane::start_with_env(
+        &a.bootstrap(),
+        true,
+        "sync.group.offsets.enabled=false\n",
+        &[(HOLD_VAR, hold1.as_os_str())],
+    );
     let topics = "fb,fbtx";
     cli_ok(&admin, &["start", "--mirror", "m", "--topics", topics]);
     let pairs: Vec<_> = [topic, txn_topic]
@@ -116,17 +172,63 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
         w1.first_offset, 50,
         "kmirror continues at the failover point"
     );
-    harness::produce(
-        &kmirror,
-        txn_topic,
-        0,
-        10,
-        &ProduceOpts {
-            transactions: vec![TxnEnd::Commit],
-            transactional_id: Some("fb-txn".into()),
-            ..ProduceOpts::default()
-        },
+    // Two transactional producers and a plain one at once on fbtx: 4 × 50 (2 committed) +
+    // 3 × 50 (2 committed) transactional records and 200 plain ones, in small batches.
+    let txn = |id: &str, seed, ends: Vec<TxnEnd>| ProduceOpts {
+        seed,
+        headers: 1,
+        batch_size: 300,
+        linger_ms: 0,
+        transactions: ends,
+        transactional_id: Some(id.into()),
+        ..ProduceOpts::default()
+    };
+    let t1 = txn(
+        "fb-t1",
+        21,
+        vec![TxnEnd::Commit, TxnEnd::Abort, TxnEnd::Commit, TxnEnd::Abort],
     );
+    let t2 = txn(
+        "fb-t2",
+        22,
+        vec![TxnEnd::Abort, TxnEnd::Commit, TxnEnd::Commit],
+    );
+    let plain = ProduceOpts {
+        seed: 23,
+        idempotent: true,
+        batch_size: 300,
+        linger_ms: 0,
+        ..ProduceOpts::default()
+    };
+    std::thread::scope(|s| {
+        let w = [
+            s.spawn(|| harness::produce(&kmirror, txn_topic, 0, 200, &t1)),
+            s.spawn(|| harness::produce(&kmirror, txn_topic, 0, 150, &t2)),
+            s.spawn(|| harness::produce(&kmirror, txn_topic, 0, 200, &plain)),
+        ];
+        for h in w {
+            h.join().expect("producer thread");
+        }
+    });
+    let after_failover = |v: Vec<harness::ConsumedRecord>| -> Vec<harness::ConsumedRecord> {
+        v.into_iter().filter(|r| r.offset >= 10).collect()
+    };
+    let fbtx_both = |bootstrap: &str| {
+        let read = |i| after_failover(consume_to_end(bootstrap, txn_topic, 0, i));
+        (
+            read(Isolation::ReadCommitted),
+            read(Isolation::ReadUncommitted),
+        )
+    };
+    let (tx_committed_k, tx_all_k) = fbtx_both(&kmirror);
+    assert_eq!(
+        tx_committed_k.len(),
+        100 + 100 + 200,
+        "kmirror read_committed"
+    );
+    assert_eq!(tx_all_k.len(), 200 + 150 + 200, "kmirror read_uncommitted");
+    // 7 transaction markers besides the records.
+    let tx_end_k = 10 + 550 + 7;
     // And librdkafka's idempotent producer (confluent-kafka).
     let rdk = librdkafka(&["produce", &kmirror, topic, "0", "300", "idempotent", "rdk"]).remove(0);
     assert_eq!(rdk["offsets"][0], w2.last_offset + 1, "{rdk}");
@@ -146,6 +248,11 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
     assert_eq!(consumed.len(), 350);
     let g_on_kmirror = consumed.last().unwrap().offset + 1;
     assert_eq!(committed_offset(&kmirror, "g", 0), Some(g_on_kmirror));
+    // And one on fbtx (read_uncommitted, the Java default): its 10 mirrored records and 100
+    // written after, aborted ones included. Its position may well be a transaction marker.
+    let gt = group_consume(&kmirror, txn_topic, "gt", 110);
+    assert_eq!(gt.len(), 110);
+    let gt_on_kmirror = gt.last().unwrap().offset + 1;
 
     a.restart();
 
@@ -181,51 +288,118 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
         refused.stderr
     );
 
-    // Copy, and kill kmirror -9 while it is under way.
+    // Copy, held by the hook once a replayed transaction is half done; kill kmirror -9 there.
+    std::fs::write(&hold1, b"").unwrap();
     failback_json(&admin, &["start", "--mirror", "m"]);
-    let started = Instant::now();
-    loop {
-        let d = describe(&admin);
-        let p = part(&d);
-        let copied = p["copiedRecords"].as_i64().unwrap();
-        assert!(p["error"].is_null(), "{d}");
-        if copied > 0 {
-            assert!(
-                p["lag"].as_i64().unwrap() > 0,
-                "the copy finished before the test could kill kmirror mid-copy: {d}"
-            );
-            break;
-        }
-        assert!(started.elapsed() < COPY_LIMIT, "copy never began: {d}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_held(&hold1);
+    let d = describe(&admin);
+    assert!(part(&d)["error"].is_null(), "{d}");
+    assert!(part(&d)["copiedRecords"].as_i64().unwrap() > 0, "{d}");
+    assert!(part(&d)["lag"].as_i64().unwrap() > 0, "{d}");
+    let tx = part_of(&d, txn_topic);
+    assert!(tx["error"].is_null(), "{tx}");
+    let open_at_kill: Vec<Value> = tx["openTransactions"].as_array().unwrap().clone();
+    assert!(!open_at_kill.is_empty(), "{tx}");
+    assert!(tx["lag"].as_i64().unwrap() > 0, "{tx}");
     serve.kill9();
-    let mut serve = Serve::start(&config, _work.path().join("serve-2.log"));
+
+    // kmirror again, held again at the first transactional batch it copies: the transaction
+    // half replayed before the kill, continued (not fenced). There A's broker is killed -9
+    // and restarted under the copy.
+    std::fs::write(&hold2, b"").unwrap();
+    let mut serve = Serve::start_with_env(
+        &config,
+        _work.path().join("serve-2.log"),
+        &[(HOLD_VAR, hold2.as_os_str())],
+    );
     harness::mirrors_cli::wait_admin(&mut serve, &admin);
+    wait_held(&hold2);
+    let d = describe(&admin);
+    let tx = part_of(&d, txn_topic);
+    assert!(tx["error"].is_null(), "{tx}");
+    let open_now = tx["openTransactions"].as_array().unwrap();
+    assert!(
+        open_at_kill.iter().all(|o| open_now.contains(o)),
+        "the transactions half replayed at the kill are still open on A (continued, not fenced): {tx}"
+    );
+    let scrape = scrape_metrics(&admin);
+    let l = r#"mirror="m",topic="fbtx",partition="0""#;
+    assert!(
+        metric(
+            &scrape,
+            &format!("kmirror_failback_open_transactions{{{l}}}")
+        ) >= 1.0
+    );
+    assert_eq!(
+        metric(
+            &scrape,
+            &format!(r#"kmirror_failback_state{{{l},state="COPYING"}}"#)
+        ),
+        1.0
+    );
+    assert!(metric(&scrape, &format!("kmirror_failback_lag_offsets{{{l}}}")) > 0.0);
+    a.kill();
+    a.restart();
+    std::fs::remove_file(&hold2).unwrap();
 
     // The copy resumes by itself (the failback was COPYING) and catches up.
     let started = Instant::now();
     let done = loop {
         let d = describe(&admin);
         let p = part(&d);
+        let tx = part_of(&d, txn_topic);
         assert!(p["error"].is_null(), "{d}");
-        if p["lag"] == 0 {
+        assert!(tx["error"].is_null(), "{d}");
+        if p["lag"] == 0 && tx["lag"] == 0 && tx["openTransactions"] == serde_json::json!([]) {
             break d;
         }
         assert!(started.elapsed() < COPY_LIMIT, "copy did not catch up: {d}");
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(part(&done)["copiedRecords"], written, "{done}");
-    // The transactional partition is refused with the reason, nothing of it copied.
+    // Every transactional record replayed (aborted ones too), each marker once: A's log end
+    // is kmirror's (no tail on fbtx).
     let tx = part_of(&done, txn_topic);
-    let why = tx["error"].as_str().unwrap_or_else(|| panic!("{tx}"));
-    assert!(
-        why.contains("offset 10 is transactional") && why.contains("does not replay"),
-        "{tx}"
-    );
-    assert_eq!(tx["copiedRecords"], 0, "{tx}");
-    assert_eq!(tx["originalNext"], 10, "{tx}");
+    assert_eq!(tx["copiedRecords"], 550, "{tx}");
+    assert_eq!(tx["kmirrorEnd"], tx_end_k, "{tx}");
+    assert_eq!(tx["originalNext"], tx_end_k, "{tx}");
     assert_eq!(part(&done)["originalNext"], 70 + written, "{done}");
+    let scrape = scrape_metrics(&admin);
+    for (t, records) in [(topic, written), (txn_topic, 550)] {
+        let l = format!(r#"mirror="m",topic="{t}",partition="0""#);
+        assert_eq!(
+            metric(&scrape, &format!("kmirror_failback_lag_offsets{{{l}}}")),
+            0.0
+        );
+        assert_eq!(
+            metric(
+                &scrape,
+                &format!("kmirror_failback_copied_records_total{{{l}}}")
+            ),
+            records as f64
+        );
+        assert!(
+            metric(
+                &scrape,
+                &format!("kmirror_failback_copied_bytes_total{{{l}}}")
+            ) > 0.0
+        );
+        assert_eq!(
+            metric(
+                &scrape,
+                &format!("kmirror_failback_open_transactions{{{l}}}")
+            ),
+            0.0
+        );
+    }
+    let l = r#"mirror="m",topic="fb",partition="0""#;
+    assert_eq!(
+        metric(
+            &scrape,
+            &format!("kmirror_failback_divergent_tail_records{{{l}}}")
+        ),
+        tail.count as f64
+    );
 
     // Cut-over: the group's offset moves to A, translated.
     let stopped = failback_json(&admin, &["stop", "--mirror", "m"]);
@@ -254,16 +428,16 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
         tail_on_a[..],
         "the divergent tail stays where it was"
     );
-    for (i, (ra, rk)) in on_a[70..].iter().zip(&post).enumerate() {
+    for (i, ra) in on_a[70..].iter().enumerate() {
         assert_eq!(ra.offset, 70 + i as i64, "no gap on A");
-        assert_eq!(
-            (&ra.key, &ra.value, &ra.headers, ra.timestamp),
-            (&rk.key, &rk.value, &rk.headers, rk.timestamp),
-            "record {} on A against kmirror offset {}",
-            ra.offset,
-            rk.offset
-        );
     }
+    same_records("fb", &on_a[70..], &post);
+
+    // fbtx on A: its 10 mirrored records, then read_committed exactly kmirror's committed and
+    // plain records, read_uncommitted all of kmirror's, in kmirror's order.
+    let (tx_committed_a, tx_all_a) = fbtx_both(&a.bootstrap());
+    same_records("fbtx read_committed", &tx_committed_a, &tx_committed_k);
+    same_records("fbtx read_uncommitted", &tx_all_a, &tx_all_k);
 
     // The group continues on A: exactly the records after its position, once each.
     let rest = (70 + written - g_on_a) as usize;
@@ -273,6 +447,35 @@ fn failback_copies_the_delta_maps_offsets_and_moves_the_group() {
     assert_eq!(
         offsets, expected,
         "the group resumes on A with no gap or duplicate"
+    );
+    // The fbtx group continues on A with exactly the records after its kmirror position (its
+    // offset translated past markers on both sides): compared by key, once each.
+    let gt_moved = groups
+        .iter()
+        .find(|g| g["group"] == "gt")
+        .unwrap_or_else(|| panic!("group gt not moved: {stopped}"));
+    assert_eq!(gt_moved["outcome"], "committed", "{gt_moved}");
+    assert_eq!(gt_moved["kmirror_offset"], gt_on_kmirror, "{gt_moved}");
+    let want: Vec<_> = tx_all_k
+        .iter()
+        .filter(|r| r.offset >= gt_on_kmirror)
+        .map(|r| r.key.clone())
+        .collect();
+    let gt_on_a = group_consume(&a.bootstrap(), txn_topic, "gt", want.len());
+    let got: Vec<_> = gt_on_a
+        .iter()
+        .map(|c| {
+            tx_all_a
+                .iter()
+                .find(|r| r.offset == c.offset)
+                .unwrap_or_else(|| panic!("gt read offset {} on A, not a data record", c.offset))
+                .key
+                .clone()
+        })
+        .collect();
+    assert_eq!(
+        got, want,
+        "the fbtx group resumes on A with no gap or duplicate"
     );
     drop(serve);
 }

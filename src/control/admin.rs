@@ -560,7 +560,7 @@ async fn metrics<S: SourceCatalog, D: DataPlane>(
                 &none
             }
         };
-        crate::ops::metrics::render(telemetry, states, "")
+        crate::ops::metrics::render_with_failback(telemetry, states, "", c.failback_metrics())
     };
     (
         [(

@@ -45,8 +45,29 @@ pub struct PartitionState {
     pub quarantined_records: i64,
 }
 
+/// One failed-back partition's reverse copy (`control::failback`), for the `kmirror_failback_*`
+/// families.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailbackMetric {
+    pub mirror: String,
+    pub tp: TopicPartition,
+    /// The failback's phase (CREATED, COPYING, STOPPED), or FAILED for a partition the copy
+    /// stopped with an error.
+    pub state: &'static str,
+    /// kmirror offsets not copied yet (None: kmirror's end not known).
+    pub lag_offsets: Option<i64>,
+    pub copied_records: i64,
+    pub copied_bytes: i64,
+    pub divergent_tail_records: i64,
+    pub open_transactions: i64,
+}
+
+/// The states `kmirror_failback_state` lists.
+pub const FAILBACK_STATES: [&str; 4] = ["CREATED", "COPYING", "STOPPED", "FAILED"];
+
 /// Everything one scrape shows, gathered before encoding.
 struct Scrape {
+    failback: Vec<FailbackMetric>,
     now_ms: i64,
     shards: Vec<ShardSnapshot>,
     latency: Vec<LatencySet>,
@@ -84,6 +105,16 @@ fn disk_space(dir: &std::path::Path) -> Option<DiskSpace> {
 /// Renders one scrape. `states` are the control plane's partitions; partitions the shards
 /// report that no mirror claims are labelled `default_mirror`.
 pub fn render(telemetry: &Telemetry, states: Vec<PartitionState>, default_mirror: &str) -> String {
+    render_with_failback(telemetry, states, default_mirror, Vec::new())
+}
+
+/// `render`, with the failbacks' reverse copies.
+pub fn render_with_failback(
+    telemetry: &Telemetry,
+    states: Vec<PartitionState>,
+    default_mirror: &str,
+    failback: Vec<FailbackMetric>,
+) -> String {
     let owner: HashMap<&TopicPartition, &str> =
         states.iter().map(|s| (&s.tp, s.mirror.as_str())).collect();
     let mut partitions = Vec::new();
@@ -99,6 +130,7 @@ pub fn render(telemetry: &Telemetry, states: Vec<PartitionState>, default_mirror
     }
     partitions.sort_by(|a, b| (&a.0, &a.1.tp).cmp(&(&b.0, &b.1.tp)));
     let scrape = Scrape {
+        failback,
         now_ms: (process_stats::now_seconds() * 1000.0) as i64,
         shards: telemetry.shards.iter().map(|s| s.snapshot()).collect(),
         latency: telemetry.cumulative(),
@@ -210,7 +242,75 @@ impl Collector for Scrape {
         self.encode_endpoint_requests(&mut f)?;
         self.encode_disk(&mut f)?;
         self.encode_audit(&mut f)?;
+        self.encode_failback(&mut f)?;
         self.encode_process(&mut f)
+    }
+}
+
+impl Scrape {
+    /// The reverse copies of failbacks (none: no series).
+    fn encode_failback(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
+        if self.failback.is_empty() {
+            return Ok(());
+        }
+        let rows = |v: &dyn Fn(&FailbackMetric) -> i64| -> Vec<(Labels, i64)> {
+            self.failback
+                .iter()
+                .map(|m| (part_labels(&m.mirror, &m.tp), v(m)))
+                .collect()
+        };
+        let lag: Vec<(Labels, i64)> = self
+            .failback
+            .iter()
+            .filter_map(|m| m.lag_offsets.map(|l| (part_labels(&m.mirror, &m.tp), l)))
+            .collect();
+        f.gauge(
+            "kmirror_failback_lag_offsets",
+            "Offsets written on kmirror after the failover not yet copied back to the original \
+             (the reverse-copy lag; 0 when caught up).",
+            &lag,
+        )?;
+        let counted = |v: &dyn Fn(&FailbackMetric) -> i64| -> Vec<(Labels, u64)> {
+            rows(v)
+                .into_iter()
+                .map(|(l, n)| (l, u64::try_from(n).unwrap_or(0)))
+                .collect()
+        };
+        f.counter(
+            "kmirror_failback_copied_records",
+            "Records the original acknowledged from the failback's copy.",
+            &counted(&|m| m.copied_records),
+        )?;
+        f.counter(
+            "kmirror_failback_copied_bytes",
+            "Bytes of the batches the original acknowledged from the failback's copy.",
+            &counted(&|m| m.copied_bytes),
+        )?;
+        f.gauge(
+            "kmirror_failback_divergent_tail_records",
+            "Records the original holds past the failover point that kmirror never received \
+             (left in place, before the copied records).",
+            &rows(&|m| m.divergent_tail_records),
+        )?;
+        f.gauge(
+            "kmirror_failback_open_transactions",
+            "Transactions replayed on the original and not ended yet (the cut-over waits for 0).",
+            &rows(&|m| m.open_transactions),
+        )?;
+        let mut states = Vec::new();
+        for m in &self.failback {
+            for name in FAILBACK_STATES {
+                let mut l = part_labels(&m.mirror, &m.tp);
+                l.push(("state", name.to_owned()));
+                states.push((l, i64::from(m.state == name)));
+            }
+        }
+        f.gauge(
+            "kmirror_failback_state",
+            "1 for the partition's failback state (CREATED, COPYING, STOPPED; FAILED when the \
+             copy stopped it with an error), 0 for the others.",
+            &states,
+        )
     }
 }
 
@@ -793,5 +893,56 @@ mod tests {
         assert_eq!(sample(&text, east), Some(1.0), "{text}");
         // No data dir given: no disk gauges rather than made-up ones.
         assert!(!text.contains("kmirror_data_dir_"), "{text}");
+    }
+
+    #[test]
+    fn failback_rows_render_one_series_each_and_one_state() {
+        let telemetry = Telemetry::new(Vec::new());
+        let row = |topic: &str, state, lag| FailbackMetric {
+            mirror: "east".to_owned(),
+            tp: TopicPartition::new(topic, 0),
+            state,
+            lag_offsets: lag,
+            copied_records: 12,
+            copied_bytes: 3400,
+            divergent_tail_records: 20,
+            open_transactions: 1,
+        };
+        let text = render_with_failback(
+            &telemetry,
+            Vec::new(),
+            "",
+            vec![row("a", "COPYING", Some(7)), row("b", "FAILED", None)],
+        );
+        let l = r#"mirror="east",topic="a",partition="0""#;
+        for (name, v) in [
+            ("kmirror_failback_lag_offsets", 7.0),
+            ("kmirror_failback_copied_records_total", 12.0),
+            ("kmirror_failback_copied_bytes_total", 3400.0),
+            ("kmirror_failback_divergent_tail_records", 20.0),
+            ("kmirror_failback_open_transactions", 1.0),
+        ] {
+            assert_eq!(sample(&text, &format!("{name}{{{l}}}")), Some(v), "{text}");
+        }
+        for state in FAILBACK_STATES {
+            let key = format!(r#"kmirror_failback_state{{{l},state="{state}"}}"#);
+            let want = if state == "COPYING" { 1.0 } else { 0.0 };
+            assert_eq!(sample(&text, &key), Some(want), "{text}");
+        }
+        // b's end on kmirror is not known: no lag sample rather than a made-up one.
+        let b = r#"mirror="east",topic="b",partition="0""#;
+        assert_eq!(
+            sample(&text, &format!("kmirror_failback_lag_offsets{{{b}}}")),
+            None
+        );
+        assert_eq!(
+            sample(
+                &text,
+                &format!(r#"kmirror_failback_state{{{b},state="FAILED"}}"#)
+            ),
+            Some(1.0)
+        );
+        // Without failbacks: no family at all.
+        assert!(!render(&telemetry, Vec::new(), "").contains("kmirror_failback_"));
     }
 }

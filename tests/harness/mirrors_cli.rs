@@ -188,13 +188,23 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     pub fn start(bootstrap: &str, kafka: bool, mirror_props: &str) -> ControlPlane {
+        ControlPlane::start_with_env(bootstrap, kafka, mirror_props, &[])
+    }
+
+    /// `start` with extra environment variables for `kmirror serve` (test hooks).
+    pub fn start_with_env(
+        bootstrap: &str,
+        kafka: bool,
+        mirror_props: &str,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> ControlPlane {
         let work = tempfile::tempdir().unwrap();
         let data_dir = work.path().join("data");
         let admin = format!("127.0.0.1:{}", free_loopback_port());
         let config = work.path().join("kmirror.toml");
         let listener = kafka.then_some("127.0.0.1:0");
         write_serving_config(&config, &admin, listener, &data_dir, "");
-        let mut serve = Serve::start(&config, work.path().join("serve.log"));
+        let mut serve = Serve::start_with_env(&config, work.path().join("serve.log"), env);
         wait_admin(&mut serve, &admin);
         create_mirror(&admin, work.path(), "m", bootstrap, mirror_props);
         ControlPlane {

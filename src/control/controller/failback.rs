@@ -79,6 +79,14 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         Ok(self.failback_plane()?.describe(mirror)?)
     }
 
+    /// The failbacks' `/metrics` rows (none without the control-plane mode).
+    pub fn failback_metrics(&self) -> Vec<crate::ops::metrics::FailbackMetric> {
+        self.failback
+            .as_ref()
+            .map(FailbackPlane::metrics)
+            .unwrap_or_default()
+    }
+
     /// `mirrors start` is refused while a failback of the mirror is under way.
     pub(super) fn failback_check_start(&self, mirror: &MirrorName) -> Result<(), ControlError> {
         match &self.failback {

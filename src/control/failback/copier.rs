@@ -18,27 +18,35 @@
 //! high watermark is answered as a duplicate with its first offset, not written twice. When
 //! the original no longer knows the producer (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE,
 //! INVALID_PRODUCER_EPOCH) the next session takes a new producer id, sequences from 0.
+//!
+//! Transactional batches go through `txn_replay`: each kmirror producer's transactions are
+//! replayed by a transactional producer of their own on the original (AddPartitionsToTxn,
+//! transactional Produce, EndTxn at kmirror's marker). After EndTxn the copier waits until the
+//! original's marker is in its log end and records the offset it took, so the log-end check
+//! stays exact; `ending` is persisted before EndTxn, so a restart sends it again and the check
+//! knows the marker may be there.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::control::failback::local::batch_at;
+use crate::control::failback::local::{batch_at, readable_end};
 use crate::control::failback::offset_map::{self, Reconciled};
-use crate::control::failback::original::{CallError, Original, Produced, ProducerConn};
+use crate::control::failback::original::{CallError, Original, Produced, ProducerConn, TxnConn};
 use crate::control::failback::rewrite::{for_produce, next_sequence, Stamp};
 use crate::control::failback::store::{
-    FailbackFile, FailbackStore, GroupTranslation, Phase, ProducerStamp,
+    FailbackFile, FailbackStore, GroupTranslation, PartitionFailback, Phase, ProducerStamp,
 };
+use crate::control::failback::txn_replay::{self, BatchFacts, OpenTxn, Outcome, Step};
 use crate::control::failback::Shared;
 use crate::control::mirror_def::MirrorDefinition;
 use crate::control::source_catalog::{BlockingSourceCatalog, Deadline, SourceCatalog};
 use crate::fetch::list_offsets::{Listed, OffsetQuery};
 use crate::ids::{Offset, ProducerId, TopicPartition};
 use crate::limits::{
-    FAILBACK_BATCHES_PER_TURN, FAILBACK_IDLE_POLL_MS, FAILBACK_REQUEST_TIMEOUT_MS,
-    FAILBACK_RETRY_BACKOFF_MS_MAX,
+    FAILBACK_BATCHES_PER_TURN, FAILBACK_COORDINATOR_RETRY_MS, FAILBACK_IDLE_POLL_MS,
+    FAILBACK_REQUEST_TIMEOUT_MS, FAILBACK_RETRY_BACKOFF_MS_MAX, FAILBACK_TXN_TIMEOUT_MS,
 };
 use crate::log::read_view::ReadCatalog;
 use crate::serve::groups::SharedCoordinator;
@@ -189,6 +197,14 @@ fn session(
     };
     reconcile(env, file, shared, &live)?;
     shared.lock().error = None;
+    let mut s = Session {
+        original,
+        conns,
+        leaders,
+        coordinators: BTreeMap::new(),
+        added: BTreeSet::new(),
+        stamp,
+    };
     loop {
         if shared.quit.load(Ordering::Relaxed) {
             return Ok(SessionEnd::Quit);
@@ -216,65 +232,8 @@ fn session(
                     });
                 };
                 progressed = true;
-                let part = &mut file.partitions[i];
-                if batch.is_control() {
-                    if let Err(e) = part.map.skip(batch.base_offset(), batch.next_offset()) {
-                        part.error = Some(e.to_string());
-                    }
-                    persist(env, file, shared)?;
-                    continue;
-                }
-                let count = batch.next_offset().0 - batch.base_offset().0;
-                let s = Stamp {
-                    producer_id: ProducerId(stamp.producer_id),
-                    producer_epoch: stamp.producer_epoch,
-                    base_sequence: part.next_sequence,
-                };
-                let out = match for_produce(&batch, s) {
-                    Ok(out) => out,
-                    Err(e) => {
-                        part.error = Some(e.to_string());
-                        tracing::error!(mirror = %file.mirror, partition = %tp_of(file, i), error = %e, "failback refuses the partition");
-                        persist(env, file, shared)?;
-                        break;
-                    }
-                };
-                let tp = tp_of(file, i);
-                let addr = leaders[&i].clone();
-                if !conns.contains_key(&addr) {
-                    conns.insert(addr.clone(), ProducerConn::open(&original, &addr)?);
-                }
-                let conn = conns.get_mut(&addr).expect("just inserted");
-                match conn.produce(&tp, out)? {
-                    Produced::At(at) => {
-                        let part = &mut file.partitions[i];
-                        if let Err(e) = part.map.copied(batch.base_offset(), count, at) {
-                            part.error = Some(e.to_string());
-                        }
-                        part.next_sequence =
-                            next_sequence(part.next_sequence, batch.records_count());
-                        persist(env, file, shared)?;
-                    }
-                    Produced::Error(code, msg) if producer_lost(code) => {
-                        file.producer = None;
-                        persist(env, file, shared)?;
-                        return Err(CallError {
-                            message: format!("{tp}: the original lost the failback producer (error {code} {msg}); a new one next session"),
-                            retryable: true,
-                        });
-                    }
-                    Produced::Error(code, msg) if retryable(code) => {
-                        return Err(CallError {
-                            message: format!("{tp}: produce error {code} {msg}"),
-                            retryable: true,
-                        });
-                    }
-                    Produced::Error(code, msg) => {
-                        let part = &mut file.partitions[i];
-                        part.error = Some(format!("the original refused the batch at kmirror offset {}: error {code} {msg}", batch.base_offset()));
-                        persist(env, file, shared)?;
-                        break;
-                    }
+                if copy_batch(env, file, shared, &mut s, i, &batch)? == Flow::Stop {
+                    break;
                 }
             }
         }
@@ -286,14 +245,451 @@ fn session(
     }
 }
 
-/// Nothing to copy this turn: says so, ends the session for a stop, else sleeps a little.
-fn wait_idle(
-    _file: &FailbackFile,
+/// One session's connections to the original.
+struct Session {
+    original: Original,
+    conns: BTreeMap<String, ProducerConn>,
+    leaders: BTreeMap<usize, String>,
+    /// Transaction coordinators by transactional id.
+    coordinators: BTreeMap<String, TxnConn>,
+    /// (partition, kmirror producer id) whose open replayed transaction this session added the
+    /// partition to. A transaction persisted open by an earlier process is added again before
+    /// its next batch (adding a partition a transaction holds already is a no-op; one the kill
+    /// cut off before its AddPartitionsToTxn begins it then).
+    added: BTreeSet<(usize, i64)>,
+    stamp: ProducerStamp,
+}
+
+impl Session {
+    fn leader(&mut self, i: usize) -> Result<&mut ProducerConn, CallError> {
+        let addr = self.leaders[&i].clone();
+        if !self.conns.contains_key(&addr) {
+            let c = ProducerConn::open(&self.original, &addr)?;
+            self.conns.insert(addr.clone(), c);
+        }
+        Ok(self.conns.get_mut(&addr).expect("just inserted"))
+    }
+
+    fn coordinator(&mut self, tid: &str) -> Result<&mut TxnConn, CallError> {
+        if !self.coordinators.contains_key(tid) {
+            let c = self.original.txn_coordinator(tid)?;
+            self.coordinators.insert(tid.to_owned(), c);
+        }
+        Ok(self.coordinators.get_mut(tid).expect("just inserted"))
+    }
+}
+
+/// Test hook (debug builds only, like `runtime::test_hooks`): with
+/// `KMIRROR_TEST_FAILBACK_HOLD_FILE=<path>`, while `<path>` exists the copier holds before it
+/// continues a replayed transaction already open on the original, and says so by creating
+/// `<path>.held`: a test can then kill kmirror or restart the original's broker exactly while a
+/// transaction is half replayed, however loaded the machine is.
+const HOLD_VAR: &str = "KMIRROR_TEST_FAILBACK_HOLD_FILE";
+
+fn hold_while_asked(shared: &Shared) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    let Some(path) = std::env::var_os(HOLD_VAR).map(std::path::PathBuf::from) else {
+        return;
+    };
+    if !path.exists() {
+        return;
+    }
+    let mut held = path.clone().into_os_string();
+    held.push(".held");
+    let held = std::path::PathBuf::from(held);
+    tracing::warn!(hold = %path.display(), "failback copier held by the test hook");
+    let _ = std::fs::write(&held, b"");
+    while path.exists() && !shared.quit.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_file(&held);
+}
+
+/// Partition `i`'s replay of kmirror producer `pid` (created when new).
+fn replay(file: &mut FailbackFile, i: usize, pid: i64) -> &mut txn_replay::TxnReplay {
+    let part = &mut file.partitions[i];
+    txn_replay::replay_of(
+        &mut part.txns,
+        &file.mirror,
+        &part.topic,
+        part.partition,
+        pid,
+    )
+}
+
+/// Whether the partition goes on this turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Next,
+    Stop,
+}
+
+/// Stops partition `i` with `why` (persisted; the other partitions go on).
+fn refuse(
+    env: &CopierEnv,
+    file: &mut FailbackFile,
     shared: &Shared,
-    _env: &CopierEnv,
+    i: usize,
+    why: String,
+) -> Result<Flow, CallError> {
+    tracing::error!(mirror = %file.mirror, partition = %tp_of(file, i), error = %why, "failback stops the partition");
+    file.partitions[i].error = Some(why);
+    persist(env, file, shared)?;
+    Ok(Flow::Stop)
+}
+
+/// Copies (or replays, or skips) one batch of partition `i` and persists what it changed.
+fn copy_batch(
+    env: &CopierEnv,
+    file: &mut FailbackFile,
+    shared: &Shared,
+    s: &mut Session,
+    i: usize,
+    batch: &Batch<'_>,
+) -> Result<Flow, CallError> {
+    let tp = tp_of(file, i);
+    let step = match txn_replay::step_for(BatchFacts::of(batch), &file.partitions[i].txns) {
+        Ok(step) => step,
+        Err(e) => return refuse(env, file, shared, i, e.to_string()),
+    };
+    let count = batch.next_offset().0 - batch.base_offset().0;
+    match step {
+        Step::EndTxn { .. } => hold_while_asked(shared),
+        Step::TxnData {
+            kmirror_producer_id,
+        } if txn_replay::open_of(&file.partitions[i].txns, kmirror_producer_id).is_some() => {
+            hold_while_asked(shared)
+        }
+        _ => {}
+    }
+    let (stamp, tid) = match step {
+        Step::Skip => {
+            let part = &mut file.partitions[i];
+            if let Err(e) = part.map.skip(batch.base_offset(), batch.next_offset()) {
+                part.error = Some(e.to_string());
+            }
+            persist(env, file, shared)?;
+            return Ok(Flow::Next);
+        }
+        Step::EndTxn {
+            kmirror_producer_id,
+            outcome,
+        } => return end_txn(env, file, shared, s, i, batch, kmirror_producer_id, outcome),
+        Step::Plain => (
+            Stamp {
+                producer_id: ProducerId(s.stamp.producer_id),
+                producer_epoch: s.stamp.producer_epoch,
+                base_sequence: file.partitions[i].next_sequence,
+            },
+            None,
+        ),
+        Step::TxnData {
+            kmirror_producer_id,
+        } => {
+            if let Some(why) = begin_txn(env, file, shared, s, i, kmirror_producer_id, batch)? {
+                return refuse(env, file, shared, i, why);
+            }
+            let r = file.partitions[i]
+                .txns
+                .iter()
+                .find(|t| t.kmirror_producer_id == kmirror_producer_id)
+                .expect("begun");
+            let p = r.stamp.expect("begun with a producer");
+            (
+                Stamp {
+                    producer_id: ProducerId(p.producer_id),
+                    producer_epoch: p.producer_epoch,
+                    base_sequence: r.next_sequence,
+                },
+                Some((kmirror_producer_id, r.transactional_id.clone())),
+            )
+        }
+    };
+    let out = match for_produce(batch, stamp) {
+        Ok(out) => out,
+        Err(e) => return refuse(env, file, shared, i, e.to_string()),
+    };
+    let size = out.len() as i64;
+    let conn = s.leader(i)?;
+    let produced = match &tid {
+        None => conn.produce(&tp, out)?,
+        Some((_, t)) => conn.produce_txn(&tp, out, t)?,
+    };
+    match produced {
+        Produced::At(at) => {
+            let part = &mut file.partitions[i];
+            if let Err(e) = part.map.copied(batch.base_offset(), count, at) {
+                part.error = Some(e.to_string());
+            }
+            part.copied_bytes += size;
+            match &tid {
+                None => {
+                    part.next_sequence = next_sequence(part.next_sequence, batch.records_count())
+                }
+                Some((pid, _)) => {
+                    let r = part
+                        .txns
+                        .iter_mut()
+                        .find(|t| t.kmirror_producer_id == *pid)
+                        .expect("begun");
+                    r.next_sequence = next_sequence(r.next_sequence, batch.records_count());
+                }
+            }
+            persist(env, file, shared)?;
+            Ok(Flow::Next)
+        }
+        Produced::Error(code, msg) if tid.is_some() && txn_lost(code) => refuse(
+            env,
+            file,
+            shared,
+            i,
+            format!("the original ended the replayed transaction at kmirror offset {} by itself (error {code} {msg}: its transaction timeout passed?); nothing more is produced to the partition", batch.base_offset()),
+        ),
+        Produced::Error(code, msg) if producer_lost(code) => {
+            file.producer = None;
+            persist(env, file, shared)?;
+            Err(CallError {
+                message: format!("{tp}: the original lost the failback producer (error {code} {msg}); a new one next session"),
+                retryable: true,
+            })
+        }
+        Produced::Error(code, msg) if retryable(code) => Err(CallError {
+            message: format!("{tp}: produce error {code} {msg}"),
+            retryable: true,
+        }),
+        Produced::Error(code, msg) => refuse(
+            env,
+            file,
+            shared,
+            i,
+            format!(
+                "the original refused the batch at kmirror offset {}: error {code} {msg}",
+                batch.base_offset()
+            ),
+        ),
+    }
+}
+
+/// The original fenced or ended a replayed transaction (INVALID_PRODUCER_EPOCH,
+/// INVALID_TXN_STATE, PRODUCER_FENCED, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_ID_MAPPING).
+fn txn_lost(code: i16) -> bool {
+    matches!(code, 47 | 48 | 90 | 59 | 49)
+}
+
+/// Begins kmirror producer `pid`'s replayed transaction on the original if it is not open
+/// (InitProducerId for its transactional id the first time, then AddPartitionsToTxn), or adds
+/// the partition again to one an earlier process left open. `Some(why)`
+/// when the original refused.
+fn begin_txn(
+    env: &CopierEnv,
+    file: &mut FailbackFile,
+    shared: &Shared,
+    s: &mut Session,
+    i: usize,
+    pid: i64,
+    batch: &Batch<'_>,
+) -> Result<Option<String>, CallError> {
+    let tp = tp_of(file, i);
+    let mirror = file.mirror.clone();
+    let r = replay(file, i, pid);
+    if r.open.is_some() && s.added.contains(&(i, pid)) {
+        return Ok(None);
+    }
+    let tid = r.transactional_id.clone();
+    if r.stamp.is_none() {
+        // First transaction of this kmirror producer here: no transaction of the id can be
+        // open on the original, so InitProducerId fences nothing of ours.
+        let (p, e) = s
+            .coordinator(&tid)?
+            .init_producer_id(&tid, FAILBACK_TXN_TIMEOUT_MS)?;
+        let r = replay(file, i, pid);
+        r.stamp = Some(ProducerStamp {
+            producer_id: p.0,
+            producer_epoch: e,
+        });
+        r.next_sequence = 0;
+        persist(env, file, shared)?;
+        tracing::info!(mirror = %mirror, partition = %tp, kmirror_producer = pid, producer_id = p.0, transactional_id = %tid, "failback replays the producer's transactions");
+    }
+    let r = replay(file, i, pid);
+    let st = r.stamp.expect("just set");
+    if r.open.is_none() {
+        // Persisted open before the partition is added: a restart continues this transaction.
+        r.open = Some(OpenTxn {
+            first_kmirror: batch.base_offset().0,
+            ending: None,
+        });
+        persist(env, file, shared)?;
+    }
+    let code = s.coordinator(&tid)?.add_partition(
+        &tid,
+        (ProducerId(st.producer_id), st.producer_epoch),
+        &tp,
+    )?;
+    match code {
+        0 => {
+            s.added.insert((i, pid));
+            Ok(None)
+        }
+        15 | 16 => {
+            s.coordinators.remove(&tid);
+            Err(CallError {
+                message: format!("{tp}: AddPartitionsToTxn {tid}: coordinator moved (error {code})"),
+                retryable: true,
+            })
+        }
+        c => Ok(Some(format!(
+            "AddPartitionsToTxn for the replay of kmirror producer {pid} (transactional id {tid}) at kmirror offset {}: error {c}",
+            batch.base_offset()
+        ))),
+    }
+}
+
+/// Replays kmirror's marker `batch` of producer `pid`: EndTxn with its outcome, then waits
+/// until the original's own marker is in its log (the one offset it takes is recorded).
+#[allow(clippy::too_many_arguments)]
+fn end_txn(
+    env: &CopierEnv,
+    file: &mut FailbackFile,
+    shared: &Shared,
+    s: &mut Session,
+    i: usize,
+    batch: &Batch<'_>,
+    pid: i64,
+    outcome: Outcome,
+) -> Result<Flow, CallError> {
+    let tp = tp_of(file, i);
+    let r = replay(file, i, pid);
+    let tid = r.transactional_id.clone();
+    let st = r.stamp.expect("an open replay has its producer");
+    if let Some(open) = &mut r.open {
+        if open.ending.is_none() {
+            open.ending = Some(outcome);
+            persist(env, file, shared)?;
+        }
+    }
+    let code = s.coordinator(&tid)?.end_txn(
+        &tid,
+        (ProducerId(st.producer_id), st.producer_epoch),
+        outcome.committed(),
+    )?;
+    match code {
+        0 => {}
+        15 | 16 => {
+            s.coordinators.remove(&tid);
+            return Err(CallError {
+                message: format!("{tp}: EndTxn {tid}: coordinator moved (error {code})"),
+                retryable: true,
+            });
+        }
+        c => {
+            return refuse(
+                env,
+                file,
+                shared,
+                i,
+                format!("EndTxn {outcome:?} for the replay of kmirror producer {pid} (transactional id {tid}) at kmirror offset {}: error {c} (the original ended the transaction by itself?)", batch.base_offset()),
+            )
+        }
+    }
+    // The coordinator writes the marker after it answers: wait until the log end holds it.
+    let expected = file.partitions[i].map.next_original();
+    let until = std::time::Instant::now() + Duration::from_millis(FAILBACK_REQUEST_TIMEOUT_MS);
+    loop {
+        let end = log_end(env, &tp)?;
+        if end == Offset(expected.0 + 1) {
+            break;
+        }
+        if end > Offset(expected.0 + 1) || end < expected {
+            return refuse(
+                env,
+                file,
+                shared,
+                i,
+                format!("after EndTxn the original's log end is {end}, expected {expected} + its marker: another producer wrote to it; nothing more is produced to it"),
+            );
+        }
+        if std::time::Instant::now() >= until || shared.quit.load(Ordering::Relaxed) {
+            return Err(CallError {
+                message: format!("{tp}: the original's marker for {tid} is not in its log yet"),
+                retryable: true,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(FAILBACK_COORDINATOR_RETRY_MS));
+    }
+    record_marker(file, i, batch, pid, expected);
+    persist(env, file, shared)?;
+    Ok(Flow::Next)
+}
+
+/// The original's marker for `pid`'s replay of kmirror's marker `batch` is at `at`.
+fn record_marker(file: &mut FailbackFile, i: usize, batch: &Batch<'_>, pid: i64, at: Offset) {
+    let part = &mut file.partitions[i];
+    if let Err(e) = part
+        .map
+        .marker(batch.base_offset(), batch.next_offset(), at)
+    {
+        part.error = Some(e.to_string());
+        return;
+    }
+    if let Some(r) = part.txns.iter_mut().find(|t| t.kmirror_producer_id == pid) {
+        r.open = None;
+    }
+}
+
+fn log_end(env: &CopierEnv, tp: &TopicPartition) -> Result<Offset, CallError> {
+    Ok(log_ends(env, std::slice::from_ref(tp))?[0])
+}
+
+/// The original's log end (high watermark) of each of `tps`, in order.
+fn log_ends(env: &CopierEnv, tps: &[TopicPartition]) -> Result<Vec<Offset>, CallError> {
+    let ends = BlockingSourceCatalog
+        .list_offsets(
+            &env.def,
+            tps,
+            OffsetQuery::Latest,
+            Deadline::after_ms(FAILBACK_REQUEST_TIMEOUT_MS),
+        )
+        .map_err(|f| CallError {
+            message: f.message,
+            retryable: f.retryable,
+        })?;
+    let mut out = Vec::with_capacity(tps.len());
+    for tp in tps {
+        match ends.iter().find(|(t, _)| t == tp) {
+            Some((_, Listed::At(o))) => out.push(*o),
+            other => {
+                return Err(CallError {
+                    message: format!("{tp}: log end on the original: {other:?}"),
+                    retryable: true,
+                })
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Nothing to copy this turn: says whether every partition is caught up (kmirror's readable
+/// end reached and no replayed transaction open), ends the session for a stop when it is,
+/// else sleeps a little.
+fn wait_idle(
+    file: &FailbackFile,
+    shared: &Shared,
+    env: &CopierEnv,
 ) -> Result<Option<SessionEnd>, CallError> {
-    shared.lock().caught_up = true;
-    if shared.stop.load(Ordering::Relaxed) {
+    let caught_up = file.partitions.iter().all(|p| {
+        p.error.is_some()
+            || env
+                .catalog
+                .get(&TopicPartition::new(p.topic.clone(), p.partition))
+                .is_some_and(|h| {
+                    txn_replay::caught_up(p.map.next_kmirror, readable_end(&h.view()).0, &p.txns)
+                })
+    });
+    shared.lock().caught_up = caught_up;
+    if caught_up && shared.stop.load(Ordering::Relaxed) {
         return Ok(Some(SessionEnd::CaughtUpForStop));
     }
     std::thread::sleep(Duration::from_millis(FAILBACK_IDLE_POLL_MS));
@@ -309,32 +705,14 @@ fn reconcile(
     live: &[usize],
 ) -> Result<(), CallError> {
     let tps: Vec<TopicPartition> = live.iter().map(|&i| tp_of(file, i)).collect();
-    let ends = BlockingSourceCatalog
-        .list_offsets(
-            &env.def,
-            &tps,
-            OffsetQuery::Latest,
-            Deadline::after_ms(FAILBACK_REQUEST_TIMEOUT_MS),
-        )
-        .map_err(|f| CallError {
-            message: f.message,
-            retryable: f.retryable,
-        })?;
-    for (&i, (tp, listed)) in live.iter().zip(ends) {
-        let end = match listed {
-            Listed::At(o) => o,
-            other => {
-                return Err(CallError {
-                    message: format!("{tp}: log end on the original: {other:?}"),
-                    retryable: true,
-                })
-            }
-        };
+    let ends = log_ends(env, &tps)?;
+    for ((&i, tp), end) in live.iter().zip(&tps).zip(ends) {
         let expected = file.partitions[i].map.next_original();
         if end == expected {
             continue;
         }
-        // Past control batches to the next data batch: was it appended before the crash?
+        // Past control batches with nothing to replay to the next batch that takes original
+        // offsets: was it appended before the crash?
         let next = loop {
             let Some(bytes) = next_local(env, file, i).map_err(|m| CallError {
                 message: m,
@@ -349,41 +727,91 @@ fn reconcile(
                     retryable: true,
                 });
             };
-            if b.is_control() {
-                let part = &mut file.partitions[i];
-                if let Err(e) = part.map.skip(b.base_offset(), b.next_offset()) {
+            let step = txn_replay::step_for(BatchFacts::of(&b), &file.partitions[i].txns);
+            let part = &mut file.partitions[i];
+            match step {
+                Ok(Step::Skip) => {
+                    if let Err(e) = part.map.skip(b.base_offset(), b.next_offset()) {
+                        part.error = Some(e.to_string());
+                        break None;
+                    }
+                }
+                Ok(step) => {
+                    let count = b.next_offset().0 - b.base_offset().0;
+                    let taken = txn_replay::original_offsets_taken(step, &part.txns, count);
+                    let marker_of = match step {
+                        Step::EndTxn {
+                            kmirror_producer_id,
+                            ..
+                        } => Some(kmirror_producer_id),
+                        _ => None,
+                    };
+                    break Some((bytes.clone(), taken, marker_of));
+                }
+                Err(e) => {
                     part.error = Some(e.to_string());
                     break None;
                 }
-                continue;
             }
-            break Some((
-                b.base_offset(),
-                b.next_offset().0 - b.base_offset().0,
-                b.records_count(),
-            ));
         };
+        let taken = next.as_ref().map(|(_, n, _)| *n).filter(|n| *n > 0);
         let part = &mut file.partitions[i];
-        match offset_map::reconcile(expected, end, next.map(|(_, count, _)| count)) {
+        match offset_map::reconcile(expected, end, taken) {
             Reconciled::InStep => {}
             Reconciled::AppendedUnrecorded => {
-                let (base, count, records) = next.expect("a next batch was compared");
-                tracing::info!(mirror = %file.mirror, partition = %tp, kmirror = base.0, original = expected.0, "failback: the batch in flight at the last stop was appended; recorded");
-                part.map
-                    .copied(base, count, expected)
-                    .expect("checked contiguous and at the next original offset");
-                part.next_sequence = next_sequence(part.next_sequence, records);
+                let (bytes, _, marker_of) = next.expect("a next batch was compared");
+                let Ok(Peek::Complete(b)) = Batch::peek(&bytes) else {
+                    unreachable!("peeked above")
+                };
+                tracing::info!(mirror = %file.mirror, partition = %tp, kmirror = b.base_offset().0, original = expected.0, "failback: the batch in flight at the last stop was appended; recorded");
+                match marker_of {
+                    Some(pid) => record_marker(file, i, &b, pid, expected),
+                    None => record_appended(part, &b, expected),
+                }
             }
             Reconciled::Lost => {
                 part.error = Some(format!("the original's log end {end} is below the {expected} the copy reached: the original lost acknowledged records; nothing more is produced to it"));
             }
             Reconciled::Foreign => {
-                part.error = Some(format!("the original holds {} offsets past the copy ({expected}..{end}) that are not kmirror's next batch: another producer wrote to it; nothing more is produced to it", end.0 - expected.0));
+                // With a replayed transaction open, one more offset can also be the ABORT
+                // marker the original wrote when that transaction's timeout passed.
+                let open = txn_replay::open_transactions(&part.txns);
+                let or_timeout = if open.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (or the original aborted the replayed transaction begun at kmirror offset {} by itself: its transaction timeout passed)", open[0])
+                };
+                part.error = Some(format!("the original holds {} offsets past the copy ({expected}..{end}) that are not kmirror's next batch: another producer wrote to it{or_timeout}; nothing more is produced to it", end.0 - expected.0));
             }
         }
         persist(env, file, shared)?;
     }
     Ok(())
+}
+
+/// kmirror's data batch `b`, found appended at `at` on the original after a crash, recorded
+/// with the sequence of the producer it was sent under.
+fn record_appended(part: &mut PartitionFailback, b: &Batch<'_>, at: Offset) {
+    let count = b.next_offset().0 - b.base_offset().0;
+    part.map
+        .copied(b.base_offset(), count, at)
+        .expect("checked contiguous and at the next original offset");
+    part.copied_bytes += b.size() as i64;
+    let facts = BatchFacts::of(b);
+    match txn_replay::step_for(facts, &part.txns) {
+        Ok(Step::TxnData {
+            kmirror_producer_id,
+        }) => {
+            if let Some(r) = part
+                .txns
+                .iter_mut()
+                .find(|t| t.kmirror_producer_id == kmirror_producer_id)
+            {
+                r.next_sequence = next_sequence(r.next_sequence, b.records_count());
+            }
+        }
+        _ => part.next_sequence = next_sequence(part.next_sequence, b.records_count()),
+    }
 }
 
 /// Moves the committed offsets of kmirror's groups on the failed-back partitions to the

@@ -7,9 +7,11 @@ use crate::log::read_view::PartitionReadView;
 use crate::serve::segment_reader::OpenSegment;
 
 /// The batch holding `at` (the first whose last offset is ≥ `at`), if it lies wholly below the
-/// view's high watermark; `None` when the copy is caught up.
+/// view's last stable offset (so every transaction the copy meets is decided on kmirror: its
+/// marker will come); `None` when the copy is caught up to it.
 pub fn batch_at(view: &PartitionReadView, at: Offset) -> Result<Option<Vec<u8>>, String> {
-    if at >= view.high_watermark {
+    let bound = view.last_stable_offset.min(view.high_watermark);
+    if at >= bound {
         return Ok(None);
     }
     let mut i = view.segment_for(at);
@@ -18,7 +20,7 @@ pub fn batch_at(view: &PartitionReadView, at: Offset) -> Result<Option<Vec<u8>>,
         if seg.next_offset > at {
             let open = OpenSegment::open(seg).map_err(|e| e.to_string())?;
             if let Some(h) = open.translate(at).map_err(|e| e.to_string())? {
-                if h.last_offset >= view.high_watermark {
+                if h.last_offset >= bound {
                     return Ok(None);
                 }
                 return open.read_batch(&h).map(Some).map_err(|e| e.to_string());

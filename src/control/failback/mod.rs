@@ -14,8 +14,10 @@
 //!   report. Stored in `store` (phase CREATED); nothing is written to the original.
 //! - `start`: the copier thread (`copier`) runs until `stop`, and again after a restart of
 //!   kmirror while the phase is COPYING.
+//!   Transactions are replayed with the original's transaction protocol (`txn_replay`).
 //! - `stop` (cut-over, after the operator stopped producers on kmirror): waits until every
-//!   partition is copied to kmirror's end, moves the groups' offsets, phase STOPPED.
+//!   partition is copied to kmirror's end with no replayed transaction open, moves the
+//!   groups' offsets, phase STOPPED.
 //!
 //! The control thread only flips flags and reads the copier's last status: it never waits on
 //! the original (the admin handlers await the copier's answers without the controller lock).
@@ -26,6 +28,7 @@ pub mod offset_map;
 pub mod original;
 pub mod rewrite;
 pub mod store;
+pub mod txn_replay;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -110,6 +113,10 @@ pub struct PartitionRow {
     /// Offsets on kmirror not copied yet (the reverse-copy lag).
     pub lag: Option<i64>,
     pub copied_records: i64,
+    pub copied_bytes: i64,
+    /// kmirror offsets of the first batches of transactions replayed on the original and not
+    /// ended yet (the cut-over waits for none).
+    pub open_transactions: Vec<i64>,
     /// Where the copy started on the original and the next offset it will get.
     pub original_copy_base: i64,
     pub original_next: i64,
@@ -202,6 +209,8 @@ pub fn plan(
             map: OffsetMap::new(*fp, *end),
             next_sequence: 0,
             error: None,
+            txns: Vec::new(),
+            copied_bytes: 0,
         });
     }
     Ok(FailbackFile {
@@ -414,6 +423,8 @@ impl FailbackPlane {
                     copied_through: p.map.next_kmirror,
                     lag: end.map(|e| (e - p.map.next_kmirror).max(0)),
                     copied_records: p.map.copied_records(),
+                    copied_bytes: p.copied_bytes,
+                    open_transactions: txn_replay::open_transactions(&p.txns),
                     original_copy_base: p.map.copy_base,
                     original_next: p.map.next_original().0,
                     ranges: p.map.ranges.clone(),
@@ -433,6 +444,44 @@ impl FailbackPlane {
             partitions,
             groups: file.groups.clone(),
         }
+    }
+}
+
+impl FailbackPlane {
+    /// The `kmirror_failback_*` rows of every stored failback (`/metrics`).
+    pub fn metrics(&self) -> Vec<crate::ops::metrics::FailbackMetric> {
+        let mut files: BTreeMap<String, FailbackFile> = BTreeMap::new();
+        for f in self.store.all().into_iter().flatten() {
+            files.insert(f.mirror.clone(), f);
+        }
+        for (mirror, r) in &self.running {
+            files.insert(mirror.clone(), r.shared.lock().file.clone());
+        }
+        let mut out = Vec::new();
+        for f in files.values() {
+            let report = self.report_of(f, None);
+            for (row, p) in report.partitions.iter().zip(&f.partitions) {
+                out.push(crate::ops::metrics::FailbackMetric {
+                    mirror: f.mirror.clone(),
+                    tp: TopicPartition::new(p.topic.clone(), p.partition),
+                    state: if p.error.is_some() {
+                        "FAILED"
+                    } else {
+                        match f.phase {
+                            Phase::Created => "CREATED",
+                            Phase::Copying => "COPYING",
+                            Phase::Stopped => "STOPPED",
+                        }
+                    },
+                    lag_offsets: row.lag,
+                    copied_records: row.copied_records,
+                    copied_bytes: row.copied_bytes,
+                    divergent_tail_records: p.tail.records,
+                    open_transactions: row.open_transactions.len() as i64,
+                });
+            }
+        }
+        out
     }
 }
 

@@ -40,6 +40,10 @@ pub struct OffsetMap {
     pub ranges: Vec<MappedRange>,
     /// The next kmirror offset to copy (every batch below it is copied or was a control batch).
     pub next_kmirror: i64,
+    /// The next original offset when it is past the last range's end (a replayed transaction
+    /// marker took the offsets between); absent in maps written before transactions replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_end: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -61,16 +65,17 @@ impl OffsetMap {
             copy_base: copy_base.0,
             ranges: Vec::new(),
             next_kmirror: failover_point.0,
+            original_end: None,
         }
     }
 
     /// The original offset the next copied record must get.
     pub fn next_original(&self) -> Offset {
-        Offset(
-            self.ranges
-                .last()
-                .map_or(self.copy_base, MappedRange::original_end),
-        )
+        let ranges_end = self
+            .ranges
+            .last()
+            .map_or(self.copy_base, MappedRange::original_end);
+        Offset(self.original_end.map_or(ranges_end, |e| e.max(ranges_end)))
     }
 
     pub fn next_kmirror(&self) -> Offset {
@@ -103,7 +108,9 @@ impl OffsetMap {
             });
         }
         match self.ranges.last_mut() {
-            Some(last) if last.kmirror_end() == base.0 => last.count += count,
+            Some(last) if last.kmirror_end() == base.0 && last.original_end() == original.0 => {
+                last.count += count
+            }
             _ => self.ranges.push(MappedRange {
                 kmirror: base.0,
                 original: original.0,
@@ -111,6 +118,25 @@ impl OffsetMap {
             }),
         }
         self.next_kmirror = base.0 + count;
+        self.original_end = None;
+        Ok(())
+    }
+
+    /// kmirror's transaction marker `[base, next)` was replayed (EndTxn) and the original's
+    /// marker took the original offset `at` (which must be the next one: we are its only writer).
+    pub fn marker(&mut self, base: Offset, next: Offset, at: Offset) -> Result<(), MapError> {
+        self.check_at(base)?;
+        assert!(next > base, "a batch covers at least one offset");
+        let expected = self.next_original();
+        if at != expected {
+            return Err(MapError::Misplaced {
+                kmirror: base.0,
+                expected: expected.0,
+                got: at.0,
+            });
+        }
+        self.next_kmirror = next.0;
+        self.original_end = Some(at.0 + 1);
         Ok(())
     }
 
@@ -164,8 +190,9 @@ pub enum Reconciled {
     Foreign,
 }
 
-/// Compares the original's log `end` with the map's `expected` next offset, given the record
-/// offsets of kmirror's next data batch (`None` when there is none).
+/// Compares the original's log `end` with the map's `expected` next offset, given the original
+/// offsets kmirror's next item takes (a data batch: its record offsets; a transaction marker
+/// we replay: 1; `None` when there is none).
 pub fn reconcile(expected: Offset, end: Offset, next_batch: Option<i64>) -> Reconciled {
     if end == expected {
         Reconciled::InStep
@@ -246,6 +273,46 @@ mod tests {
         // Nothing changed by the refusals.
         assert_eq!(m.next_kmirror(), Offset(114));
         assert_eq!(m.next_original(), Offset(119));
+    }
+
+    #[test]
+    fn replayed_markers_take_an_original_offset_and_positions_on_them_move_to_the_next_record() {
+        // Failover at 0, no tail. A transaction's 3 records at 0..3, its COMMIT marker at 3;
+        // on the original the records land at 0..3 and its own marker at 3, then a plain batch
+        // of 2 at kmirror 4 lands at 4; a second marker at kmirror 6 lands at 6.
+        let mut m = OffsetMap::new(Offset(0), Offset(0));
+        m.copied(Offset(0), 3, Offset(0)).unwrap();
+        m.marker(Offset(3), Offset(4), Offset(3)).unwrap();
+        assert_eq!(m.next_original(), Offset(4));
+        // The next record is expected after the original's marker, not at the range's end.
+        assert!(matches!(
+            m.copied(Offset(4), 2, Offset(3)),
+            Err(MapError::Misplaced { .. })
+        ));
+        m.copied(Offset(4), 2, Offset(4)).unwrap();
+        // The two ranges do not merge: the original's marker lies between them.
+        assert_eq!(m.ranges.len(), 2);
+        assert_eq!(
+            m.translate(Offset(3)),
+            Some(Offset(4)),
+            "on the marker: next record"
+        );
+        assert_eq!(m.translate(Offset(5)), Some(Offset(5)));
+        m.marker(Offset(6), Offset(7), Offset(6)).unwrap();
+        // A group committed at the last marker (it read everything before it) moves past the
+        // original's marker too: the next data offset.
+        assert_eq!(m.translate(Offset(6)), Some(Offset(7)));
+        assert_eq!(m.translate(Offset(7)), Some(Offset(7)));
+        // A marker that landed elsewhere means another writer: refused, nothing changed.
+        let before = m.clone();
+        assert!(m.marker(Offset(7), Offset(8), Offset(9)).is_err());
+        assert_eq!(m, before);
+        // An old file without `original_end` reads as before.
+        let old: OffsetMap = serde_json::from_str(
+            r#"{"failover_point":5,"copy_base":7,"ranges":[{"kmirror":5,"original":7,"count":2}],"next_kmirror":7}"#,
+        )
+        .unwrap();
+        assert_eq!(old.next_original(), Offset(9));
     }
 
     #[test]

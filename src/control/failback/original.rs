@@ -6,14 +6,16 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, FindCoordinatorRequest, GroupId, InitProducerIdRequest,
-    OffsetCommitRequest, ProduceRequest, ProducerId as WireProducerId, TopicName,
+    AddPartitionsToTxnRequest, ApiKey, BrokerId, EndTxnRequest, FetchRequest,
+    FindCoordinatorRequest, GroupId, InitProducerIdRequest, OffsetCommitRequest, ProduceRequest,
+    ProducerId as WireProducerId, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -36,6 +38,12 @@ const INIT_PRODUCER_ID: (i16, i16) = (0, 4);
 const FETCH: (i16, i16) = (4, 12);
 const FIND_COORDINATOR: (i16, i16) = (1, 3);
 const OFFSET_COMMIT: (i16, i16) = (2, 8);
+/// The transaction calls of KIP-98 as a producer makes them before KIP-890's second part:
+/// AddPartitionsToTxn up to v3 (v4+ are for brokers), EndTxn up to v4 and transactional
+/// Produce up to v11 (v5 and v12 would switch the original to per-transaction epoch bumps).
+const ADD_PARTITIONS_TO_TXN: (i16, i16) = (0, 3);
+const END_TXN: (i16, i16) = (0, 4);
+const PRODUCE_TXN_MAX: i16 = 11;
 
 /// A failed call, and whether trying again (a new session) may help.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -155,27 +163,7 @@ impl Original {
         group: &str,
         offsets: &[(TopicPartition, Offset)],
     ) -> Result<Vec<(TopicPartition, i16)>, CallError> {
-        let md = self.metadata(&[])?;
-        let any = md
-            .brokers
-            .first()
-            .ok_or_else(|| CallError::retry("the original lists no broker"))?;
-        let addr = format!("{}:{}", any.host, any.port);
-        let mut c = self.connect(&addr)?;
-        let v = version(&mut c, &addr, ApiKey::FindCoordinator, FIND_COORDINATOR)?;
-        let mut find = FindCoordinatorRequest::default();
-        find.key = StrBytes::from_string(group.to_owned());
-        find.key_type = 0;
-        let found = c
-            .request::<FindCoordinatorRequest>(v, &find)
-            .map_err(|e| CallError::of(&addr, &e))?;
-        if found.error_code != 0 {
-            return Err(CallError::retry(format!(
-                "FindCoordinator {group}: error {}",
-                found.error_code
-            )));
-        }
-        let coord = format!("{}:{}", found.host, found.port);
+        let coord = self.find_coordinator(group, 0)?;
         let mut c = self.connect(&coord)?;
         let v = version(&mut c, &coord, ApiKey::OffsetCommit, OFFSET_COMMIT)?;
         let mut req = OffsetCommitRequest::default();
@@ -221,6 +209,185 @@ impl Original {
     }
 }
 
+impl Original {
+    /// The transaction coordinator of `transactional_id` (FindCoordinator, key type 1), asked
+    /// again while the original is loading or moving it, for up to the request timeout.
+    pub fn txn_coordinator(&self, transactional_id: &str) -> Result<TxnConn, CallError> {
+        let until = std::time::Instant::now() + Duration::from_millis(FAILBACK_REQUEST_TIMEOUT_MS);
+        loop {
+            let found = self.find_coordinator(transactional_id, 1);
+            match found {
+                Err(e) if e.retryable && std::time::Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(FAILBACK_COORDINATOR_RETRY_MS));
+                }
+                Err(e) => return Err(e),
+                Ok(addr) => {
+                    let client = self.connect(&addr)?;
+                    return Ok(TxnConn { addr, client });
+                }
+            }
+        }
+    }
+
+    /// The address of the coordinator of `key` (key type 0: a group, 1: a transactional id).
+    fn find_coordinator(&self, key: &str, key_type: i8) -> Result<String, CallError> {
+        let md = self.metadata(&[])?;
+        let any = md
+            .brokers
+            .first()
+            .ok_or_else(|| CallError::retry("the original lists no broker"))?;
+        let addr = format!("{}:{}", any.host, any.port);
+        let mut c = self.connect(&addr)?;
+        let v = version(&mut c, &addr, ApiKey::FindCoordinator, FIND_COORDINATOR)?;
+        let mut find = FindCoordinatorRequest::default();
+        find.key = StrBytes::from_string(key.to_owned());
+        find.key_type = key_type;
+        let found = c
+            .request::<FindCoordinatorRequest>(v, &find)
+            .map_err(|e| CallError::of(&addr, &e))?;
+        if found.error_code != 0 {
+            return Err(CallError::retry(format!(
+                "FindCoordinator {key} (key type {key_type}): error {}",
+                found.error_code
+            )));
+        }
+        Ok(format!("{}:{}", found.host, found.port))
+    }
+}
+
+/// Transaction-coordinator errors that clear by themselves: CONCURRENT_TRANSACTIONS (the
+/// previous transaction's markers are still being written), COORDINATOR_LOAD_IN_PROGRESS,
+/// COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR (the last two end the session to find it again).
+fn txn_again(code: i16) -> bool {
+    matches!(code, 51 | 14)
+}
+
+/// A connection to a transactional id's coordinator, for InitProducerId, AddPartitionsToTxn
+/// and EndTxn (the Produce goes to the partition's leader, `ProducerConn::produce_txn`).
+pub struct TxnConn {
+    pub addr: String,
+    client: BlockingClient,
+}
+
+impl TxnConn {
+    /// Repeats `call` while it answers an error that clears by itself, for up to the request
+    /// timeout; any other error code is returned.
+    fn until_settled(
+        &mut self,
+        what: &str,
+        mut call: impl FnMut(&mut BlockingClient) -> Result<i16, BlockingError>,
+    ) -> Result<i16, CallError> {
+        let until = std::time::Instant::now() + Duration::from_millis(FAILBACK_REQUEST_TIMEOUT_MS);
+        loop {
+            let code = call(&mut self.client).map_err(|e| CallError::of(&self.addr, &e))?;
+            if !txn_again(code) {
+                return Ok(code);
+            }
+            if std::time::Instant::now() >= until {
+                return Err(CallError::retry(format!(
+                    "{what} on {}: error {code} for longer than the request timeout",
+                    self.addr
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(FAILBACK_COORDINATOR_RETRY_MS));
+        }
+    }
+
+    /// InitProducerId for `transactional_id`: its producer id and a new epoch. The coordinator
+    /// aborts a transaction of that id still open (fencing), so this is called only for a
+    /// replay that has no transaction open.
+    pub fn init_producer_id(
+        &mut self,
+        transactional_id: &str,
+        timeout_ms: i32,
+    ) -> Result<(ProducerId, i16), CallError> {
+        let v = version(
+            &mut self.client,
+            &self.addr,
+            ApiKey::InitProducerId,
+            INIT_PRODUCER_ID,
+        )?;
+        let req = init_request(Some(transactional_id), timeout_ms);
+        let mut answer = (ProducerId(-1), -1);
+        let code = self.until_settled("InitProducerId", |c| {
+            let resp = c.request::<InitProducerIdRequest>(v, &req)?;
+            answer = (ProducerId(resp.producer_id.0), resp.producer_epoch);
+            Ok(resp.error_code)
+        })?;
+        if code != 0 {
+            return Err(CallError::retry(format!(
+                "InitProducerId {transactional_id} on {}: error {code}",
+                self.addr
+            )));
+        }
+        Ok(answer)
+    }
+
+    /// AddPartitionsToTxn of `tp`: 0 or the partition's error code.
+    pub fn add_partition(
+        &mut self,
+        transactional_id: &str,
+        stamp: (ProducerId, i16),
+        tp: &TopicPartition,
+    ) -> Result<i16, CallError> {
+        let v = version(
+            &mut self.client,
+            &self.addr,
+            ApiKey::AddPartitionsToTxn,
+            ADD_PARTITIONS_TO_TXN,
+        )?;
+        let mut req = AddPartitionsToTxnRequest::default();
+        req.v3_and_below_transactional_id =
+            TransactionalId(StrBytes::from_string(transactional_id.to_owned()));
+        req.v3_and_below_producer_id = WireProducerId(stamp.0 .0);
+        req.v3_and_below_producer_epoch = stamp.1;
+        let mut t = AddPartitionsToTxnTopic::default();
+        t.name = TopicName(StrBytes::from_string(tp.topic.clone()));
+        t.partitions.push(tp.partition);
+        req.v3_and_below_topics.push(t);
+        let partition = tp.partition;
+        self.until_settled("AddPartitionsToTxn", |c| {
+            let resp = c.request::<AddPartitionsToTxnRequest>(v, &req)?;
+            Ok(resp
+                .results_by_topic_v3_and_below
+                .iter()
+                .flat_map(|t| &t.results_by_partition)
+                .find(|p| p.partition_index == partition)
+                .map_or(-1, |p| p.partition_error_code))
+        })
+    }
+
+    /// EndTxn with `commit`: 0 or the error code. Sent again after a restart with the same
+    /// outcome and epoch, the coordinator answers it as done.
+    pub fn end_txn(
+        &mut self,
+        transactional_id: &str,
+        stamp: (ProducerId, i16),
+        commit: bool,
+    ) -> Result<i16, CallError> {
+        let v = version(&mut self.client, &self.addr, ApiKey::EndTxn, END_TXN)?;
+        let mut req = EndTxnRequest::default();
+        req.transactional_id = TransactionalId(StrBytes::from_string(transactional_id.to_owned()));
+        req.producer_id = WireProducerId(stamp.0 .0);
+        req.producer_epoch = stamp.1;
+        req.committed = commit;
+        self.until_settled("EndTxn", |c| {
+            Ok(c.request::<EndTxnRequest>(v, &req)?.error_code)
+        })
+    }
+}
+
+/// InitProducerId for a new producer (no id or epoch yet), transactional when an id is given.
+fn init_request(transactional_id: Option<&str>, timeout_ms: i32) -> InitProducerIdRequest {
+    let mut req = InitProducerIdRequest::default();
+    req.transactional_id =
+        transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.to_owned())));
+    req.transaction_timeout_ms = timeout_ms;
+    req.producer_id = WireProducerId(-1);
+    req.producer_epoch = -1;
+    req
+}
+
 fn version(
     c: &mut BlockingClient,
     addr: &str,
@@ -258,11 +425,7 @@ impl ProducerConn {
             ApiKey::InitProducerId,
             INIT_PRODUCER_ID,
         )?;
-        let mut req = InitProducerIdRequest::default();
-        req.transactional_id = None;
-        req.transaction_timeout_ms = i32::MAX;
-        req.producer_id = WireProducerId(-1);
-        req.producer_epoch = -1;
+        let req = init_request(None, i32::MAX);
         let resp = self
             .client
             .request::<InitProducerIdRequest>(v, &req)
@@ -279,6 +442,25 @@ impl ProducerConn {
     /// Produces one batch to `tp` with acks=all: the base offset the original gave it, or the
     /// partition's error code.
     pub fn produce(&mut self, tp: &TopicPartition, batch: Vec<u8>) -> Result<Produced, CallError> {
+        self.produce_as(tp, batch, None)
+    }
+
+    /// Produces one transactional batch of `transactional_id`'s open transaction.
+    pub fn produce_txn(
+        &mut self,
+        tp: &TopicPartition,
+        batch: Vec<u8>,
+        transactional_id: &str,
+    ) -> Result<Produced, CallError> {
+        self.produce_as(tp, batch, Some(transactional_id))
+    }
+
+    fn produce_as(
+        &mut self,
+        tp: &TopicPartition,
+        batch: Vec<u8>,
+        transactional_id: Option<&str>,
+    ) -> Result<Produced, CallError> {
         let mut part = PartitionProduceData::default();
         part.index = tp.partition;
         part.records = Some(Bytes::from(batch));
@@ -289,9 +471,16 @@ impl ProducerConn {
         req.acks = -1;
         req.timeout_ms = FAILBACK_REQUEST_TIMEOUT_MS as i32;
         req.topic_data.push(topic);
+        req.transactional_id =
+            transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.to_owned())));
+        let v = if transactional_id.is_some() {
+            self.produce_v.min(PRODUCE_TXN_MAX)
+        } else {
+            self.produce_v
+        };
         let resp = self
             .client
-            .request::<ProduceRequest>(self.produce_v, &req)
+            .request::<ProduceRequest>(v, &req)
             .map_err(|e| CallError::of(&self.addr, &e))?;
         let p = resp
             .responses

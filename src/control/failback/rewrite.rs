@@ -1,7 +1,8 @@
 //! A kmirror batch made ready for the original's Produce without opening it: the header fields
 //! a producer owns are set (base offset 0, partition leader epoch -1 for the broker to stamp,
 //! the failback's producer id, epoch and base sequence) and the CRC-32C recomputed. Records,
-//! compression, timestamps, headers and attributes stay as they are.
+//! compression, timestamps, headers and attributes stay as they are (a transactional batch
+//! stays transactional: it is produced in the replayed transaction, `txn_replay`).
 
 use crate::ids::ProducerId;
 use crate::wire::batch::{crc32c, Batch};
@@ -21,8 +22,6 @@ const V2_HEADER_BYTES: usize = 61;
 pub enum RewriteError {
     #[error("batch at offset {0} is in a legacy message format (magic {1}); failback copies v2 batches only")]
     Legacy(i64, i8),
-    #[error("batch at offset {0} is transactional; failback does not replay transactions yet (the partition is left for a manual copy)")]
-    Transactional(i64),
 }
 
 /// The producer a rewritten batch is stamped with.
@@ -43,9 +42,6 @@ pub fn for_produce(batch: &Batch<'_>, stamp: Stamp) -> Result<Vec<u8>, RewriteEr
         !batch.is_control(),
         "control batches are skipped, not copied"
     );
-    if batch.is_transactional() {
-        return Err(RewriteError::Transactional(base));
-    }
     let mut out = batch.bytes().to_vec();
     assert!(out.len() >= V2_HEADER_BYTES, "a v2 batch holds its header");
     out[OFF_BASE_OFFSET..OFF_BASE_OFFSET + 8].copy_from_slice(&0i64.to_be_bytes());
@@ -118,7 +114,7 @@ mod tests {
     }
 
     #[test]
-    fn transactional_batches_are_refused() {
+    fn transactional_batches_stay_transactional() {
         let txn = BatchBuilder::new(Offset(3))
             .producer(ProducerId(5), 0, 0)
             .transactional(true)
@@ -129,10 +125,17 @@ mod tests {
         };
         let stamp = Stamp {
             producer_id: ProducerId(1),
-            producer_epoch: 0,
-            base_sequence: 0,
+            producer_epoch: 2,
+            base_sequence: 9,
         };
-        assert_eq!(for_produce(&b, stamp), Err(RewriteError::Transactional(3)));
+        let out = for_produce(&b, stamp).unwrap();
+        let Peek::Complete(r) = Batch::peek(&out).unwrap() else {
+            panic!("whole batch")
+        };
+        r.validate().expect("the recomputed CRC is right");
+        assert!(r.is_transactional() && !r.is_control());
+        assert_eq!((r.producer_id(), r.producer_epoch()), (ProducerId(1), 2));
+        assert_eq!(r.base_sequence(), 9);
     }
 
     #[test]

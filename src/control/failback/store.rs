@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::control::failback::offset_map::OffsetMap;
+use crate::control::failback::txn_replay::TxnReplay;
 use crate::limits::FAILBACK_FILE_BYTES_MAX;
 use crate::log::checkpoint::write_atomically;
 
@@ -62,10 +63,16 @@ pub struct PartitionFailback {
     pub map: OffsetMap,
     /// The base sequence of the next batch under `producer`.
     pub next_sequence: i32,
-    /// Why this partition is not copied (transactional batches, an error the original gave
-    /// that retrying cannot fix). The other partitions go on.
+    /// Why this partition is not copied (an error the original gave that retrying cannot fix,
+    /// a replayed transaction the original aborted by itself). The other partitions go on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The original's transactional producers replaying kmirror's transactions here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub txns: Vec<TxnReplay>,
+    /// Bytes of the batches the original acknowledged (as produced).
+    #[serde(default)]
+    pub copied_bytes: i64,
 }
 
 /// One group's committed offset moved to the original at cut-over.
