@@ -43,15 +43,7 @@ impl<E: IndexEntry<N>, const N: usize> IndexFile<E, N> {
     /// Creates an empty index, replacing whatever file was there.
     pub fn create(path: &Path, base: Offset, max_entries: u32) -> Result<Self, LogError> {
         let file = LazyFile::create(path, Hold::Budgeted).map_err(|e| LogError::io(path, e))?;
-        Ok(IndexFile {
-            path: path.to_path_buf(),
-            file,
-            maybe_longer: false,
-            base,
-            max_entries,
-            entries: Vec::new(),
-            pending: PendingEntries::new(0),
-        })
+        Ok(Self::with(path, file, base, max_entries, Vec::new()))
     }
 
     /// Opens an existing index and runs the sanity check (`IndexEntry::parse`, and the last
@@ -63,7 +55,12 @@ impl<E: IndexEntry<N>, const N: usize> IndexFile<E, N> {
         if let Some(last) = entries.last() {
             check_absolute(path, base, last.relative_offset())?;
         }
-        Ok(IndexFile {
+        Ok(Self::with(path, file, base, max_entries, entries))
+    }
+
+    /// An index whose file holds exactly `entries`.
+    fn with(path: &Path, file: LazyFile, base: Offset, max_entries: u32, entries: Vec<E>) -> Self {
+        IndexFile {
             path: path.to_path_buf(),
             file,
             maybe_longer: false,
@@ -71,7 +68,7 @@ impl<E: IndexEntry<N>, const N: usize> IndexFile<E, N> {
             max_entries,
             pending: PendingEntries::new(entries.len()),
             entries,
-        })
+        }
     }
 
     pub fn path(&self) -> &Path {
