@@ -38,6 +38,11 @@ impl Backoff {
         self.until.filter(|t| *t > now)
     }
 
+    /// The instant the current backoff ends (it may already be past), if one was set.
+    pub fn until(&self) -> Option<Instant> {
+        self.until
+    }
+
     pub fn failures(&self) -> u32 {
         self.failures
     }

@@ -30,12 +30,23 @@
 //! and LSO per partition are kept here. Any session error, failed request or version change
 //! falls back to a full fetch.
 //!
+//! # Work per request
+//! A request costs the partitions it carries, not all the fetcher holds. Every mutation of a
+//! partition (a response for it, pause, resume, rewind, a leader update, removal) marks it
+//! *touched*; a partition whose backoff ends is touched when its time comes (an ordered set of
+//! backoff deadlines). An incremental request visits only the touched partitions, in the same
+//! stable order a full request uses; the others are exactly as the broker's session holds them
+//! (nothing about them changed since they were last visited, and time only ever makes a
+//! backed-off partition fetchable, which the deadline set covers). Full requests still list
+//! every partition, as the protocol requires. ListOffsets and OffsetForLeaderEpoch walk the
+//! partitions only while some partition is known to wait for one.
+//!
 //! # Steady-state allocation
 //! The request structure is kept between fetches and refilled in place. The crate allocates,
 //! per response, the `Vec`s of topics and partitions it decodes into (and an empty `BTreeMap`
 //! per struct, which does not allocate); records stay slices of the frame.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -111,7 +122,7 @@ pub enum FetcherError {
 }
 
 /// A partition's handle in one fetcher, stable until it is removed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Slot(pub u32);
 
 /// Where to start fetching a partition.
@@ -316,7 +327,15 @@ struct Partition {
     bad_records_streak: u32,
     /// Appends in a row that failed on a full disk (`rewind`), for the retry backoff.
     append_failures: u32,
+    /// Position in `Fetcher::order`: (rank of the topic's group, insertion sequence).
+    order_key: OrderKey,
+    /// In `Fetcher::touched`, to be visited by the next incremental request.
+    touched: bool,
 }
+
+/// (topic group rank, insertion sequence): partitions of one topic sort next to each other,
+/// topics in the order their group was formed, partitions of a topic in the order added.
+type OrderKey = (u64, u64);
 
 impl Partition {
     fn session_entry(&self, send_epochs: bool, send_last_fetched: bool) -> SessionEntry {
@@ -379,7 +398,27 @@ pub struct Fetcher {
     by_name: HashMap<(TopicName, i32), Slot>,
     by_id: HashMap<(Uuid, i32), Slot>,
     /// Slots in a stable order grouped by topic, so each request lists a topic once.
-    order: Vec<Slot>,
+    order: BTreeMap<OrderKey, Slot>,
+    /// Per topic held here (removed partitions still in the session included): its group's
+    /// rank in `order` and how many partitions it has.
+    topic_groups: HashMap<TopicName, (u64, usize)>,
+    next_rank: u64,
+    next_seq: u64,
+    /// Partitions changed since the last request visited them (see "Work per request").
+    touched: Vec<Slot>,
+    /// The next request's partitions, in `order` (kept to reuse its allocation).
+    visit: Vec<Slot>,
+    /// Partition backoff deadlines, earliest first. Entries go stale when a backoff is reset or
+    /// renewed; they are checked against the partition's backoff when read.
+    backoffs: BTreeSet<(Instant, Slot)>,
+    /// Partitions (removed ones included) that the broker's session holds.
+    in_session: usize,
+    /// Partitions without a topic id (they force Fetch v12 on sources that have ids).
+    nil_ids: BTreeSet<Slot>,
+    /// Some partition may be in `AwaitingLogStart` / `AwaitingEpochCheck`: set when one enters
+    /// that state, cleared by a walk that finds none.
+    want_list_offsets: bool,
+    want_epoch_check: bool,
     session: Session,
     session_version: Option<i16>,
     pending: Option<Pending>,
@@ -437,7 +476,17 @@ impl Fetcher {
             free: Vec::new(),
             by_name: HashMap::new(),
             by_id: HashMap::new(),
-            order: Vec::new(),
+            order: BTreeMap::new(),
+            topic_groups: HashMap::new(),
+            next_rank: 0,
+            next_seq: 0,
+            touched: Vec::new(),
+            visit: Vec::new(),
+            backoffs: BTreeSet::new(),
+            in_session: 0,
+            nil_ids: BTreeSet::new(),
+            want_list_offsets: false,
+            want_epoch_check: false,
             session,
             session_version: None,
             pending: None,
@@ -484,6 +533,15 @@ impl Fetcher {
         }
         let needs_epoch_check =
             !self.versions.fetch_has_divergence() && start.last_epoch.is_known();
+        // Keep partitions of one topic next to each other.
+        let next_rank = &mut self.next_rank;
+        let group = self.topic_groups.entry(name.clone()).or_insert_with(|| {
+            *next_rank += 1;
+            (*next_rank, 0)
+        });
+        group.1 += 1;
+        self.next_seq += 1;
+        let order_key = (group.0, self.next_seq);
         let partition = Partition {
             topic_name: name.clone(),
             topic_id: start.topic_id,
@@ -505,6 +563,8 @@ impl Fetcher {
             log_start_moved_from: None,
             bad_records_streak: 0,
             append_failures: 0,
+            order_key,
+            touched: false,
             tp: start.tp,
         };
         let slot = match self.free.pop() {
@@ -518,17 +578,34 @@ impl Fetcher {
             }
         };
         self.by_name.insert(key, slot);
-        if !start.topic_id.is_nil() {
+        if start.topic_id.is_nil() {
+            self.nil_ids.insert(slot);
+        } else {
             self.by_id.insert((start.topic_id, partition_index), slot);
         }
-        // Keep partitions of one topic next to each other.
-        let at = self
-            .order
-            .iter()
-            .rposition(|s| self.partition(*s).is_some_and(|p| p.topic_name == name))
-            .map_or(self.order.len(), |i| i + 1);
-        self.order.insert(at, slot);
+        self.order.insert(order_key, slot);
+        self.touch(slot);
         Ok(slot)
+    }
+
+    /// Records that `slot` changed: the next request visits it, a backoff it started is
+    /// watched, and a state that needs ListOffsets or OffsetForLeaderEpoch is noticed.
+    fn touch(&mut self, slot: Slot) {
+        let Some(p) = self.slots.get_mut(slot.0 as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if !p.touched {
+            p.touched = true;
+            self.touched.push(slot);
+        }
+        if let Some(t) = p.backoff.until() {
+            self.backoffs.insert((t, slot));
+        }
+        match p.state {
+            PartitionState::AwaitingLogStart => self.want_list_offsets = true,
+            PartitionState::AwaitingEpochCheck => self.want_epoch_check = true,
+            _ => {}
+        }
     }
 
     /// Stop fetching a partition. If the broker's session holds it, the next request forgets it.
@@ -539,6 +616,7 @@ impl Fetcher {
         let tp = p.tp.clone();
         if p.in_session.is_some() {
             p.removed = true;
+            self.touch(slot);
         } else {
             self.drop_slot(slot);
         }
@@ -551,7 +629,19 @@ impl Fetcher {
         };
         self.by_name.remove(&(p.topic_name.clone(), p.tp.partition));
         self.by_id.remove(&(p.topic_id, p.tp.partition));
-        self.order.retain(|s| *s != slot);
+        self.order.remove(&p.order_key);
+        if let Some(group) = self.topic_groups.get_mut(&p.topic_name) {
+            group.1 -= 1;
+            if group.1 == 0 {
+                self.topic_groups.remove(&p.topic_name);
+            }
+        }
+        self.nil_ids.remove(&slot);
+        if p.in_session.is_some() {
+            self.in_session -= 1;
+        }
+        // A stale `touched` or `backoffs` entry for the slot only costs a look: a partition
+        // added to the slot later is touched itself.
         self.free.push(slot.0);
     }
 
@@ -606,6 +696,7 @@ impl Fetcher {
         if p.state == PartitionState::Fetching {
             p.state = PartitionState::Paused;
         }
+        self.touch(slot);
         Ok(())
     }
 
@@ -616,6 +707,7 @@ impl Fetcher {
         if p.state == PartitionState::Paused {
             p.state = PartitionState::Fetching;
         }
+        self.touch(slot);
         Ok(())
     }
 
@@ -642,6 +734,7 @@ impl Fetcher {
         for _ in 0..p.append_failures {
             p.backoff.fail(now);
         }
+        self.touch(slot);
         Ok(())
     }
 
@@ -681,6 +774,7 @@ impl Fetcher {
                     new: topic_id,
                 },
             }));
+            self.touch(slot);
             return Ok(());
         }
         let epoch_changed = leader_epoch != p.current_leader_epoch;
@@ -689,6 +783,7 @@ impl Fetcher {
             p.topic_id = topic_id;
             let key = (topic_id, p.tp.partition);
             self.by_id.insert(key, slot);
+            self.nil_ids.remove(&slot);
         }
         let p = self.partition_mut(slot).expect("checked above");
         if matches!(
@@ -702,6 +797,7 @@ impl Fetcher {
             };
         }
         p.backoff.succeed();
+        self.touch(slot);
         Ok(())
     }
 
@@ -720,10 +816,11 @@ impl Fetcher {
         for p in self.slots.iter_mut().flatten() {
             p.in_session = None;
         }
+        self.in_session = 0;
         // Removed partitions were only kept to be forgotten; a new session never had them.
         let removed: Vec<Slot> = self
             .order
-            .iter()
+            .values()
             .copied()
             .filter(|s| self.slots[s.0 as usize].as_ref().is_some_and(|p| p.removed))
             .collect();
@@ -757,24 +854,60 @@ impl Fetcher {
             return Ok(Poll::Sent(sent));
         }
         // Nothing due now: report the earliest partition backoff, if any.
-        let earliest = self
-            .slots
-            .iter()
-            .flatten()
-            .filter(|p| !p.removed && p.state == PartitionState::Fetching)
-            .filter_map(|p| p.backoff.pending(now))
-            .min();
-        Ok(earliest.map_or(Poll::Idle, Poll::NotBefore))
+        Ok(self
+            .earliest_backoff(now)
+            .map_or(Poll::Idle, Poll::NotBefore))
+    }
+
+    /// The earliest backoff still ahead of `now` among fetching partitions, dropping the
+    /// deadline entries that no longer match their partition's backoff.
+    fn earliest_backoff(&mut self, now: Instant) -> Option<Instant> {
+        let mut stale = Vec::new();
+        let mut earliest = None;
+        for &(t, slot) in &self.backoffs {
+            if t <= now {
+                continue; // due: `send_fetch` touches it
+            }
+            let p = self.slots.get(slot.0 as usize).and_then(Option::as_ref);
+            match p {
+                Some(p) if p.backoff.until() == Some(t) => {
+                    if !p.removed && p.state == PartitionState::Fetching {
+                        earliest = Some(t);
+                        break;
+                    }
+                }
+                _ => stale.push((t, slot)),
+            }
+        }
+        for entry in stale {
+            self.backoffs.remove(&entry);
+        }
+        earliest
+    }
+
+    /// Touches every partition whose backoff deadline has come.
+    fn touch_due_backoffs(&mut self, now: Instant) {
+        while let Some(&(t, slot)) = self.backoffs.first() {
+            if t > now {
+                break;
+            }
+            self.backoffs.pop_first();
+            if let Some(p) = self.slots.get_mut(slot.0 as usize).and_then(Option::as_mut) {
+                if !p.touched {
+                    p.touched = true;
+                    self.touched.push(slot);
+                }
+            }
+        }
     }
 
     fn fetch_version(&self, now: Instant) -> i16 {
         // As Kafka's consumer does: fetch by topic id only when every partition has one.
-        let all_ids = self
-            .slots
-            .iter()
-            .flatten()
-            .filter(|p| p.fetchable(now) || p.in_session.is_some())
-            .all(|p| !p.topic_id.is_nil());
+        let all_ids = !self.nil_ids.iter().any(|s| {
+            self.slots[s.0 as usize]
+                .as_ref()
+                .is_some_and(|p| p.fetchable(now) || p.in_session.is_some())
+        });
         if self.versions.fetch_uses_topic_ids() && !all_ids {
             12
         } else {
@@ -812,7 +945,32 @@ impl Fetcher {
         let mut any_partition = false;
         let mut any_forgotten = false;
         let mut forgotten_removed = Vec::new();
-        for &slot in &self.order {
+        // Which partitions to look at (see "Work per request"): all of them for a full
+        // request, else those touched since the last request.
+        self.touch_due_backoffs(now);
+        let mut visit = std::mem::take(&mut self.visit);
+        visit.clear();
+        if full {
+            visit.extend(self.order.values().copied());
+            for slot in self.touched.drain(..) {
+                if let Some(p) = self.slots.get_mut(slot.0 as usize).and_then(Option::as_mut) {
+                    p.touched = false;
+                }
+            }
+        } else {
+            for slot in self.touched.drain(..) {
+                if let Some(p) = self.slots.get_mut(slot.0 as usize).and_then(Option::as_mut) {
+                    if p.touched {
+                        p.touched = false;
+                        visit.push(slot);
+                    }
+                }
+            }
+            let slots = &self.slots;
+            let key = |s: &Slot| slots[s.0 as usize].as_ref().map(|p| p.order_key);
+            visit.sort_unstable_by_key(key);
+        }
+        for &slot in &visit {
             let Some(p) = self.slots[slot.0 as usize].as_mut() else {
                 continue;
             };
@@ -847,9 +1005,18 @@ impl Fetcher {
                     any_partition = true;
                 }
                 if session_epoch >= 0 {
+                    if p.in_session.is_none() {
+                        self.in_session += 1;
+                    }
                     p.in_session = Some(entry);
                 }
-            } else if p.in_session.take().is_some() && !full {
+                continue;
+            }
+            let was_in_session = p.in_session.take().is_some();
+            if was_in_session {
+                self.in_session -= 1;
+            }
+            if was_in_session && !full {
                 let forgotten = &mut self.request.forgotten_topics_data;
                 let same_topic = forgotten.last().is_some_and(|t| {
                     if by_id {
@@ -879,10 +1046,11 @@ impl Fetcher {
                 }
             }
         }
+        self.visit = visit;
         for slot in forgotten_removed {
             self.drop_slot(slot);
         }
-        let session_has_partitions = self.slots.iter().flatten().any(|p| p.in_session.is_some());
+        let session_has_partitions = self.in_session > 0;
         let session_polls = matches!(self.session, Session::Open { .. }) && session_has_partitions;
         if !(any_partition || any_forgotten || session_polls) {
             return Ok(None);
@@ -905,10 +1073,13 @@ impl Fetcher {
     }
 
     fn send_list_offsets(&mut self, out: &mut BytesMut) -> Result<Option<InFlight>, FetcherError> {
+        if !self.want_list_offsets {
+            return Ok(None);
+        }
         let version = self.versions.list_offsets;
         let mut req = ListOffsetsRequest::default();
         req.replica_id = BrokerId(-1);
-        for &slot in &self.order {
+        for &slot in self.order.values() {
             let Some(p) = self.slots[slot.0 as usize].as_ref() else {
                 continue;
             };
@@ -934,6 +1105,7 @@ impl Fetcher {
                 .push(lp);
         }
         if req.topics.is_empty() {
+            self.want_list_offsets = false;
             return Ok(None);
         }
         let sent = self.conn.encode(out, version, &req)?;
@@ -942,12 +1114,15 @@ impl Fetcher {
     }
 
     fn send_epoch_check(&mut self, out: &mut BytesMut) -> Result<Option<InFlight>, FetcherError> {
+        if !self.want_epoch_check {
+            return Ok(None);
+        }
         let version = self.versions.offset_for_leader_epoch;
         let mut req = OffsetForLeaderEpochRequest::default();
         if version >= 3 {
             req.replica_id = BrokerId(-1);
         }
-        for &slot in &self.order {
+        for &slot in self.order.values() {
             let Some(p) = self.slots[slot.0 as usize].as_ref() else {
                 continue;
             };
@@ -969,6 +1144,7 @@ impl Fetcher {
                 .push(op);
         }
         if req.topics.is_empty() {
+            self.want_epoch_check = false;
             return Ok(None);
         }
         let sent = self.conn.encode(out, version, &req)?;
@@ -1120,6 +1296,7 @@ impl Fetcher {
             for p in self.slots.iter_mut().flatten() {
                 p.in_session = None;
             }
+            self.in_session = 0;
         }
         let by_id = version >= 13;
         for topic in resp.responses {
@@ -1130,6 +1307,7 @@ impl Fetcher {
                     continue;
                 };
                 self.on_partition(slot, pd, now, events);
+                self.touch(slot);
             }
         }
     }
@@ -1262,12 +1440,14 @@ impl Fetcher {
             self.throttle(resp.throttle_time_ms, now);
         }
         self.backoff.succeed();
+        let mut answered = Vec::new();
         for topic in resp.topics {
             for lp in topic.partitions {
                 let Some(slot) = self.lookup(false, &topic.name, Uuid::nil(), lp.partition_index)
                 else {
                     continue;
                 };
+                answered.push(slot);
                 let p = self.slots[slot.0 as usize].as_mut().expect("looked up");
                 if p.state != PartitionState::AwaitingLogStart {
                     continue;
@@ -1302,6 +1482,9 @@ impl Fetcher {
                 }
             }
         }
+        for slot in answered {
+            self.touch(slot);
+        }
     }
 
     fn on_epoch_check(
@@ -1315,11 +1498,13 @@ impl Fetcher {
             self.throttle(resp.throttle_time_ms, now);
         }
         self.backoff.succeed();
+        let mut answered = Vec::new();
         for topic in resp.topics {
             for ep in topic.partitions {
                 let Some(slot) = self.lookup(false, &topic.topic, Uuid::nil(), ep.partition) else {
                     continue;
                 };
+                answered.push(slot);
                 let p = self.slots[slot.0 as usize].as_mut().expect("looked up");
                 if p.state != PartitionState::AwaitingEpochCheck {
                     continue;
@@ -1348,6 +1533,9 @@ impl Fetcher {
                     p.state = PartitionState::Fetching;
                 }
             }
+        }
+        for slot in answered {
+            self.touch(slot);
         }
     }
 }

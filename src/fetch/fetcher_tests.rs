@@ -757,3 +757,83 @@ fn rewind_after_a_full_disk_refetches_with_a_growing_backoff() {
     };
     assert_eq!(t - b.now, waits[0], "a successful append resets the streak");
 }
+
+// Goal: inside a session an incremental request carries only partitions whose state changed,
+// whatever the fetcher holds: a partition in backoff is forgotten and sent again (from its
+// fetch offset) once the backoff ends, with no other event than time passing; a paused one is
+// forgotten and sent again on resume; while every changed partition waits, the fetcher names
+// the earliest backoff.
+#[test]
+fn incremental_requests_carry_only_changed_partitions() {
+    let mut b = Broker::new(12);
+    let slots: Vec<Slot> = (0..64).map(|i| b.add(i, 0, -1)).collect();
+    let (h, req) = b.fetch_request();
+    assert_eq!(sent_partitions(&req).len(), 64);
+    let mut bad = batch(0, 1, 0);
+    let last = bad.len() - 1;
+    bad[last - 2] ^= 1;
+    b.respond(
+        &h,
+        &fetch_response(
+            9,
+            vec![
+                partition(3, 2, Some(batch(0, 2, 0))),
+                partition(7, 1, Some(bad)),
+            ],
+            false,
+        ),
+    );
+    assert!(b.events.iter().any(
+        |e| matches!(e, FetchEvent::BadRecords { slot, retrying: true, .. } if *slot == slots[7])
+    ));
+    b.f.pause(slots[20]).unwrap();
+    let (h, req) = b.fetch_request();
+    assert_eq!(sent_partitions(&req), vec![(3, 2)]);
+    let forgotten: Vec<i32> = req
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| t.partitions.iter().copied())
+        .collect();
+    assert_eq!(forgotten, vec![7, 20]);
+    b.respond(&h, &FetchResponse::default().with_session_id(9));
+    let (h, req) = b.fetch_request();
+    assert!(req.topics.is_empty() && req.forgotten_topics_data.is_empty());
+    b.respond(&h, &FetchResponse::default().with_session_id(9));
+    b.f.resume(slots[20]).unwrap();
+    let (h, req) = b.fetch_request();
+    assert_eq!(sent_partitions(&req), vec![(20, 0)]);
+    b.respond(&h, &FetchResponse::default().with_session_id(9));
+    // Only the backed-off partition is left to change: nothing to send until its backoff ends.
+    b.f.pause(slots[3]).unwrap();
+    let (h, req) = b.fetch_request();
+    assert_eq!(sent_partitions(&req), vec![]);
+    b.respond(&h, &FetchResponse::default().with_session_id(9));
+    b.f.resume(slots[3]).unwrap();
+    let (h, req) = b.fetch_request();
+    assert_eq!(sent_partitions(&req), vec![(3, 2)]);
+    b.respond(&h, &FetchResponse::default().with_session_id(9));
+    b.now += Duration::from_secs(60); // past any backoff
+    let (_, req) = b.fetch_request();
+    assert_eq!(sent_partitions(&req), vec![(7, 0)]);
+    assert_eq!(b.f.fetch_requests().full, 1);
+}
+
+// Goal: without a session, a fetcher whose every partition backs off reports when the first
+// backoff ends rather than idling.
+#[test]
+fn all_partitions_backing_off_report_the_earliest_end() {
+    let mut b = Broker::new(6); // before sessions: full fetches
+    let s0 = b.add(0, 0, -1);
+    let (h, _) = b.fetch_request();
+    let mut resp = fetch_response(0, vec![partition(0, 0, None)], false);
+    resp.responses[0].partitions[0].error_code = ResponseError::CorruptMessage.code();
+    b.respond(&h, &resp);
+    assert!(matches!(b.events[0], FetchEvent::PartitionError { slot, .. } if slot == s0));
+    let Poll::NotBefore(t) = b.f.poll_request(&mut b.out, b.now).unwrap() else {
+        panic!("expected a backoff")
+    };
+    assert!(t > b.now);
+    b.now = t;
+    let (_, req) = b.fetch_request();
+    assert_eq!(sent_partitions(&req), vec![(0, 0)]);
+}

@@ -6,13 +6,13 @@
 //! close. The entries are also kept in memory (at most `segment.index.bytes` per segment) so a
 //! lookup never touches the disk.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::ids::{FilePosition, Offset, RelativeOffset};
 use crate::limits::OFFSET_INDEX_ENTRY_BYTES;
-use crate::log::index_pending::{PendingEntries, PendingIndex};
-use crate::log::io::{LogIo, WriteOp};
-use crate::log::lazy_file::{Hold, LazyFile};
+use crate::log::index_file::{IndexEntry, IndexFile};
+use crate::log::index_pending::PendingIndex;
+use crate::log::io::LogIo;
 use crate::log::LogError;
 
 const ENTRY: usize = OFFSET_INDEX_ENTRY_BYTES as usize;
@@ -23,74 +23,29 @@ pub struct OffsetIndexEntry {
     pub position: FilePosition,
 }
 
-#[derive(Debug)]
-pub struct OffsetIndex {
-    path: PathBuf,
-    /// Opened by the first write or cut (`lazy_file`); lookups use `entries`.
-    file: LazyFile,
-    /// The file may be longer than `entries` (a failed write left part of an entry).
-    maybe_longer: bool,
-    base: Offset,
-    max_entries: u32,
-    entries: Vec<OffsetIndexEntry>,
-    /// Entries pushed but not yet on the file (written once per append, with its `.log` bytes).
-    pending: PendingEntries<ENTRY>,
+/// The `.index` of one segment (`index_file` holds the file, the entries and their writes).
+pub type OffsetIndex = IndexFile<OffsetIndexEntry, ENTRY>;
+
+impl IndexEntry<ENTRY> for OffsetIndexEntry {
+    fn relative_offset(&self) -> RelativeOffset {
+        self.relative_offset
+    }
+
+    fn encode(&self) -> [u8; ENTRY] {
+        let mut buf = [0u8; ENTRY];
+        buf[..4].copy_from_slice(&self.relative_offset.0.to_be_bytes());
+        buf[4..].copy_from_slice(&self.position.0.to_be_bytes());
+        buf
+    }
+
+    fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<Self>, LogError> {
+        parse(path, bytes)
+    }
 }
 
 impl OffsetIndex {
-    /// Creates an empty index, replacing whatever file was there.
-    pub fn create(path: &Path, base: Offset, max_entries: u32) -> Result<OffsetIndex, LogError> {
-        let file = LazyFile::create(path, Hold::Budgeted).map_err(|e| LogError::io(path, e))?;
-        Ok(OffsetIndex {
-            path: path.to_path_buf(),
-            file,
-            maybe_longer: false,
-            base,
-            max_entries,
-            entries: Vec::new(),
-            pending: PendingEntries::new(0),
-        })
-    }
-
-    /// Opens an existing index and runs the sanity check: a length that is not a multiple of
-    /// the entry size, offsets or positions that do not increase, or an entry below the base is
-    /// `Corrupt` (the caller rebuilds the index from the log).
-    pub fn open(path: &Path, base: Offset, max_entries: u32) -> Result<OffsetIndex, LogError> {
-        let bytes = std::fs::read(path).map_err(|e| LogError::io(path, e))?;
-        let file = LazyFile::existing(path, Hold::Budgeted);
-        let entries = parse(path, &bytes)?;
-        if let Some(last) = entries.last() {
-            check_absolute(path, base, last.relative_offset)?;
-        }
-        Ok(OffsetIndex {
-            path: path.to_path_buf(),
-            file,
-            maybe_longer: false,
-            base,
-            max_entries,
-            pending: PendingEntries::new(entries.len()),
-            entries,
-        })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn entries(&self) -> &[OffsetIndexEntry] {
-        &self.entries
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     pub fn is_full(&self) -> bool {
-        self.entries.len() >= self.max_entries as usize
+        self.len() >= self.max_entries as usize
     }
 
     /// Appends (absolute `offset`, `position`) and writes it. Offsets must strictly increase, as
@@ -110,12 +65,12 @@ impl OffsetIndex {
     pub fn push(&mut self, offset: Offset, position: FilePosition) -> Result<(), LogError> {
         assert!(!self.is_full(), "offset index appended past its capacity");
         let relative = relative(self.base, offset).ok_or_else(|| {
-            LogError::corrupt(&self.path, format!("offset {offset} out of range"))
+            LogError::corrupt(self.path(), format!("offset {offset} out of range"))
         })?;
-        if let Some(last) = self.entries.last() {
+        if let Some(last) = self.entries().last() {
             if relative <= last.relative_offset || position <= last.position {
                 return Err(LogError::corrupt(
-                    &self.path,
+                    self.path(),
                     format!(
                         "entry ({offset}, {}) does not follow the last entry",
                         position.0
@@ -123,11 +78,7 @@ impl OffsetIndex {
                 ));
             }
         }
-        let mut buf = [0u8; ENTRY];
-        buf[..4].copy_from_slice(&relative.0.to_be_bytes());
-        buf[4..].copy_from_slice(&position.0.to_be_bytes());
-        self.pending.push(&buf);
-        self.entries.push(OffsetIndexEntry {
+        self.push_entry(OffsetIndexEntry {
             relative_offset: relative,
             position,
         });
@@ -137,102 +88,19 @@ impl OffsetIndex {
     /// The largest entry whose offset is ≤ `target`, as (absolute offset, position); the
     /// segment start when there is none.
     pub fn lookup(&self, target: Offset) -> (Offset, FilePosition) {
+        let entries = self.entries();
         let found = match relative(self.base, target) {
             Some(rel) => {
-                let n = self.entries.partition_point(|e| e.relative_offset <= rel);
-                n.checked_sub(1).map(|i| self.entries[i])
+                let n = entries.partition_point(|e| e.relative_offset <= rel);
+                n.checked_sub(1).map(|i| entries[i])
             }
             None if target < self.base => None,
-            None => self.entries.last().copied(),
+            None => entries.last().copied(),
         };
         match found {
             Some(e) => (absolute(self.base, e.relative_offset), e.position),
             None => (self.base, FilePosition(0)),
         }
-    }
-
-    /// Removes the entries for offsets ≥ `offset`.
-    pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
-        let keep = if offset <= self.base {
-            0
-        } else {
-            let rel = offset.0 - self.base.0;
-            self.entries
-                .partition_point(|e| (e.relative_offset.0 as i64) < rel)
-        };
-        self.truncate_entries(keep)
-    }
-
-    /// Drops every entry (recovery rebuilds the index from scratch).
-    pub fn reset(&mut self) -> Result<(), LogError> {
-        self.truncate_entries(0)
-    }
-
-    fn truncate_entries(&mut self, keep: usize) -> Result<(), LogError> {
-        // The file holds exactly its written entries unless a write failed: cutting nothing
-        // needs no descriptor (recovery cuts every index of a partition at its recovery point).
-        let on_file_before = self.pending.on_file();
-        self.entries.truncate(keep);
-        let on_file = self.pending.truncate(keep);
-        if on_file >= on_file_before && !self.maybe_longer {
-            return Ok(());
-        }
-        self.file
-            .set_len((on_file * ENTRY) as u64)
-            .map_err(|e| LogError::io(&self.path, e))?;
-        self.maybe_longer = false;
-        Ok(())
-    }
-
-    pub fn sync(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
-        self.file.sync(io).map_err(|e| LogError::io(&self.path, e))
-    }
-
-    /// Closes the held descriptor (the segment is no longer active).
-    pub fn release(&mut self) {
-        self.file.release();
-    }
-
-    /// Whether a descriptor is held (tests of the fd budget).
-    pub fn is_held(&self) -> bool {
-        self.file.is_held()
-    }
-}
-
-impl PendingIndex for OffsetIndex {
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn begin_batch(&mut self) -> Result<(), LogError> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        self.file
-            .begin_batch()
-            .map_err(|e| LogError::io(&self.path, e))
-    }
-
-    fn end_batch(&mut self) {
-        self.file.end_batch();
-    }
-
-    fn pending_write(&self) -> Option<WriteOp<'_>> {
-        if self.pending.is_empty() {
-            return None;
-        }
-        self.pending.write(self.file.batch_file())
-    }
-
-    fn pending_written(&mut self) {
-        self.pending.written(self.entries.len());
-    }
-
-    fn drop_pending(&mut self) -> Result<(), LogError> {
-        // A failed write may have put part of the entries on the file.
-        self.maybe_longer = true;
-        let keep = self.pending.on_file();
-        self.truncate_entries(keep)
     }
 }
 

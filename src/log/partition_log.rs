@@ -141,27 +141,35 @@ impl PartitionLog {
         Self::create_with(dir, tp, topic_id, config, true)
     }
 
-    /// `create`; with `sync_parent` false the caller fsyncs the parent directory itself before
-    /// the partition is used (`LogDir::create_missing` does it once for thousands).
+    /// `create`; with `sync` false nothing is made durable and `partition.metadata` is only
+    /// staged (`partition_meta::stage`): the caller makes the whole batch durable and publishes
+    /// the metadata before any partition is used (`LogDir::create_missing`, which says why
+    /// that is safe).
     pub fn create_with(
         dir: &Path,
         tp: TopicPartition,
         topic_id: Option<Uuid>,
         config: LogConfig,
-        sync_parent: bool,
+        sync: bool,
     ) -> Result<PartitionLog, LogError> {
         config.validate()?;
         std::fs::create_dir(dir).map_err(|e| LogError::io(dir, e))?;
         if let Some(id) = topic_id {
-            partition_meta::write(dir, id)?;
+            if sync {
+                partition_meta::write(dir, id)?;
+            } else {
+                partition_meta::stage(dir, id)?;
+            }
         }
 
         let now = now_ms();
         let segment = Segment::create(dir, Offset::ZERO, &config, now)?;
-        if let Some(parent) = dir.parent().filter(|_| sync_parent) {
-            sync_dir(parent)?;
+        if sync {
+            if let Some(parent) = dir.parent() {
+                sync_dir(parent)?;
+            }
+            sync_dir(dir)?;
         }
-        sync_dir(dir)?;
         Ok(PartitionLog {
             dir: dir.to_path_buf(),
             tp,

@@ -11,7 +11,7 @@ use base64::engine::general_purpose::{URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine;
 use uuid::Uuid;
 
-use crate::log::checkpoint::{read_small_file, write_atomically};
+use crate::log::checkpoint::{read_small_file, tmp_path, write_atomically};
 use crate::log::LogError;
 
 pub const FILE_NAME: &str = "partition.metadata";
@@ -36,17 +36,35 @@ pub fn uuid_from_kafka_string(s: &str) -> Option<Uuid> {
 /// Write `<dir>/partition.metadata` atomically. The all-zero uuid means "no id" in Kafka and is
 /// never a topic's id (Kafka would refuse to read the file back), so it is refused.
 pub fn write(dir: &Path, topic_id: Uuid) -> Result<(), LogError> {
+    write_atomically(&dir.join(FILE_NAME), text(dir, topic_id)?.as_bytes())
+}
+
+fn text(dir: &Path, topic_id: Uuid) -> Result<String, LogError> {
     if topic_id.is_nil() {
         return Err(LogError::corrupt(
             dir.join(FILE_NAME),
             "refusing to write the all-zero uuid as a topic id",
         ));
     }
-    let text = format!(
+    Ok(format!(
         "version: {VERSION}\ntopic_id: {}",
         uuid_to_kafka_string(topic_id)
-    );
-    write_atomically(&dir.join(FILE_NAME), text.as_bytes())
+    ))
+}
+
+/// The first half of `write` for a caller that makes many files durable at once
+/// (`LogDir::create_missing`): the contents go to the tmp sibling, unsynced and not yet in
+/// place. The caller makes them durable, then calls `publish_staged`, then makes the rename
+/// durable; the file is thus absent or whole after a crash, as with `write`.
+pub fn stage(dir: &Path, topic_id: Uuid) -> Result<(), LogError> {
+    let tmp = tmp_path(&dir.join(FILE_NAME));
+    std::fs::write(&tmp, text(dir, topic_id)?).map_err(|e| LogError::io(&tmp, e))
+}
+
+/// Renames a file `stage` wrote (and the caller made durable) into place.
+pub fn publish_staged(dir: &Path) -> Result<(), LogError> {
+    let path = dir.join(FILE_NAME);
+    std::fs::rename(tmp_path(&path), &path).map_err(|e| LogError::io(&path, e))
 }
 
 /// Read the topic id; `None` if the file does not exist. Like Kafka, each line must split on
