@@ -272,6 +272,14 @@ impl LogDir {
             .collect();
         let threads = recovery_threads(work.len());
         let config = &self.default_config;
+        // Opened before anything is written: syncfs reports the writeback errors recorded
+        // after its descriptor was opened (errseq), so a descriptor opened later could miss a
+        // failed writeback of the files staged below.
+        let root = if work.is_empty() {
+            None
+        } else {
+            Some(std::fs::File::open(&self.root).map_err(|e| LogError::io(&self.root, e))?)
+        };
         let created = open_all(
             work,
             threads,
@@ -280,14 +288,14 @@ impl LogDir {
                 PartitionLog::create_with(path, tp.clone(), ids[tp], config.clone(), false)
             },
         )?;
-        if !created.is_empty() {
-            self.syncfs()?;
+        if let (false, Some(root)) = (created.is_empty(), &root) {
+            self.syncfs(root)?;
             for (tp, log) in &created {
                 if ids[tp].is_some() {
                     crate::log::partition_meta::publish_staged(log.dir())?;
                 }
             }
-            self.syncfs()?;
+            self.syncfs(root)?;
         }
         let n = created.len();
         let mut views = Vec::with_capacity(n);
@@ -304,10 +312,10 @@ impl LogDir {
         Ok(n)
     }
 
-    /// `syncfs(2)` of the filesystem holding the root (see `create_missing`).
-    fn syncfs(&self) -> Result<(), LogError> {
-        let root = std::fs::File::open(&self.root).map_err(|e| LogError::io(&self.root, e))?;
-        rustix::fs::syncfs(&root).map_err(|e| LogError::io(&self.root, e.into()))
+    /// `syncfs(2)` of the filesystem holding the root, through `root`, a descriptor of it
+    /// opened before the writes it must report on (see `create_missing`).
+    fn syncfs(&self, root: &std::fs::File) -> Result<(), LogError> {
+        rustix::fs::syncfs(root).map_err(|e| LogError::io(&self.root, e.into()))
     }
 
     /// Lends a partition's log to its owner (a shard) until `restore` gives it back; while out,

@@ -215,6 +215,10 @@ fn session(
                 continue;
             }
             for _ in 0..FAILBACK_BATCHES_PER_TURN {
+                // A batch stopped the partition (refused, misplaced): nothing more this turn.
+                if file.partitions[i].error.is_some() {
+                    break;
+                }
                 let bytes = match next_local(env, file, i) {
                     Ok(Some(b)) => b,
                     Ok(None) => break,
@@ -420,7 +424,10 @@ fn copy_batch(
     match produced {
         Produced::At(at) => {
             let part = &mut file.partitions[i];
-            if let Err(e) = part.map.copied(batch.base_offset(), count, at) {
+            // Appended where the map does not expect it (another writer on the original): the
+            // partition stops here, so the same batch is never produced again.
+            let misplaced = part.map.copied(batch.base_offset(), count, at).err();
+            if let Some(e) = &misplaced {
                 part.error = Some(e.to_string());
             }
             part.copied_bytes += size;
@@ -438,6 +445,9 @@ fn copy_batch(
                 }
             }
             persist(env, file, shared)?;
+            if misplaced.is_some() {
+                return Ok(Flow::Stop);
+            }
             Ok(Flow::Next)
         }
         Produced::Error(code, msg) if tid.is_some() && txn_lost(code) => refuse(
@@ -446,6 +456,19 @@ fn copy_batch(
             shared,
             i,
             format!("the original ended the replayed transaction at kmirror offset {} by itself (error {code} {msg}: its transaction timeout passed?); nothing more is produced to the partition", batch.base_offset()),
+        ),
+        // A replayed transaction's batch is only ever sent once in sequence; any other answer
+        // (OUT_OF_ORDER_SEQUENCE included) would repeat on every resend, so it stops the
+        // partition instead of resetting the plain producer.
+        Produced::Error(code, msg) if tid.is_some() && !retryable(code) => refuse(
+            env,
+            file,
+            shared,
+            i,
+            format!(
+                "the original refused the replayed transactional batch at kmirror offset {}: error {code} {msg}",
+                batch.base_offset()
+            ),
         ),
         Produced::Error(code, msg) if producer_lost(code) => {
             file.producer = None;
@@ -501,9 +524,16 @@ fn begin_txn(
     if r.stamp.is_none() {
         // First transaction of this kmirror producer here: no transaction of the id can be
         // open on the original, so InitProducerId fences nothing of ours.
-        let (p, e) = s
+        let (p, e) = match s
             .coordinator(&tid)?
-            .init_producer_id(&tid, FAILBACK_TXN_TIMEOUT_MS)?;
+            .init_producer_id(&tid, FAILBACK_TXN_TIMEOUT_MS)
+        {
+            Ok(answer) => answer,
+            // Refused for good (the original's transaction timeout bound): the partition stops
+            // with the reason instead of retrying for ever.
+            Err(e) if !e.retryable => return Ok(Some(e.message)),
+            Err(e) => return Err(e),
+        };
         let r = replay(file, i, pid);
         r.stamp = Some(ProducerStamp {
             producer_id: p.0,
@@ -679,8 +709,11 @@ fn wait_idle(
     shared: &Shared,
     env: &CopierEnv,
 ) -> Result<Option<SessionEnd>, CallError> {
+    // A stopped partition counts as done unless it still holds a replayed transaction open on
+    // the original: cutting over then would leave the original's last stable offset pinned
+    // until that transaction times out and is aborted.
     let caught_up = file.partitions.iter().all(|p| {
-        p.error.is_some()
+        (p.error.is_some() && txn_replay::open_transactions(&p.txns).is_empty())
             || env
                 .catalog
                 .get(&TopicPartition::new(p.topic.clone(), p.partition))
@@ -763,10 +796,26 @@ fn reconcile(
                 let Ok(Peek::Complete(b)) = Batch::peek(&bytes) else {
                     unreachable!("peeked above")
                 };
-                tracing::info!(mirror = %file.mirror, partition = %tp, kmirror = b.base_offset().0, original = expected.0, "failback: the batch in flight at the last stop was appended; recorded");
                 match marker_of {
-                    Some(pid) => record_marker(file, i, &b, pid, expected),
-                    None => record_appended(part, &b, expected),
+                    // The offset past the map may be our commit's marker or the ABORT the
+                    // original wrote when the replay's timeout passed: EndTxn is sent again
+                    // (same epoch and outcome: answered 0 if it was ours, fenced if not) and
+                    // the marker is recorded only then.
+                    Some(_) => {
+                        tracing::info!(mirror = %file.mirror, partition = %tp, original = expected.0, "failback: a marker follows the map; EndTxn is sent again to learn whose it is");
+                    }
+                    // One offset past the map while a replayed transaction is open may be that
+                    // transaction's timeout ABORT rather than our single-record batch: the
+                    // partition stops rather than mark unsent records as copied.
+                    None if b.next_offset().0 - b.base_offset().0 == 1
+                        && !txn_replay::open_transactions(&part.txns).is_empty() =>
+                    {
+                        part.error = Some(format!("the original's log holds one offset ({expected}) past the copy while a replayed transaction is open: it is either the one-record batch at kmirror offset {} or the original's ABORT of that transaction after its timeout; nothing more is produced to the partition until an operator checks it (kafka-dump-log.sh on the original)", b.base_offset()));
+                    }
+                    None => {
+                        tracing::info!(mirror = %file.mirror, partition = %tp, kmirror = b.base_offset().0, original = expected.0, "failback: the batch in flight at the last stop was appended; recorded");
+                        record_appended(part, &b, expected);
+                    }
                 }
             }
             Reconciled::Lost => {

@@ -53,6 +53,9 @@ pub struct CallError {
     pub retryable: bool,
 }
 
+/// Kafka's INVALID_TRANSACTION_TIMEOUT: the asked timeout exceeds `transaction.max.timeout.ms`.
+const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+
 impl CallError {
     fn retry(message: impl Into<String>) -> CallError {
         CallError {
@@ -314,6 +317,13 @@ impl TxnConn {
             answer = (ProducerId(resp.producer_id.0), resp.producer_epoch);
             Ok(resp.error_code)
         })?;
+        if code == INVALID_TRANSACTION_TIMEOUT {
+            // A setting of the original, not a passing state: retrying cannot succeed.
+            return Err(CallError::permanent(format!(
+                "InitProducerId {transactional_id} on {}: error {code} INVALID_TRANSACTION_TIMEOUT: the original's transaction.max.timeout.ms is below the {timeout_ms} ms failback replays transactions with; raise it on the original",
+                self.addr
+            )));
+        }
         if code != 0 {
             return Err(CallError::retry(format!(
                 "InitProducerId {transactional_id} on {}: error {code}",
