@@ -62,7 +62,7 @@ sleep "$SECS"
 cpu=$(awk '{print ($14 + $15) / 100}' "/proc/$serve_pid/stat")
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true; serve_pid=""
 kill "$src_pid"; wait "$src_pid" 2>/dev/null || true; src_pid=""
-bytes=$(find "$WORK/data" -name '*.log' -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+bytes=$(find "$WORK/data" -name '*.log' -printf '%s\n' | awk '{s += $1} END {printf "%.0f\n", s}')
 echo "mirrored_bytes=$bytes MBps=$(awk -v b="$bytes" -v s="$SECS" 'BEGIN {printf "%.1f", b / 1e6 / s}') kmirror_cpu_s=$cpu load1_end=$(cut -d' ' -f1 /proc/loadavg)"
 logs=("$WORK"/data/latency/*.hlog)
 [[ -f ${logs[0]} ]] || { echo "no latency log under $WORK/data/latency" >&2; tail "$WORK/serve.log" >&2; exit 1; }

@@ -87,7 +87,7 @@ cpu_ticks() { # pid -> utime+stime ticks (fields 14, 15; the name in field 2 may
 }
 
 log_bytes() { # dir -> bytes in all .log segment files
-    { find "$1" -name '*.log' -printf '%s\n' 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}'
+    { find "$1" -name '*.log' -printf '%s\n' 2>/dev/null || true; } | awk '{s += $1} END {printf "%.0f\n", s}'
 }
 
 kv() { # key line -> value of key=... in line

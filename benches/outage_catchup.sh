@@ -82,6 +82,9 @@ steady_chunks() { # file: chunks of the steady producer until killed, one summar
   while :; do perf "$CHUNK_RECORDS" "$STEADY_RPS" >> "$1"; done
 }
 
+# 0. warm-up, not counted: the producer's first chunk against 5,000 fresh partitions pays for
+#    their metadata and first batches, which no later chunk does.
+perf "$CHUNK_RECORDS" "$STEADY_RPS" > "$WORK/warmup.txt"
 # 1. idle: kmirror not running.
 for _ in $(seq 1 "$IDLE_CHUNKS"); do perf "$CHUNK_RECORDS" "$STEADY_RPS" >> "$WORK/idle.txt"; done
 # 2. backlog, kmirror still stopped.
@@ -90,8 +93,8 @@ T0=$(date +%s.%N)
 perf "$BACKLOG_RECORDS" -1 > "$WORK/backlog.txt"
 echo "# backlog: $(cat "$WORK/backlog.txt") in $(python3 -c "import time; print(round(time.time() - $T0, 1))") s" >&2
 
-broker_bytes() { find "$WORK/broker-data" -path "*/$TOPIC-*" -name '*.log' -printf '%s\n' | awk '{s += $1} END {print s + 0}'; }
-ours_bytes() { find "$WORK/mirror" -name '*.log' -printf '%s\n' 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+broker_bytes() { find "$WORK/broker-data" -path "*/$TOPIC-*" -name '*.log' -printf '%s\n' | awk '{s += $1} END {printf "%.0f\n", s}'; }
+ours_bytes() { find "$WORK/mirror" -name '*.log' -printf '%s\n' 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'; }
 
 # 3. catch-up with the steady producer running.
 steady_chunks "$WORK/catchup.txt" &
@@ -137,6 +140,12 @@ stop_pid "$PRODUCER_PID"; PRODUCER_PID=""
 stop_pid "$SERVE_PID"; SERVE_PID=""
 [ "$status" = ok ] || { echo "catch-up $status"; tail -5 "$WORK/serve.log" >&2; }
 
+# The source's own serve limit for the same data: Kafka's ConsumerPerformance reading the whole
+# topic from the broker (no group join: --num-records the topic's records, a fresh group).
+RECORDS_AT_START=$(( BACKLOG_RECORDS + (IDLE_CHUNKS + 1) * CHUNK_RECORDS ))
+KAFKA_READ=$(java -Xmx1g -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" org.apache.kafka.tools.ConsumerPerformance \
+  --bootstrap-server "127.0.0.1:$PORT" --topic "$TOPIC" --num-records "$BACKLOG_RECORDS" \
+  --group outage-read-limit --timeout 120000 --hide-header 2>/dev/null | tail -1)
 # The copy limit for the same partitions: raw copy from the synthetic source.
 PBYTES=$(( END_BYTES / PARTITIONS ))
 "$BIN/kmirror-synth-source" --listen 127.0.0.1:0 --codec lz4 --batch-bytes 65536 \
@@ -151,9 +160,9 @@ RAW=$("$BIN/kmirror-raw-copy" --bootstrap "$SADDR" --codec lz4 --batch-bytes 655
 stop_pid "$SRC_PID"; SRC_PID=""
 
 python3 - "$START" "$END" "$BACKLOG_BYTES" "$END_BYTES" "$status" "$RAW" "$WORK/idle.txt" "$WORK/during.txt" \
-  "$PARTITIONS" "$RATE_MB_S" "$MAX_RATE" "$CODEC" "$KAFKA" <<'EOF'
+  "$PARTITIONS" "$RATE_MB_S" "$MAX_RATE" "$CODEC" "$KAFKA" "$KAFKA_READ" "$RECORDS_AT_START" <<'EOF'
 import re, sys
-start, end, backlog, end_bytes, status, raw, idle, during, parts, rate, cap, codec, kafka = sys.argv[1:]
+start, end, backlog, end_bytes, status, raw, idle, during, parts, rate, cap, codec, kafka, kread, at_start = sys.argv[1:]
 secs = float(end) - float(start)
 moved = int(end_bytes)
 kv = dict(x.split("=", 1) for x in raw.split() if "=" in x)
@@ -167,4 +176,15 @@ print(f"kafka={kafka} partitions={parts} codec={codec} steady_MBps={rate} max_ra
       f"backlog_bytes={int(backlog)} mirrored_bytes={moved} catchup_s={secs:.1f} "
       f"catchup_MBps={moved / secs / 1e6:.1f} raw_MBps={raw_mbps:.1f} ratio={moved / secs / 1e6 / raw_mbps:.2f} "
       f"p99_idle_ms={ip} (worst of {ni} chunks) p99_catchup_ms={dp} (worst of {nd} chunks)")
+# ConsumerPerformance: start, end, MB (MiB of values), MB.sec, nMsg, nMsg.sec, rebalance ms,
+# fetch ms, fetch.MB.sec, fetch.nMsg.sec. Its records/s (group join excluded) times the on-disk
+# bytes per record at the catch-up's start gives the broker's own read rate in the bytes
+# kmirror's figure counts.
+f = [x.strip() for x in kread.split(",")]
+if len(f) >= 10 and float(f[9]) > 0:
+    kafka_mbps = float(f[9]) * int(backlog) / int(at_start) / 1e6
+    print(f"kafka_consumer_MBps={kafka_mbps:.1f} ratio_to_kafka_consumer={moved / secs / 1e6 / kafka_mbps:.2f} "
+          f"(ConsumerPerformance from the same broker, {f[4]} records, fetch {f[7]} ms)")
+else:
+    print(f"kafka_consumer: no figure ({kread!r})")
 EOF

@@ -88,7 +88,7 @@ usage() { # label
     r=$(rss_kib)
     echo "$1: fds=$(fds) rss_kib=$r rss_per_partition_kib=$(awk -v r="$r" -v p="$PARTITIONS" 'BEGIN {printf "%.1f", r / p}')"
 }
-log_bytes() { { find "$data" -name '*.log' -printf '%s\n' 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}'; }
+log_bytes() { { find "$data" -name '*.log' -printf '%s\n' 2>/dev/null || true; } | awk '{s += $1} END {printf "%.0f\n", s}'; }
 start() { # log file -> sets serve_pid, t_exec
     t_exec=$(date +%s.%N)
     "$BIN/kmirror" serve --config "$WORK/kmirror.toml" >>"$1" 2>&1 &

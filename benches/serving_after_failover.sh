@@ -68,7 +68,7 @@ tool org.apache.kafka.tools.ProducerPerformance --topic "$TOPIC" --num-records "
   compression.type="$CODEC" > "$WORK/preload.log" 2>&1
 echo "# preload: $(tail -1 "$WORK/preload.log")"
 
-log_bytes() { { find "$1" -path "*/$TOPIC-*" -name '*.log' -printf '%s\n' 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}'; }
+log_bytes() { { find "$1" -path "*/$TOPIC-*" -name '*.log' -printf '%s\n' 2>/dev/null || true; } | awk '{s += $1} END {printf "%.0f\n", s}'; }
 TARGET=$(log_bytes "$WORK/broker-data"); sleep 1
 while [ "$(log_bytes "$WORK/broker-data")" != "$TARGET" ]; do TARGET=$(log_bytes "$WORK/broker-data"); sleep 1; done
 
