@@ -23,7 +23,9 @@ use kafka_protocol::messages::{ApiKey, DescribeAclsRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::control::group_sync::{connect_source, pick_version};
-use crate::control::mirror_def::{DefinitionError, MirrorDefinition};
+use crate::control::mirror_def::{
+    parse_u64_in, properties_under, DefinitionError, MirrorDefinition,
+};
 use crate::control::source_security::security_of;
 use crate::limits::{
     ACL_SYNC_INTERVAL_MS_DEFAULT, ACL_SYNC_INTERVAL_MS_MAX, ACL_SYNC_INTERVAL_MS_MIN,
@@ -109,30 +111,22 @@ impl AclSyncSettings {
 
     pub fn from_properties(props: &BTreeMap<String, String>) -> Result<Self, DefinitionError> {
         let mut s = AclSyncSettings::default();
-        for (key, v) in props.range(PREFIX.to_owned()..) {
-            if !key.starts_with(PREFIX) {
-                break;
-            }
-            let bad = |expected| DefinitionError::BadValue {
-                key: key.clone(),
-                value: v.clone(),
-                expected,
-            };
+        for (key, v) in properties_under(props, PREFIX) {
             match key.as_str() {
                 INCLUDE => {
-                    s.include = AclKinds::parse(v).ok_or_else(|| {
-                        bad("none, or a list of topics, groups, transactional-ids, cluster")
+                    s.include = AclKinds::parse(v).ok_or_else(|| DefinitionError::BadValue {
+                        key: key.clone(),
+                        value: v.clone(),
+                        expected: "none, or a list of topics, groups, transactional-ids, cluster",
                     })?
                 }
                 INTERVAL => {
-                    s.interval_ms = v
-                        .trim()
-                        .parse::<u64>()
-                        .ok()
-                        .filter(|ms| {
-                            (ACL_SYNC_INTERVAL_MS_MIN..=ACL_SYNC_INTERVAL_MS_MAX).contains(ms)
-                        })
-                        .ok_or_else(|| bad("interval in ms (100 ms to 24 h)"))?
+                    s.interval_ms = parse_u64_in(
+                        key,
+                        v,
+                        ACL_SYNC_INTERVAL_MS_MIN..=ACL_SYNC_INTERVAL_MS_MAX,
+                        "interval in ms (100 ms to 24 h)",
+                    )?
                 }
                 _ => return Err(DefinitionError::UnknownProperty(key.clone())),
             }

@@ -418,7 +418,36 @@ impl UncleanElectionSettings {
     }
 }
 
-fn parse_bool(key: &str, v: &str) -> Result<bool, DefinitionError> {
+/// The properties whose keys start with `prefix`, in key order (one settings group, e.g.
+/// `mirror.audit.`).
+pub(crate) fn properties_under<'a>(
+    props: &'a BTreeMap<String, String>,
+    prefix: &'a str,
+) -> impl Iterator<Item = (&'a String, &'a String)> + 'a {
+    props
+        .range(prefix.to_owned()..)
+        .take_while(move |(key, _)| key.starts_with(prefix))
+}
+
+/// `v` as a number within `range`, else BadValue naming `expected`.
+pub(crate) fn parse_u64_in(
+    key: &str,
+    v: &str,
+    range: std::ops::RangeInclusive<u64>,
+    expected: &'static str,
+) -> Result<u64, DefinitionError> {
+    v.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| DefinitionError::BadValue {
+            key: key.into(),
+            value: v.to_owned(),
+            expected,
+        })
+}
+
+pub(crate) fn parse_bool(key: &str, v: &str) -> Result<bool, DefinitionError> {
     match v.trim().to_ascii_lowercase().as_str() {
         "true" => Ok(true),
         "false" => Ok(false),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::control::mirror_def::DefinitionError;
+use crate::control::mirror_def::{parse_bool, parse_u64_in, properties_under, DefinitionError};
 use crate::limits::{
     AUDIT_BYTES_PER_SEC_DEFAULT, AUDIT_INTERVAL_MS_DEFAULT, AUDIT_INTERVAL_MS_MAX,
     AUDIT_INTERVAL_MS_MIN, AUDIT_ROUND_BYTES_MAX,
@@ -39,38 +39,20 @@ impl Default for AuditSettings {
 impl AuditSettings {
     pub fn from_properties(props: &BTreeMap<String, String>) -> Result<Self, DefinitionError> {
         let mut s = AuditSettings::default();
-        for (key, v) in props.range(PREFIX.to_owned()..) {
-            if !key.starts_with(PREFIX) {
-                break;
-            }
-            let bad = |expected| DefinitionError::BadValue {
-                key: key.clone(),
-                value: v.clone(),
-                expected,
-            };
+        for (key, v) in properties_under(props, PREFIX) {
             match key.as_str() {
-                ENABLED => {
-                    s.enabled = match v.trim().to_ascii_lowercase().as_str() {
-                        "true" => true,
-                        "false" => false,
-                        _ => return Err(bad("boolean")),
-                    }
-                }
+                ENABLED => s.enabled = parse_bool(key, v)?,
                 INTERVAL => {
-                    s.interval_ms = v
-                        .trim()
-                        .parse::<u64>()
-                        .ok()
-                        .filter(|ms| (AUDIT_INTERVAL_MS_MIN..=AUDIT_INTERVAL_MS_MAX).contains(ms))
-                        .ok_or_else(|| bad("interval in ms (100 ms to 24 h)"))?
+                    s.interval_ms = parse_u64_in(
+                        key,
+                        v,
+                        AUDIT_INTERVAL_MS_MIN..=AUDIT_INTERVAL_MS_MAX,
+                        "interval in ms (100 ms to 24 h)",
+                    )?
                 }
                 BYTES_PER_SEC => {
-                    s.bytes_per_sec = v
-                        .trim()
-                        .parse::<u64>()
-                        .ok()
-                        .filter(|b| *b >= 1)
-                        .ok_or_else(|| bad("bytes per second (at least 1)"))?
+                    s.bytes_per_sec =
+                        parse_u64_in(key, v, 1..=u64::MAX, "bytes per second (at least 1)")?
                 }
                 _ => return Err(DefinitionError::UnknownProperty(key.clone())),
             }
