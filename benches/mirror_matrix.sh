@@ -14,14 +14,17 @@
 # Per cell it prints one line of key=value figures:
 #   raw_MBps / raw_cpu_s_per_GB      raw-copy: record-batch bytes per second (responses' framing
 #                                    excluded, so both sides count the same bytes), its CPU
-#   MBps, batches_per_s              kmirror: .log bytes appended per second, from the first poll
-#                                    that saw data to the last .log write (its mtime)
-#   cpu_s_per_GB                     kmirror's user+system CPU (/proc/PID/stat) over that window
+#   MBps, batches_per_s              kmirror: .log bytes appended per second, from the source's
+#                                    first response with records (`first_records_at` on its
+#                                    stdout) to the last .log write (its mtime); the data dir is
+#                                    walked only after the source said `all_served_at`
+#   cpu_s_per_GB                     kmirror's user+system CPU (/proc/PID/stat) over that window,
+#                                    from the poll before the first records
 #   hwm_MiB                          kmirror's peak RSS (VmHWM), registered arena included
 #   arena_MiB, KiB_per_partition     shards x slots x slot size; (VmHWM - arena) / partitions
 #   ratio                            kmirror MB/s / raw-copy MB/s
 #   cpu_ratio                        kmirror CPU s/GB / raw-copy CPU s/GB
-#   startup_s                        serve start to the first mirrored byte (topic resolution,
+#   startup_s                        serve start to the first records sent (topic resolution,
 #                                    creating the partition directories), not in MBps
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +72,7 @@ start_source() { # args: data flags; sets src_pid, addr, layout
     # Removed first: the background child truncates it only once it runs, and the previous
     # source's line must not be read in the meantime.
     rm -f "$WORK/source.out"
-    "$BIN/kmirror-synth-source" --listen 127.0.0.1:0 "$@" >"$WORK/source.out" 2>"$WORK/source.err" &
+    "$BIN/kmirror-synth-source" --listen 127.0.0.1:0 --announce-progress "$@" >"$WORK/source.out" 2>"$WORK/source.err" &
     src_pid=$!
     for _ in $(seq 1 600); do
         grep -q '^listening on' "$WORK/source.out" 2>/dev/null && break
@@ -157,15 +160,27 @@ EOF
                 t_launch=$(date +%s.%N)
                 "$BIN/kmirror" serve --config "$WORK/kmirror.toml" >"$WORK/serve.log" 2>&1 &
                 serve_pid=$!
-                t0="" c0="" b0="" t1="" c1="" b1=0 status=ok
+                # The window opens when the source sends its first records (it says so on
+                # stdout) and closes at the last .log write. The data dir is walked only once the
+                # source has served everything: one walk of 16,384 partitions costs ~0.35 CPU-s,
+                # which polled during the run would take a core from the mirror being measured.
+                t0="" c0="" b0=0 t1="" c1="" b1=0 c_prev="" served="" status=ok
                 while :; do
                     if ! kill -0 "$serve_pid" 2>/dev/null; then status=serve-exited; break; fi
                     now=$(date +%s.%N)
                     c=$(cpu_ticks "$serve_pid" 2>/dev/null) || { status=serve-exited; break; }
-                    b=$(log_bytes "$data_dir")
-                    if [[ -z $t0 && $b -gt 0 ]]; then t0=$now c0=$c b0=$b; fi
-                    t1=$now c1=$c b1=$b
-                    ((b >= expected)) && break
+                    if [[ -z $t0 ]]; then
+                        t0=$(sed -n 's/^first_records_at=//p' "$WORK/source.out")
+                        # CPU from the poll before the first records: start-up's last ticks count
+                        # against kmirror rather than its first appends being missed.
+                        [[ -n $t0 ]] && c0=${c_prev:-$c}
+                    fi
+                    [[ -z $served ]] && grep -q '^all_served_at=' "$WORK/source.out" && served=1
+                    c_prev=$c c1=$c
+                    if [[ -n $served ]]; then
+                        b1=$(log_bytes "$data_dir")
+                        ((b1 >= expected)) && break
+                    fi
                     if awk -v n="$now" -v l="$t_launch" -v m="$CELL_TIMEOUT" 'BEGIN {exit !(n - l > m)}'; then
                         status=timeout; break
                     fi
@@ -175,6 +190,7 @@ EOF
                 stop "$serve_pid"; serve_pid=""
                 stop "$src_pid"; src_pid=""
                 if [[ $status != ok ]]; then
+                    b1=$(log_bytes "$data_dir")
                     echo "$cell load1=$load status=$status bytes=$b1 of $expected"
                     tail -5 "$WORK/serve.log" | sed 's/^/#   serve: /'
                     rm -rf "$data_dir"

@@ -221,6 +221,24 @@ impl Planned {
             error: self.error.is_some(),
         }
     }
+
+    /// Tells the catalog's progress what this partition was served (after the response that
+    /// carried it was written).
+    pub fn report_served(&self, catalog: &Catalog) {
+        let (Some(topic), None) = (self.topic, self.error) else {
+            return;
+        };
+        let Ok(partition) = usize::try_from(self.partition) else {
+            return;
+        };
+        let global = topic * catalog.spec.partitions as usize + partition;
+        let end = catalog
+            .batches_per_partition
+            .map(|n| n as i64 * catalog.records_per_batch());
+        catalog
+            .progress
+            .served(global, self.batches, self.next_offset.0, end);
+    }
 }
 
 /// Reads `wanted` (topics named as the request's `version` names them) at `now`: per

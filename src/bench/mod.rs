@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod fetch_response;
+pub mod progress;
 pub mod raw_copy;
 pub mod records;
 pub mod server;

@@ -14,6 +14,7 @@ use kafka_protocol::records::{
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::progress::ServeProgress;
 use super::{SynthError, SynthSpec};
 use crate::ids::{LeaderEpoch, Offset, TimestampMs};
 use crate::limits::BATCH_BYTES_MAX;
@@ -217,6 +218,8 @@ pub struct Catalog {
     /// When a rate-limited source's data started to appear (its first Fetch): the monotonic
     /// instant and the wall clock in ms at that instant.
     clock: OnceLock<(Instant, f64)>,
+    /// What has been served so far (benchmarks time a mirror by it).
+    pub progress: std::sync::Arc<ServeProgress>,
 }
 
 impl Catalog {
@@ -226,6 +229,7 @@ impl Catalog {
             .partition_bytes
             .map(|b| b.div_ceil(template.size() as u64).max(1));
         Ok(Catalog {
+            progress: std::sync::Arc::new(ServeProgress::new(spec.total_partitions())),
             spec,
             template,
             batches_per_partition,

@@ -523,6 +523,9 @@ impl Connection {
         }
         self.frame
             .write_to(&mut self.stream, self.catalog.template.body_after_offset())?;
+        for p in &self.planned {
+            p.report_served(&self.catalog);
+        }
         Ok(())
     }
 }

@@ -10,6 +10,11 @@ struct Cli {
     /// Address to listen on (port 0 picks a free port; the chosen address is printed).
     #[arg(long, default_value = "127.0.0.1:9092")]
     listen: String,
+    /// Print `first_records_at=<unix s>` when the first response with records is sent and
+    /// `all_served_at=<unix s>` once every partition was served to its end (benchmarks time a
+    /// mirror by them instead of walking its data dir).
+    #[arg(long)]
+    announce_progress: bool,
     /// Refuse fetch sessions (KIP-227), as a broker with a full session cache does: every
     /// client then sends full fetches.
     #[arg(long)]
@@ -29,6 +34,9 @@ fn main() -> anyhow::Result<()> {
         server = server.without_fetch_sessions();
     }
     let c = server.catalog();
+    if cli.announce_progress {
+        c.progress.announce();
+    }
     println!(
         "listening on {} batch_bytes={} records_per_batch={} batches_per_partition={} rate_mb_s={} fetch_sessions={}",
         server.local_addr(),
