@@ -291,3 +291,91 @@ fn parallel_recovery_equals_serial_recovery() {
     drop((serial, parallel));
     assert_eq!(tree(&one), tree(&many));
 }
+
+// Goal: after a crash, the log dir's open makes the re-read batches durable with one syncfs and
+// then moves each recovered partition's recovery point to its log end; a leader-epoch checkpoint
+// the rebuild left unchanged is not rewritten, and one it changed (epochs never flushed before
+// the crash) is written by the partition's first flush, which only then moves its recovery point.
+#[test]
+fn crash_recovery_moves_recovery_points_after_one_sync_and_rewrites_nothing_unchanged() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().join("data");
+    let mut dir = LogDir::open(&root, indexed_config(), &mut StdIo).expect("open");
+    let flushed = TopicPartition::new("flushed", 0);
+    let fresh = TopicPartition::new("fresh", 0);
+    dir.get_or_create(&flushed, None, None).expect("create");
+    dir.get_or_create(&fresh, None, None).expect("create");
+    let mut a = dir.take(&flushed).expect("take");
+    let mut b = dir.take(&fresh).expect("take");
+    for i in 0..4 {
+        a.append(&mut StdIo, &batch(i)).expect("append");
+    }
+    a.flush(&mut StdIo).expect("flush");
+    let checkpointed = a.log_end_offset();
+    dir.write_checkpoints().expect("checkpoint");
+    // More batches of the same epoch: the epoch checkpoint on file stays right for them.
+    for i in 4..10 {
+        a.append(&mut StdIo, &batch(i)).expect("append");
+    }
+    // Never flushed: its epoch is only in memory when the process dies.
+    for i in 0..5 {
+        b.append(&mut StdIo, &batch(i)).expect("append");
+    }
+    let epochs_a = root.join("flushed-0/leader-epoch-checkpoint");
+    let inode_before = std::fs::metadata(&epochs_a)
+        .expect("epochs of flushed")
+        .ino();
+    let index_a = tree(&root.join("flushed-0"));
+    // kill -9: nothing is closed.
+    drop((a, b, dir));
+    assert_eq!(
+        checkpoint(&root, "recovery-point-offset-checkpoint"),
+        vec![
+            ("flushed".into(), 0, checkpointed.0),
+            ("fresh".into(), 0, 0)
+        ]
+    );
+
+    let mut dir = LogDir::open(&root, indexed_config(), &mut StdIo).expect("reopen");
+    for (tp, batches) in [(&flushed, 6), (&fresh, 5)] {
+        let log = dir.get(tp).expect("log");
+        assert!(log.recovered_at_open(), "{tp} was recovered");
+        assert_eq!(log.revalidated_at_open().batches, batches, "{tp} re-read");
+    }
+    assert_eq!(
+        std::fs::metadata(&epochs_a).expect("epochs").ino(),
+        inode_before,
+        "an unchanged epoch checkpoint is not rewritten"
+    );
+    // The rebuilt indexes (and everything else) are the files as they were before the crash;
+    // the time index gains the entry for the recovered end that recovery always adds.
+    let after = tree(&root.join("flushed-0"));
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        index_a.keys().collect::<Vec<_>>()
+    );
+    for (name, before) in &index_a {
+        if name.ends_with(".timeindex") {
+            assert!(after[name].starts_with(before), "{name} lost entries");
+        } else {
+            assert!(&after[name] == before, "{name} differs after recovery");
+        }
+    }
+    // `flushed` moved to its end; `fresh` waits for its epochs to reach the disk.
+    assert_eq!(
+        checkpoint(&root, "recovery-point-offset-checkpoint"),
+        vec![("flushed".into(), 0, 10), ("fresh".into(), 0, 0)]
+    );
+    let log = dir.get(&fresh).expect("fresh");
+    assert!(log.has_unflushed(), "the first flush round must take it");
+    let mut log = dir.take(&fresh).expect("take");
+    log.flush(&mut StdIo).expect("flush");
+    let text = std::fs::read_to_string(root.join("fresh-0/leader-epoch-checkpoint")).unwrap();
+    assert_eq!(text, "0\n1\n1 0\n");
+    dir.write_checkpoints().expect("checkpoint");
+    assert_eq!(
+        checkpoint(&root, "recovery-point-offset-checkpoint"),
+        vec![("flushed".into(), 0, 10), ("fresh".into(), 0, 5)]
+    );
+}

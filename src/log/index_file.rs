@@ -96,19 +96,65 @@ impl<E: IndexEntry<N>, const N: usize> IndexFile<E, N> {
 
     /// Removes the entries for offsets ≥ `offset`.
     pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
-        let keep = if offset <= self.base {
-            0
-        } else {
-            let rel = offset.0 - self.base.0;
-            self.entries
-                .partition_point(|e| (e.relative_offset().0 as i64) < rel)
-        };
+        let keep = self.keep_below(offset);
         self.truncate_entries(keep)
     }
 
     /// Drops every entry (recovery rebuilds the index from scratch).
     pub fn reset(&mut self) -> Result<(), LogError> {
         self.truncate_entries(0)
+    }
+
+    /// `truncate_to` for recovery: the entries go at once, the file is cut only by
+    /// `settle_len`, after the rebuilt entries were written over it. Why: recovery cuts every
+    /// index at the region it re-reads and then writes the same entries back; cutting first
+    /// freed, discarded and reallocated the blocks of every recovered partition's indexes
+    /// (ext4_truncate was a third of a 16,384-partition restart). Until `settle_len` the file
+    /// may hold stale entries past the kept ones; a crash then leaves them above the recovery
+    /// point, which the next recovery cuts again (it never trusts entries there).
+    pub fn truncate_to_deferred(&mut self, offset: Offset) {
+        let keep = self.keep_below(offset);
+        self.entries.truncate(keep);
+        self.pending.truncate(keep);
+        self.maybe_longer = true;
+    }
+
+    /// `reset` for recovery (see `truncate_to_deferred`).
+    pub fn reset_deferred(&mut self) {
+        self.entries.clear();
+        self.pending.truncate(0);
+        self.maybe_longer = true;
+    }
+
+    /// Cuts the file to its written entries when it may be longer (after the deferred cuts
+    /// and the rebuilt entries' write); a file the rebuild covered exactly is left alone.
+    pub fn settle_len(&mut self) -> Result<(), LogError> {
+        if !self.maybe_longer {
+            return Ok(());
+        }
+        let exact = (self.pending.on_file() * N) as u64;
+        let len = match std::fs::metadata(&self.path) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(LogError::io(&self.path, e)),
+        };
+        if len != exact {
+            self.file
+                .set_len(exact)
+                .map_err(|e| LogError::io(&self.path, e))?;
+        }
+        self.maybe_longer = false;
+        Ok(())
+    }
+
+    /// How many entries have offsets below `offset`.
+    fn keep_below(&self, offset: Offset) -> usize {
+        if offset <= self.base {
+            return 0;
+        }
+        let rel = offset.0 - self.base.0;
+        self.entries
+            .partition_point(|e| (e.relative_offset().0 as i64) < rel)
     }
 
     fn truncate_entries(&mut self, keep: usize) -> Result<(), LogError> {

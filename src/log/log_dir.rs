@@ -22,7 +22,7 @@ use crate::log::config::LogConfig;
 use crate::log::io::LogIo;
 use crate::log::partition_log::PartitionLog;
 use crate::log::read_view::ReadCatalog;
-use crate::log::recovery::LoadOptions;
+use crate::log::recovery::{LoadOptions, SyncAfter};
 use crate::log::{clean_shutdown, LogError};
 
 #[derive(Debug)]
@@ -138,11 +138,27 @@ impl LogDir {
             work.push((tp, entry.path(), load));
         }
         let threads = threads.unwrap_or_else(|| recovery_threads(work.len()));
-        let logs = open_all(work, threads, io, |tp, path, load, io| {
-            let log = PartitionLog::open(path, tp.clone(), None, config_for(tp), *load, io);
+        // Opened before recovery writes anything, so its syncfs reports their writeback errors.
+        let root_fd = std::fs::File::open(root).map_err(|e| LogError::io(root, e))?;
+        let mut logs = open_all(work, threads, io, |tp, path, load, io| {
+            let log = PartitionLog::open_syncing(
+                path,
+                tp.clone(),
+                None,
+                config_for(tp),
+                *load,
+                io,
+                SyncAfter::Caller,
+            );
             opened.fetch_add(1, Ordering::Relaxed);
             log
         })?;
+        // Re-read batches of every recovered partition are made durable by one syncfs (what
+        // `create_missing` does for new partitions) before their recovery points move.
+        if logs.values().any(PartitionLog::awaiting_sync) {
+            rustix::fs::syncfs(&root_fd).map_err(|e| LogError::io(root, e.into()))?;
+            logs.values_mut().for_each(PartitionLog::synced_after_open);
+        }
         let recovered = logs.values().filter(|l| l.recovered_at_open()).count();
         let (bytes, batches) = logs.values().fold((0, 0), |(b, n), l| {
             let r = l.revalidated_at_open();

@@ -221,6 +221,43 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn a_deferred_cut_keeps_the_file_until_settled_and_then_makes_it_exact() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("00000000000000000000.index");
+        let mut idx = OffsetIndex::create(&path, Offset(0), 16).expect("create");
+        for (o, p) in [(5, 100), (10, 200), (15, 300)] {
+            idx.append(&mut StdIo, Offset(o), FilePosition(p))
+                .expect("append");
+        }
+        let before = std::fs::read(&path).expect("read");
+        let inode = std::fs::metadata(&path).expect("meta").ino();
+        // Recovery: cut at 10, rebuild the same entries, settle: the file is untouched.
+        idx.truncate_to_deferred(Offset(10));
+        assert_eq!(idx.len(), 1);
+        assert_eq!(std::fs::read(&path).expect("read"), before, "no cut yet");
+        idx.push(Offset(10), FilePosition(200)).expect("push");
+        idx.push(Offset(15), FilePosition(300)).expect("push");
+        idx.write_pending(&mut StdIo).expect("write");
+        idx.settle_len().expect("settle");
+        assert_eq!(std::fs::read(&path).expect("read"), before);
+        assert_eq!(std::fs::metadata(&path).expect("meta").ino(), inode);
+        // A rebuild that ends earlier (a cut log) is cut to exactly its entries.
+        idx.reset_deferred();
+        idx.push(Offset(5), FilePosition(100)).expect("push");
+        idx.write_pending(&mut StdIo).expect("write");
+        assert_eq!(
+            std::fs::read(&path).expect("read").len(),
+            24,
+            "stale entries until settled"
+        );
+        idx.settle_len().expect("settle");
+        assert_eq!(std::fs::read(&path).expect("read"), before[..8].to_vec());
+        let again = OffsetIndex::open(&path, Offset(0), 16).expect("open");
+        assert_eq!(again.entries(), idx.entries());
+    }
+
     proptest! {
         /// Lookup returns exactly the greatest entry ≤ target, for any sorted entry set.
         #[test]

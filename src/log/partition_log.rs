@@ -24,7 +24,7 @@ use crate::log::producer_state::{
     delete_snapshots_above, delete_snapshots_below, ProducerStateManager,
 };
 use crate::log::read_view::{LogState, PartitionHandle, Publisher};
-use crate::log::recovery::{self, rebuild_producer_state, LoadOptions};
+use crate::log::recovery::{self, rebuild_producer_state, LoadOptions, SyncAfter};
 use crate::log::retention::{deletable_prefix, SegmentFacts};
 use crate::log::segment::{AppendMark, ChunkStats, Recovered, Segment};
 use crate::log::{partition_meta, LogError};
@@ -110,6 +110,8 @@ pub struct PartitionLog {
     log_start: Offset,
     /// Everything below this offset is known to be on disk (fdatasync'ed).
     recovery_point: Offset,
+    /// The recovery point an open left for its caller to confirm (`SyncAfter::Caller`).
+    awaiting_sync: Option<Offset>,
     epochs: LeaderEpochCache,
     producers: ProducerStateManager,
     unflushed_messages: u64,
@@ -180,6 +182,7 @@ impl PartitionLog {
             segments: vec![segment],
             log_start: Offset::ZERO,
             recovery_point: Offset::ZERO,
+            awaiting_sync: None,
             unflushed_messages: 0,
             last_flush_ms: now,
             offline: None,
@@ -206,6 +209,21 @@ impl PartitionLog {
         load: LoadOptions,
         io: &mut impl LogIo,
     ) -> Result<PartitionLog, LogError> {
+        Self::open_syncing(dir, tp, topic_id, config, load, io, SyncAfter::Load)
+    }
+
+    /// `open`, with `sync` saying who makes re-read batches durable: with
+    /// `SyncAfter::Caller` the recovery point stays where it was until the caller made them
+    /// durable and called `synced_after_open`.
+    pub(crate) fn open_syncing(
+        dir: &Path,
+        tp: TopicPartition,
+        topic_id: Option<Uuid>,
+        config: LogConfig,
+        load: LoadOptions,
+        io: &mut impl LogIo,
+        sync: SyncAfter,
+    ) -> Result<PartitionLog, LogError> {
         config.validate()?;
         let stored_id = partition_meta::read(dir)?;
         let topic_id = match (stored_id, topic_id) {
@@ -223,7 +241,8 @@ impl PartitionLog {
         };
         let mut epochs = LeaderEpochCache::load(dir)?;
         let mut producers = ProducerStateManager::new();
-        let mut loaded = recovery::load(dir, &config, &load, io, &mut epochs, &mut producers)?;
+        let mut loaded =
+            recovery::load(dir, &config, &load, io, &mut epochs, &mut producers, sync)?;
         // Opening and recovery held the files; an idle partition holds none (`lazy_file`).
         for seg in &mut loaded.segments {
             seg.release_files();
@@ -236,6 +255,7 @@ impl PartitionLog {
             segments: loaded.segments,
             log_start: loaded.log_start,
             recovery_point: loaded.recovery_point,
+            awaiting_sync: loaded.awaiting_sync,
             epochs,
             producers,
             unflushed_messages: 0,
@@ -252,6 +272,25 @@ impl PartitionLog {
             })),
         }
         .with_checkpoint_published())
+    }
+
+    /// Whether the open left re-read batches for the caller to make durable
+    /// (`SyncAfter::Caller`).
+    pub(crate) fn awaiting_sync(&self) -> bool {
+        self.awaiting_sync.is_some()
+    }
+
+    /// The caller made everything this log's open wrote durable: the recovery point moves to
+    /// the recovered end, as `open` would have moved it after its own fsyncs.
+    pub(crate) fn synced_after_open(&mut self) {
+        if let Some(end) = self.awaiting_sync.take() {
+            assert!(
+                end <= self.log_end_offset(),
+                "recovery point past the log end"
+            );
+            self.recovery_point = self.recovery_point.max(end);
+            self.checkpoint.publish(self.checkpoint_entry());
+        }
     }
 
     /// Whether opening had to revalidate batches (no clean shutdown, or a bad index): after a

@@ -541,8 +541,9 @@ impl Segment {
     where
         F: FnMut(&Batch<'_>) -> Result<Option<AbortedTxn>, LogError>,
     {
-        self.offset_index.reset()?;
-        self.time_index.reset()?;
+        // The index files are cut after the rebuild, and only where it did not cover them.
+        self.offset_index.reset_deferred();
+        self.time_index.reset_deferred();
         self.txn_index.reset()?;
         self.bytes_since_last_index_entry = 0;
         self.max_timestamp_so_far = (TimestampMs::NONE, self.base);
@@ -604,8 +605,8 @@ impl Segment {
             Some(h) => h.base_offset,
             None => self.next_offset_below(at)?,
         };
-        self.offset_index.truncate_to(next)?;
-        self.time_index.truncate_to(next)?;
+        self.offset_index.truncate_to_deferred(next);
+        self.time_index.truncate_to_deferred(next);
         self.txn_index.truncate_to(next)?;
         // Kafka's counter: the bytes appended since the batch that got the last entry began.
         self.bytes_since_last_index_entry = match self.offset_index.entries().last() {
@@ -720,6 +721,8 @@ impl Segment {
         self.write_pending_indexes(io)?;
         let (ts, off) = self.max_timestamp_so_far;
         self.time_index.maybe_append(io, ts, off, true)?;
+        self.offset_index.settle_len()?;
+        self.time_index.settle_len()?;
         revalidated.cut = cut;
         Ok(revalidated)
     }
