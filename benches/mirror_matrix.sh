@@ -39,11 +39,12 @@ CODECS=${CODECS:-"lz4 zstd"}
 SHARDS=${SHARDS:-"1 2"}
 TOTAL_MB=${TOTAL_MB:-1000}       # data per cell (MB = 10^6 bytes), split over the partitions
 MAX_CELL_MB=${MAX_CELL_MB:-3000} # skip cells whose whole-batch rounding needs more than this
-# A cell's data dir is set aside and deleted only when the set-aside ones pass TRASH_MAX_MB (and
-# at the end). Why: ext4 without a journal (this VM's root) skips inodes freed in the last 60-300 s
-# when it allocates, so a cell creating 16,384 partitions right after the previous cell deleted
-# its own spent 10-30 s of its start-up in that search, which a fresh host never pays.
-TRASH_MAX_MB=${TRASH_MAX_MB:-12000}
+# A cell's data dir is emptied (its .log files cut to 0 B, so their pages are dropped, not
+# written back) and set aside; the files themselves are deleted at the end. Why: ext4 without a
+# journal (this VM's root) skips inodes freed in the last 60-300 s when it allocates, so a cell
+# creating 16,384 partitions right after the previous cell deleted its own spent 10-30 s of its
+# start-up in that search, which a fresh host never pays. (Keeping the data instead made the
+# next cells wait on its writeback.)
 CELL_TIMEOUT=${CELL_TIMEOUT:-180}
 POLL=${POLL:-0.2}
 MAX_BYTES=${MAX_BYTES:-8388608}          # fetch max_bytes, kmirror and raw copy alike
@@ -72,13 +73,11 @@ cleanup() {
     rm -rf "$WORK"
 }
 trash_n=0
-set_aside() { # data dir -> moved under $WORK/trash, which is emptied past TRASH_MAX_MB
+set_aside() { # data dir -> its .log files emptied, the dir moved under $WORK/trash
+    find "$1" -type f -name '*.log' -exec truncate -s 0 {} +
     mkdir -p "$WORK/trash"
     mv "$1" "$WORK/trash/$trash_n"
     trash_n=$((trash_n + 1))
-    if (($(du -sm "$WORK/trash" | cut -f1) > TRASH_MAX_MB)); then
-        rm -rf "$WORK/trash"
-    fi
 }
 trap cleanup EXIT
 
