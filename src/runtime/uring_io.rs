@@ -2,8 +2,10 @@
 //!
 //! Owned transiently by the shard thread (it borrows the shard's `Ring` for one append or one
 //! response). Writes are submitted *and reaped* on the shard's ring before the call returns:
-//! buffered page-cache writes complete in microseconds (on XFS/ext4 they complete inline;
-//! elsewhere an io-wq worker runs them), so waiting keeps the log's simple synchronous contract
+//! buffered page-cache writes complete in microseconds (where the filesystem takes async
+//! buffered writes, e.g. XFS, inline; on ext4 an io-wq worker runs them, which the profiles in
+//! benches/RESULTS.md show on this VM's 6.18 kernel), so waiting keeps the log's simple
+//! synchronous contract
 //! while async network completions that arrive meanwhile are queued, not lost. `write_batch`
 //! (a whole fetch response's appends, see `mirror_shard_append.rs`) submits all its writes at
 //! once and waits once. When the bytes lie inside the registered arena (the usual case: record
