@@ -379,3 +379,64 @@ fn crash_recovery_moves_recovery_points_after_one_sync_and_rewrites_nothing_unch
         vec![("flushed".into(), 0, 10), ("fresh".into(), 0, 5)]
     );
 }
+
+// Goal: when every recovered partition waits for its first flush (its epochs changed, so its
+// recovery point may not move at open), the open still makes recovery's writes durable with its
+// syncfs; and a second kill -9 before that flush recovers the partition again from the same
+// point, over several segments, to the same log.
+#[test]
+fn a_partition_waiting_for_its_first_flush_is_synced_and_recovers_again_after_a_second_crash() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().join("data");
+    let mut dir = LogDir::open(&root, indexed_config(), &mut StdIo).expect("open");
+    let tp = TopicPartition::new("deferred", 0);
+    dir.get_or_create(&tp, None, None).expect("create");
+    let mut log = dir.take(&tp).expect("take");
+    let mut next = 0;
+    while log.segments().len() < 3 {
+        log.append(&mut StdIo, &batch(next)).expect("append");
+        next += 1;
+    }
+    // Rolls flushed the sealed segments and epoch 1; a new leader epoch since then reached no
+    // checkpoint file.
+    for _ in 0..3 {
+        let b = BatchBuilder::new(Offset(next))
+            .leader_epoch(LeaderEpoch(2))
+            .record(TimestampMs(9000 + next), Some(b"k"), Some(&[b'w'; 90]), &[])
+            .build();
+        log.append(&mut StdIo, &b).expect("append");
+        next += 1;
+    }
+    let end = log.log_end_offset();
+    let recovery_point = log.recovery_point();
+    dir.write_checkpoints().expect("checkpoint");
+    drop((log, dir));
+
+    for round in 0..2 {
+        let dir = LogDir::open(&root, indexed_config(), &mut StdIo).expect("reopen");
+        assert!(
+            dir.synced_at_open(),
+            "round {round}: recovery's writes were synced"
+        );
+        let log = dir.get(&tp).expect("log");
+        assert!(log.recovered_at_open());
+        assert_eq!(log.log_end_offset(), end, "round {round}");
+        assert_eq!(
+            log.recovery_point(),
+            recovery_point,
+            "round {round}: the recovery point waits for the first flush"
+        );
+        assert!(log.revalidated_at_open().batches > 0);
+        // kill -9 again before any flush.
+        drop(dir);
+    }
+    let mut dir = LogDir::open(&root, indexed_config(), &mut StdIo).expect("reopen");
+    let mut log = dir.take(&tp).expect("take");
+    log.flush(&mut StdIo).expect("flush");
+    assert_eq!(log.recovery_point(), end);
+    dir.restore(log);
+    dir.close(&mut StdIo).expect("close");
+    let dir = LogDir::open(&root, indexed_config(), &mut StdIo).expect("clean reopen");
+    assert!(!dir.synced_at_open(), "a clean open recovers nothing");
+    assert_eq!(dir.get(&tp).expect("log").log_end_offset(), end);
+}

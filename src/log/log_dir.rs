@@ -36,6 +36,8 @@ pub struct LogDir {
     cells: BTreeMap<TopicPartition, Arc<CheckpointCell>>,
     /// Where partitions are announced to the Kafka endpoint, once attached.
     catalog: Option<Arc<ReadCatalog>>,
+    /// Whether the open made recovery's writes durable with its one syncfs.
+    synced_at_open: bool,
 }
 
 /// `<topic>-<partition>` → the partition, for live partition directories. Kafka's deleted,
@@ -153,9 +155,14 @@ impl LogDir {
             opened.fetch_add(1, Ordering::Relaxed);
             log
         })?;
-        // Re-read batches of every recovered partition are made durable by one syncfs (what
-        // `create_missing` does for new partitions) before their recovery points move.
-        if logs.values().any(PartitionLog::awaiting_sync) {
+        // What recovery wrote (re-read batches' pages, rebuilt indexes, a `.txnindex` cut and
+        // rebuilt) is made durable by one syncfs (what `create_missing` does for new
+        // partitions) before any recovery point moves. It runs whenever any partition was
+        // recovered, also when every one of them waits for its first flush to move its
+        // recovery point (changed epochs): a later roll moves the recovery point over segments
+        // this open rewrote without syncing them again.
+        let synced_at_open = logs.values().any(PartitionLog::recovered_at_open);
+        if synced_at_open {
             rustix::fs::syncfs(&root_fd).map_err(|e| LogError::io(root, e.into()))?;
             logs.values_mut().for_each(PartitionLog::synced_after_open);
         }
@@ -188,6 +195,7 @@ impl LogDir {
             lent: BTreeSet::new(),
             cells,
             catalog: None,
+            synced_at_open,
         };
         // From here on the directory is live: a crash must trigger recovery.
         dir.write_checkpoints()?;
@@ -208,6 +216,12 @@ impl LogDir {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Whether opening recovered some partition and so ran the syncfs that makes recovery's
+    /// writes durable.
+    pub fn synced_at_open(&self) -> bool {
+        self.synced_at_open
     }
 
     pub fn get(&self, tp: &TopicPartition) -> Option<&PartitionLog> {

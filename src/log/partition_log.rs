@@ -274,12 +274,6 @@ impl PartitionLog {
         .with_checkpoint_published())
     }
 
-    /// Whether the open left re-read batches for the caller to make durable
-    /// (`SyncAfter::Caller`).
-    pub(crate) fn awaiting_sync(&self) -> bool {
-        self.awaiting_sync.is_some()
-    }
-
     /// The caller made everything this log's open wrote durable: the recovery point moves to
     /// the recovered end, as `open` would have moved it after its own fsyncs.
     pub(crate) fn synced_after_open(&mut self) {
