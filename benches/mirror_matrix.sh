@@ -8,6 +8,8 @@
 #   benches/mirror_matrix.sh                      # the full matrix, ~1 GB per cell
 #   QUICK=1 BIN=target/debug benches/mirror_matrix.sh   # two tiny cells, to validate the script
 #   PARTS="16 4096" BATCHES=16384 CODECS=lz4 SHARDS=1 TOTAL_MB=2000 benches/mirror_matrix.sh
+#   REPEAT=3 PARTS="16 4096" ... benches/mirror_matrix.sh | benches/matrix_summary.sh
+#                                    # three runs per cell, medians per cell
 #   SESSIONS="on off" PARTS=4096 ... benches/mirror_matrix.sh   # kmirror with and without
 #                                    # KIP-227 fetch sessions ([fetch.source_load] sessions)
 #
@@ -51,6 +53,9 @@ MAX_BYTES=${MAX_BYTES:-8388608}          # fetch max_bytes, kmirror and raw copy
 PARTITION_MAX=${PARTITION_MAX:-1048576}  # fetch partition_max_bytes
 SLOT_BYTES=${SLOT_BYTES:-$((MAX_BYTES + 1048576))}
 SLOTS=${SLOTS:-8}
+# Runs per cell, each a raw copy then kmirror; benches/matrix_summary.sh takes the medians.
+# Single cells move by ±30 % on this 2-core VM (benches/RESULTS.md, session 9).
+REPEAT=${REPEAT:-1}
 RAW=${RAW:-1}                            # RAW=0 skips the raw-copy half
 SESSIONS=${SESSIONS:-on}                 # "on off": each cell once per setting, each with its raw copy
 for b in kmirror kmirror-synth-source kmirror-raw-copy; do
@@ -114,14 +119,14 @@ echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /pr
 for codec in $CODECS; do
     for batch in $BATCHES; do
         for parts in $PARTS; do
-            for shards in $SHARDS; do for sess in $SESSIONS; do
+            for shards in $SHARDS; do for sess in $SESSIONS; do for rep in $(seq 1 "$REPEAT"); do
                 pbytes=$((TOTAL_MB * 1000000 / parts))
                 data=(--codec "$codec" --batch-bytes "$batch" --partitions "$parts" --partition-bytes "$pbytes")
                 start_source "${data[@]}"
                 bb=$(kv batch_bytes "$layout")
                 bpp=$(kv batches_per_partition "$layout")
                 expected=$((parts * bpp * bb))
-                cell="codec=$codec batch=$bb partitions=$parts shards=$shards sessions=$sess batches_per_partition=$bpp total_bytes=$expected"
+                cell="codec=$codec batch=$bb partitions=$parts shards=$shards sessions=$sess rep=$rep batches_per_partition=$bpp total_bytes=$expected"
                 if ((expected > MAX_CELL_MB * 1000000)); then
                     echo "$cell skipped: whole batches need more than MAX_CELL_MB=$MAX_CELL_MB"
                     stop "$src_pid"; src_pid=""
@@ -227,7 +232,7 @@ EOF
                         if (raw != "") line = line sprintf(" raw_MBps=%s raw_cpu_s_per_GB=%s ratio=%.2f cpu_ratio=%.2f", raw, rawcpu, mbps / raw, (mb > 0 && rawcpu > 0 ? cpu / (mb / 1000) / rawcpu : 0))
                         print line
                     }'
-            done; done
+            done; done; done
         done
     done
 done
