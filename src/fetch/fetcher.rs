@@ -327,6 +327,10 @@ struct Partition {
     bad_records_streak: u32,
     /// Appends in a row that failed on a full disk (`rewind`), for the retry backoff.
     append_failures: u32,
+    /// Rewound while a request was in flight: that request asked for the offsets past the
+    /// rolled-back records, so its answer for this partition is dropped (appending it would
+    /// leave a gap where the rolled-back records belong).
+    skip_in_flight_answer: bool,
     /// Position in `Fetcher::order`: (rank of the topic's group, insertion sequence).
     order_key: OrderKey,
     /// In `Fetcher::touched`, to be visited by the next incremental request.
@@ -406,6 +410,8 @@ pub struct Fetcher {
     next_seq: u64,
     /// Partitions changed since the last request visited them (see "Work per request").
     touched: Vec<Slot>,
+    /// Partitions whose answer in the response now awaited is dropped (`rewind`).
+    skip_answers: Vec<Slot>,
     /// The next request's partitions, in `order` (kept to reuse its allocation).
     visit: Vec<Slot>,
     /// Partition backoff deadlines, earliest first. Entries go stale when a backoff is reset or
@@ -481,6 +487,7 @@ impl Fetcher {
             next_rank: 0,
             next_seq: 0,
             touched: Vec::new(),
+            skip_answers: Vec::new(),
             visit: Vec::new(),
             backoffs: BTreeSet::new(),
             in_session: 0,
@@ -563,6 +570,7 @@ impl Fetcher {
             log_start_moved_from: None,
             bad_records_streak: 0,
             append_failures: 0,
+            skip_in_flight_answer: false,
             order_key,
             touched: false,
             tp: start.tp,
@@ -722,6 +730,7 @@ impl Fetcher {
         last_epoch: LeaderEpoch,
         now: Instant,
     ) -> Result<(), FetcherError> {
+        let in_flight = self.pending.is_some();
         let p = self
             .partition_mut(slot)
             .ok_or(FetcherError::NoSuchSlot(slot))?;
@@ -729,10 +738,17 @@ impl Fetcher {
         p.log_end = log_end;
         p.last_fetched_epoch = last_epoch;
         p.append_failures = p.append_failures.saturating_add(1);
+        // The shard sends the next fetch before the previous response's writes complete, so
+        // the request in flight may already ask for the offsets after the rolled-back ones.
+        let skip = in_flight && !p.skip_in_flight_answer;
+        p.skip_in_flight_answer |= skip;
         // The backoff was reset by the response that brought the records; replay the streak.
         p.backoff.succeed();
         for _ in 0..p.append_failures {
             p.backoff.fail(now);
+        }
+        if skip {
+            self.skip_answers.push(slot);
         }
         self.touch(slot);
         Ok(())
@@ -1163,6 +1179,24 @@ impl Fetcher {
         now: Instant,
         events: &mut Vec<FetchEvent>,
     ) -> Result<(), FetcherError> {
+        // Partitions rewound while this response's request was in flight skip their answer in
+        // it, and only in it.
+        let skipped = std::mem::take(&mut self.skip_answers);
+        let handled = self.handle_response_frame(frame, now, events);
+        for slot in skipped {
+            if let Some(p) = self.partition_mut(slot) {
+                p.skip_in_flight_answer = false;
+            }
+        }
+        handled
+    }
+
+    fn handle_response_frame(
+        &mut self,
+        frame: Bytes,
+        now: Instant,
+        events: &mut Vec<FetchEvent>,
+    ) -> Result<(), FetcherError> {
         let Some(pending) = self.pending.take() else {
             return Err(ConnError::UnexpectedResponse.into());
         };
@@ -1320,7 +1354,7 @@ impl Fetcher {
         events: &mut Vec<FetchEvent>,
     ) {
         let p = self.slots[slot.0 as usize].as_mut().expect("looked up");
-        if p.state != PartitionState::Fetching {
+        if p.state != PartitionState::Fetching || p.skip_in_flight_answer {
             return;
         }
         let code = pd.error_code;

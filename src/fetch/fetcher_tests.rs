@@ -758,6 +758,67 @@ fn rewind_after_a_full_disk_refetches_with_a_growing_backoff() {
     assert_eq!(t - b.now, waits[0], "a successful append resets the streak");
 }
 
+// Goal: the shard sends its next fetch before the previous response's writes complete, so a
+// rewind (a full disk rolled an append back) can come while a request asking for the offsets
+// after the rolled-back records is in flight; that request's answer for the partition is
+// dropped (appending it would leave a gap), and the partition is fetched again from the rewound
+// offset.
+#[test]
+fn a_rewind_while_a_request_is_in_flight_drops_its_answer_for_the_partition() {
+    let mut b = Broker::new(12);
+    let s = b.add(0, 10, 0);
+    let other = b.add(1, 0, 0);
+    let (h, _) = b.fetch_request();
+    b.respond(
+        &h,
+        &fetch_response(0, vec![partition(0, 20, Some(batch(10, 5, 0)))], false),
+    );
+    assert_eq!(b.f.fetch_offset(s), Some(Offset(15)));
+    // The next request goes out (asking for 15) before the append of 10..15 completes...
+    let (h, req) = b.fetch_request();
+    assert!(sent_partitions(&req).contains(&(0, 15)));
+    // ...which then fails on a full disk and is rolled back.
+    b.f.rewind(s, Offset(10), LeaderEpoch(0), b.now).unwrap();
+    b.respond(
+        &h,
+        &fetch_response(
+            0,
+            vec![
+                partition(0, 20, Some(batch(15, 5, 0))),
+                partition(1, 3, Some(batch(0, 3, 0))),
+            ],
+            false,
+        ),
+    );
+    assert!(
+        !b.events
+            .iter()
+            .any(|e| matches!(e, FetchEvent::Records(r) if r.slot == s)),
+        "records past the rolled-back ones must not be appended: {:?}",
+        b.events
+    );
+    assert!(b
+        .events
+        .iter()
+        .any(|e| matches!(e, FetchEvent::Records(r) if r.slot == other)));
+    assert_eq!(b.f.fetch_offset(s), Some(Offset(10)));
+    // After its backoff the partition is asked for from 10 again, and that answer counts.
+    b.now += std::time::Duration::from_secs(60);
+    let (h, req) = b.fetch_request();
+    assert!(
+        sent_partitions(&req).contains(&(0, 10)),
+        "{:?}",
+        sent_partitions(&req)
+    );
+    b.respond(
+        &h,
+        &fetch_response(0, vec![partition(0, 20, Some(batch(10, 5, 0)))], false),
+    );
+    assert!(b.events.iter().any(
+        |e| matches!(e, FetchEvent::Records(r) if r.slot == s && r.first_offset == Offset(10))
+    ));
+}
+
 // Goal: inside a session an incremental request carries only partitions whose state changed,
 // whatever the fetcher holds: a partition in backoff is forgotten and sent again (from its
 // fetch offset) once the backoff ends, with no other event than time passing; a paused one is

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::ids::{Offset, RelativeOffset};
 use crate::log::index_pending::{PendingEntries, PendingIndex};
-use crate::log::io::WriteOp;
+use crate::log::io::{OwnedWriteOp, WriteOp};
 use crate::log::lazy_file::{Hold, LazyFile};
 use crate::log::offset_index::check_absolute;
 use crate::log::LogError;
@@ -180,6 +180,18 @@ impl<E: IndexEntry<N>, const N: usize> IndexFile<E, N> {
     /// Closes the held descriptor (the segment is no longer active).
     pub fn release(&mut self) {
         self.file.release();
+    }
+
+    /// `pending_write` as an owned op (between `begin_batch` and `end_batch`): the entries'
+    /// bytes copied, the descriptor shared, so the write may complete after this call.
+    pub fn pending_write_owned(&self) -> Option<OwnedWriteOp> {
+        let op = self.pending_write()?;
+        Some(OwnedWriteOp {
+            file: self.file.batch_file_shared(),
+            pos: op.pos,
+            data: bytes::Bytes::copy_from_slice(op.data),
+            after_previous: op.after_previous,
+        })
     }
 
     /// Whether a descriptor is held (tests of the fd budget).

@@ -27,6 +27,28 @@ pub struct WriteOp<'a> {
     pub after_previous: bool,
 }
 
+/// A planned positional write that owns what it writes and the descriptor it writes through,
+/// for writes that outlive the call that planned them (a ring batch submitted before the shard
+/// sends its next fetch, completed later).
+#[derive(Debug, Clone)]
+pub struct OwnedWriteOp {
+    pub file: std::sync::Arc<File>,
+    pub pos: u64,
+    pub data: bytes::Bytes,
+    pub after_previous: bool,
+}
+
+impl OwnedWriteOp {
+    pub fn as_op(&self) -> WriteOp<'_> {
+        WriteOp {
+            file: &self.file,
+            pos: self.pos,
+            data: &self.data,
+            after_previous: self.after_previous,
+        }
+    }
+}
+
 /// Performs the log's file writes and syncs.
 pub trait LogIo {
     /// Write all of `data` at byte `pos` of `file`. Short writes are retried until done or failed.

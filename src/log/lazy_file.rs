@@ -22,6 +22,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::limits::INDEX_FILES_HELD_MAX;
 use crate::log::io::LogIo;
@@ -41,7 +42,9 @@ pub enum Hold {
 /// One held descriptor; a budgeted one gives its slot back when dropped.
 #[derive(Debug)]
 struct Held {
-    file: File,
+    /// Shared with the owned write ops of a ring batch in flight (`batch_file_shared`), which
+    /// keep the descriptor open until their CQEs even if the file is released meanwhile.
+    file: Arc<File>,
     budgeted: bool,
 }
 
@@ -111,7 +114,7 @@ impl LazyFile {
         if self.held.is_none() {
             let file = OpenOptions::new().read(true).write(true).open(&self.path)?;
             self.held = Some(Held {
-                file,
+                file: Arc::new(file),
                 budgeted: false,
             });
         }
@@ -132,7 +135,10 @@ impl LazyFile {
         };
         match keep {
             Some(budgeted) => {
-                let held = self.held.insert(Held { file, budgeted });
+                let held = self.held.insert(Held {
+                    file: Arc::new(file),
+                    budgeted,
+                });
                 f(&held.file)
             }
             None => f(&file),
@@ -180,7 +186,10 @@ impl LazyFile {
             Hold::Budgeted if take_budget_slot() => (true, false),
             Hold::Budgeted => (false, true),
         };
-        self.held = Some(Held { file, budgeted });
+        self.held = Some(Held {
+            file: Arc::new(file),
+            budgeted,
+        });
         self.batch_only = batch_only;
         Ok(())
     }
@@ -192,6 +201,17 @@ impl LazyFile {
             .as_ref()
             .expect("batch_file is called between begin_batch and end_batch")
             .file
+    }
+
+    /// `batch_file`, shared: for writes that may complete after `end_batch` closed it here.
+    pub fn batch_file_shared(&self) -> Arc<File> {
+        Arc::clone(
+            &self
+                .held
+                .as_ref()
+                .expect("batch_file is called between begin_batch and end_batch")
+                .file,
+        )
     }
 
     /// Ends what `begin_batch` began: a descriptor held for that batch only is closed.

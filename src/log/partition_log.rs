@@ -18,7 +18,7 @@ use crate::log::checkpoint_cell::{CheckpointCell, CheckpointEntry};
 pub(crate) use crate::log::clock::now_ms;
 use crate::log::config::{FlushPolicy, LogConfig};
 use crate::log::epoch_cache::{assign_epoch, LeaderEpochCache};
-use crate::log::io::{LogIo, WriteOp};
+use crate::log::io::{LogIo, OwnedWriteOp, WriteOp};
 use crate::log::lazy_file::FileRef;
 use crate::log::producer_state::{
     delete_snapshots_above, delete_snapshots_below, ProducerStateManager,
@@ -537,6 +537,15 @@ impl PartitionLog {
         records: &'a [u8],
     ) -> impl Iterator<Item = WriteOp<'a>> {
         self.active().staged_writes(&staged.mark, records)
+    }
+
+    /// `staged_writes` as owned ops (`Segment::staged_writes_owned`).
+    pub fn staged_writes_owned(
+        &self,
+        staged: &StagedAppend,
+        records: &bytes::Bytes,
+    ) -> impl Iterator<Item = OwnedWriteOp> {
+        self.active().staged_writes_owned(&staged.mark, records)
     }
 
     /// Completes a staged append once its writes were performed, with their outcome (the first

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::ids::{FilePosition, Offset, TimestampMs};
 use crate::log::config::LogConfig;
 use crate::log::index_pending::PendingIndex;
-use crate::log::io::{LogIo, WriteOp};
+use crate::log::io::{LogIo, OwnedWriteOp, WriteOp};
 use crate::log::lazy_file::{FileRef, Hold, LazyFile};
 use crate::log::offset_index::{relative, OffsetIndex};
 use crate::log::scan::{for_each_batch, read_header, BatchHeader, ScanEnd};
@@ -464,6 +464,25 @@ impl Segment {
         std::iter::once(log)
             .chain(self.offset_index.pending_write())
             .chain(self.time_index.pending_write())
+    }
+
+    /// `staged_writes` as owned ops, for a ring batch that completes after this call: the
+    /// `.log` op holds `bytes` (the records, shared), the index ops a copy of their entries,
+    /// and every op its file's descriptor.
+    pub fn staged_writes_owned(
+        &self,
+        mark: &AppendMark,
+        bytes: &bytes::Bytes,
+    ) -> impl Iterator<Item = OwnedWriteOp> {
+        let log = OwnedWriteOp {
+            file: self.log.batch_file_shared(),
+            pos: mark.size,
+            data: bytes.clone(),
+            after_previous: false,
+        };
+        std::iter::once(log)
+            .chain(self.offset_index.pending_write_owned())
+            .chain(self.time_index.pending_write_owned())
     }
 
     /// Completes a staged append with the outcome of its writes: on success the queued index

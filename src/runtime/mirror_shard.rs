@@ -1115,7 +1115,9 @@ impl MirrorShard {
                 }
             }
         }
-        self.write_staged(cx);
+        // Submitted, not waited for: the caller sends the next fetch first (`on_recv` →
+        // `drive`), and the writes complete at the next handler entry or the turn's end.
+        self.submit_staged(cx);
     }
 
     fn meter(&self, at: Loc) -> Option<&Arc<PartitionStats>> {
@@ -1239,6 +1241,9 @@ impl ShardHandler for MirrorShard {
     fn start(&mut self, _cx: &mut ShardCx<'_, MirrorEvent>) {}
 
     fn on_message(&mut self, cx: &mut ShardCx<'_, MirrorEvent>, msg: MirrorMsg) {
+        // Every handler entry first completes the response writes still in flight, so
+        // nothing below sees a log with an append under way.
+        self.complete_staged(cx);
         match msg {
             MirrorMsg::AddPartition { source, start, log } => {
                 self.add_partition(cx, source, start, *log)
@@ -1257,6 +1262,7 @@ impl ShardHandler for MirrorShard {
     }
 
     fn on_completion(&mut self, cx: &mut ShardCx<'_, MirrorEvent>, c: Completion) {
+        self.complete_staged(cx);
         let (i, generation, kind) = untag(c.tag);
         let Some(src) = self.sources.get_mut(i) else {
             return;
@@ -1295,7 +1301,12 @@ impl ShardHandler for MirrorShard {
 
     /// Hands every log back to the control thread, which closes the log dir as a whole
     /// (final index entries, fsync, checkpoints, clean-shutdown marker).
+    fn end_of_turn(&mut self, cx: &mut ShardCx<'_, MirrorEvent>) {
+        self.complete_staged(cx);
+    }
+
     fn stop(&mut self, cx: &mut ShardCx<'_, MirrorEvent>) {
+        self.complete_staged(cx);
         let mut logs = Vec::new();
         for src in &mut self.sources {
             if let Some(s) = src.socket.take() {

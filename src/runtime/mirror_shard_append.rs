@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::{resume_point, Cx, Loc, MirrorShard};
 use crate::fetch::fetcher::FetchedRecords;
 use crate::ids::Offset;
-use crate::log::io::{LogIo, WriteOp};
+use crate::log::io::OwnedWriteOp;
 use crate::log::partition_log::StagedAppend;
 use crate::log::LogError;
 use crate::runtime::uring_io::RingIo;
@@ -37,6 +37,10 @@ struct Staged {
 #[derive(Default)]
 pub(super) struct StagedAppends {
     staged: Vec<Staged>,
+    /// Appends whose writes were submitted (`submit_staged`) and await `complete_staged`.
+    in_flight: Vec<Staged>,
+    /// Where each in-flight append's ops end in the batch.
+    ends: Vec<usize>,
     /// When the first append of the response was staged.
     began: Option<Instant>,
     results: Vec<io::Result<()>>,
@@ -74,24 +78,47 @@ impl MirrorShard {
 
     /// Writes every staged append with one ring batch and completes each with its outcome.
     pub(super) fn write_staged(&mut self, cx: &mut Cx<'_>) {
+        self.submit_staged(cx);
+        self.complete_staged(cx);
+    }
+
+    /// Submits the staged appends' writes as one ring batch without waiting for them: the
+    /// ring owns the ops (the records' bytes, copies of the index entries, the descriptors)
+    /// until `complete_staged`. The logs keep their appends staged meanwhile, and every
+    /// handler entry (and the end of the turn) completes them before anything else can touch
+    /// those logs.
+    pub(super) fn submit_staged(&mut self, cx: &mut Cx<'_>) {
+        self.complete_staged(cx);
         if self.staged.staged.is_empty() {
             self.staged.began = None;
             return;
         }
         let staged = std::mem::take(&mut self.staged.staged);
-        let mut results = std::mem::take(&mut self.staged.results);
-        let mut ends = Vec::with_capacity(staged.len());
-        {
-            let mut ops: Vec<WriteOp<'_>> = Vec::with_capacity(staged.len() * 3);
-            for s in &staged {
-                let log = self
-                    .log(s.at)
-                    .expect("a staged log stays until its append completes");
-                ops.extend(log.staged_writes(&s.append, &s.records.records));
-                ends.push(ops.len());
-            }
-            RingIo::new(cx.ring).write_batch(&ops, &mut results);
+        let mut ops: Vec<OwnedWriteOp> = Vec::with_capacity(staged.len() * 3);
+        let mut ends = std::mem::take(&mut self.staged.ends);
+        ends.clear();
+        for s in &staged {
+            let log = self
+                .log(s.at)
+                .expect("a staged log stays until its append completes");
+            ops.extend(log.staged_writes_owned(&s.append, &s.records.records));
+            ends.push(ops.len());
         }
+        cx.ring.write_batch_begin(ops);
+        self.staged.in_flight = staged;
+        self.staged.ends = ends;
+    }
+
+    /// Waits for the submitted writes and completes each append with its outcome: the log's
+    /// read view, fetch position and progress move only now.
+    pub(super) fn complete_staged(&mut self, cx: &mut Cx<'_>) {
+        if self.staged.in_flight.is_empty() {
+            return;
+        }
+        let staged = std::mem::take(&mut self.staged.in_flight);
+        let ends = std::mem::take(&mut self.staged.ends);
+        let mut results = std::mem::take(&mut self.staged.results);
+        cx.ring.write_batch_finish(&mut results);
         let began = self.staged.began.take().unwrap_or_else(Instant::now);
         let clocks = (began.elapsed(), wall_ms());
         let mut start = 0;

@@ -27,7 +27,7 @@ use super::arena::{Arena, RegisteredChunk, SlotBuf};
 use crate::limits::{
     RING_CQ_ENTRIES, RING_OPS_IN_FLIGHT_MAX, RING_SQ_ENTRIES, RING_WRITE_BATCH_MAX,
 };
-use crate::log::io::WriteOp;
+use crate::log::io::{OwnedWriteOp, WriteOp};
 
 /// `user_data` of the single blocking op that may be in flight (it never enters the slab).
 const SYNC_KEY: u64 = u64::MAX;
@@ -163,6 +163,10 @@ pub struct Ring {
     batch: Vec<BatchOp>,
     /// Writes of the current `write_batch` window not completed yet.
     batch_outstanding: usize,
+    /// The first window of a batch begun and not yet finished.
+    batch_begun: Option<std::ops::Range<usize>>,
+    /// The ops of a batch begun with `write_batch_begin`, owned until its CQEs are in.
+    owned_batch: Vec<OwnedWriteOp>,
     stats: RingStats,
     fixed: Vec<RegisteredChunk>,
     /// Keeps registered memory mapped for as long as the ring may reference it.
@@ -233,6 +237,8 @@ impl Ring {
             sync_result: None,
             batch: Vec::new(),
             batch_outstanding: 0,
+            batch_begun: None,
+            owned_batch: Vec::new(),
             stats: RingStats::default(),
             fixed: Vec::new(),
             arena: None,
@@ -510,7 +516,45 @@ impl Ring {
     /// round. One result per op lands in `results`. Async completions that arrive meanwhile are
     /// queued for `pop_completion`.
     pub fn write_batch(&mut self, ops: &[WriteOp<'_>], results: &mut Vec<io::Result<()>>) {
-        assert!(self.batch.is_empty(), "one write batch at a time");
+        // The same `ops` are finished at once, before this borrow ends.
+        self.begin_window(ops);
+        self.finish_windows(ops, results);
+    }
+
+    /// `write_batch` without the wait: the batch's first window is submitted and the call
+    /// returns, so the caller can do other work (send its next fetch) while the kernel writes.
+    /// The ring owns the ops (their bytes and descriptors) until `write_batch_finish`, so the
+    /// memory the kernel reads stays alive however long that takes.
+    pub fn write_batch_begin(&mut self, ops: Vec<OwnedWriteOp>) {
+        {
+            let borrowed: Vec<WriteOp<'_>> = ops.iter().map(OwnedWriteOp::as_op).collect();
+            self.begin_window(&borrowed);
+        }
+        self.owned_batch = ops;
+    }
+
+    /// Waits for the batch `write_batch_begin` submitted (resubmitting short writes and the
+    /// windows after the first) and leaves one result per op in `results`.
+    pub fn write_batch_finish(&mut self, results: &mut Vec<io::Result<()>>) {
+        let ops = std::mem::take(&mut self.owned_batch);
+        {
+            let borrowed: Vec<WriteOp<'_>> = ops.iter().map(OwnedWriteOp::as_op).collect();
+            self.finish_windows(&borrowed, results);
+        }
+        // Every CQE of the batch is in: the kernel no longer reads `ops`.
+        drop(ops);
+    }
+
+    /// The first half of a batch: its first window is submitted, nothing is waited for.
+    /// Completions that arrive before `finish_windows` are kept for it. The kernel reads the
+    /// ops' memory until their CQEs, so the callers keep `ops` alive and unchanged until
+    /// `finish_windows` with the same ops returned (`write_batch` in one borrow,
+    /// `write_batch_begin` by owning them).
+    fn begin_window(&mut self, ops: &[WriteOp<'_>]) {
+        assert!(
+            self.batch.is_empty() && self.batch_begun.is_none(),
+            "one write batch at a time"
+        );
         self.stats.write_batches += 1;
         self.batch.extend(ops.iter().map(|op| BatchOp {
             written: 0,
@@ -521,11 +565,43 @@ impl Ring {
             },
             cqe: None,
         }));
-        while self.batch.iter().any(|b| b.state == BatchState::Pending) {
+        let end = self.submit_window(ops, 0);
+        if self.batch_outstanding > 0 {
+            self.submit_retrying(0);
+        }
+        self.batch_begun = Some(0..end);
+    }
+
+    /// Whether a batch begun with `write_batch_begin` awaits `write_batch_finish`.
+    pub fn write_batch_pending(&self) -> bool {
+        self.batch_begun.is_some()
+    }
+
+    /// The second half of a batch: waits for the begun window's writes, resubmits short ones
+    /// and the windows after the first, and leaves one result per op in `results`. `ops` must
+    /// equal those the batch began with.
+    fn finish_windows(&mut self, ops: &[WriteOp<'_>], results: &mut Vec<io::Result<()>>) {
+        let begun = self
+            .batch_begun
+            .take()
+            .expect("a write batch finished that was not begun");
+        assert_eq!(
+            self.batch.len(),
+            ops.len(),
+            "finished with other ops than begun"
+        );
+        let mut window = Some(begun);
+        while window.is_some() || self.batch.iter().any(|b| b.state == BatchState::Pending) {
             let mut i = 0;
-            while i < ops.len() {
-                let start = i;
-                i = self.submit_window(ops, start);
+            while i < ops.len() || window.is_some() {
+                let range = match window.take() {
+                    Some(first) => first,
+                    None => {
+                        let start = i;
+                        start..self.submit_window(ops, start)
+                    }
+                };
+                i = range.end;
                 // `ops` stays borrowed until every CQE of the window is in: only then may the
                 // kernel no longer read the memory the SQEs point at.
                 while self.batch_outstanding > 0 {
@@ -533,7 +609,7 @@ impl Ring {
                     self.submit_retrying(1);
                     self.reap();
                 }
-                self.settle_window(ops, start..i);
+                self.settle_window(ops, range);
             }
         }
         results.clear();
@@ -667,6 +743,11 @@ impl Drop for Ring {
                 self.submit_retrying(1);
                 self.reap();
             }
+        }
+        // A begun write batch's memory is owned here: wait for its writes too.
+        while self.batch_outstanding > 0 {
+            self.submit_retrying(1);
+            self.reap();
         }
         self.ready.clear();
     }

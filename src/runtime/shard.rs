@@ -30,6 +30,9 @@ pub trait ShardHandler {
     fn start(&mut self, cx: &mut ShardCx<'_, Self::Event>);
     fn on_message(&mut self, cx: &mut ShardCx<'_, Self::Event>, msg: Self::Msg);
     fn on_completion(&mut self, cx: &mut ShardCx<'_, Self::Event>, completion: Completion);
+    /// After each turn's completions, before the shard waits for the next: work a handler left
+    /// in flight during the turn (a response's log writes) is finished here.
+    fn end_of_turn(&mut self, _cx: &mut ShardCx<'_, Self::Event>) {}
     /// Once, on clean stop, before in-flight ops are cancelled: close files and sockets here.
     fn stop(&mut self, cx: &mut ShardCx<'_, Self::Event>);
 }
@@ -265,6 +268,7 @@ fn turn_loop<H: ShardHandler>(
                 handler.on_completion(cx, c);
             }
         }
+        handler.end_of_turn(cx);
         publish(cx);
     }
 }
