@@ -7,8 +7,9 @@
 //! benches/RESULTS.md show on this VM's 6.18 kernel), so waiting keeps the log's simple
 //! synchronous contract
 //! while async network completions that arrive meanwhile are queued, not lost. `write_batch`
-//! (a whole fetch response's appends, see `mirror_shard_append.rs`) submits all its writes at
-//! once and waits once. When the bytes lie inside the registered arena (the usual case: record
+//! submits all its writes at once and waits once. (A fetch response's appends do not go
+//! through here: `mirror_shard_append.rs` submits them with `Ring::write_batch_begin`, sends the
+//! next fetch, and completes them afterwards.) When the bytes lie inside the registered arena (the usual case: record
 //! slices of a fetch response received into a slot) the write is a WRITE_FIXED from that
 //! memory, with no copy and no per-I/O page pinning.
 
