@@ -1,17 +1,17 @@
 //! `LogIo` on the shard's own ring: the partition log's writes and syncs go through io_uring.
 //!
 //! Owned transiently by the shard thread (it borrows the shard's `Ring` for one append or one
-//! response). Writes are submitted *and reaped* on the shard's ring before the call returns:
-//! buffered page-cache writes complete in microseconds (where the filesystem takes async
-//! buffered writes, e.g. XFS, inline; on ext4 an io-wq worker runs them, which the profiles in
+//! flush). Writes are submitted *and reaped* on the shard's ring before the call returns:
+//! buffered page-cache writes complete in microseconds (inline where the filesystem takes async
+//! buffered writes, e.g. XFS; on ext4 an io-wq worker runs them, as the profiles in
 //! benches/RESULTS.md show on this VM's 6.18 kernel), so waiting keeps the log's simple
-//! synchronous contract
-//! while async network completions that arrive meanwhile are queued, not lost. `write_batch`
-//! submits all its writes at once and waits once. (A fetch response's appends do not go
-//! through here: `mirror_shard_append.rs` submits them with `Ring::write_batch_begin`, sends the
-//! next fetch, and completes them afterwards.) When the bytes lie inside the registered arena (the usual case: record
-//! slices of a fetch response received into a slot) the write is a WRITE_FIXED from that
-//! memory, with no copy and no per-I/O page pinning.
+//! synchronous contract while async network completions that arrive meanwhile are queued, not
+//! lost. `write_batch` submits all its writes at once and waits once. A fetch response's
+//! appends do not go through here: `mirror_shard_append.rs` submits them with
+//! `Ring::write_batch_begin`, sends the next fetch, and completes them afterwards. When the
+//! bytes lie inside the registered arena (the usual case: record slices of a fetch response
+//! received into a slot) the write is a WRITE_FIXED from that memory, with no copy and no
+//! per-I/O page pinning.
 
 use std::fs::File;
 use std::io;
