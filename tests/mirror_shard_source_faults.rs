@@ -345,14 +345,18 @@ fn a_full_disk_pauses_appends_and_mirroring_resumes_when_space_returns() {
         b = b.value(TimestampMs(1_700_000_000_000 + i), &[b'x'; 4000]);
     }
     let batch = b.build();
-    let resp = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
-        .with_topic(TopicName(StrBytes::from_static_str("t")))
-        .with_partitions(vec![PartitionData::default()
-            .with_partition_index(0)
-            .with_high_watermark(8)
-            .with_last_stable_offset(8)
-            .with_log_start_offset(0)
-            .with_records(Some(Bytes::from(batch.clone())))])]);
+    // Partition t-0's answer: `records`, with the source's log ending at `end`.
+    let records_response = |records: Vec<u8>, end: i64| {
+        FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
+            .with_topic(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(vec![PartitionData::default()
+                .with_partition_index(0)
+                .with_high_watermark(end)
+                .with_last_stable_offset(end)
+                .with_log_start_offset(0)
+                .with_records(Some(Bytes::from(records)))])])
+    };
+    let resp = records_response(batch.clone(), 8);
     let offsets = |req: &FetchRequest| -> Vec<i64> {
         req.topics
             .iter()
@@ -376,16 +380,7 @@ fn a_full_disk_pauses_appends_and_mirroring_resumes_when_space_returns() {
         for i in 0..8 {
             later = later.value(TimestampMs(1_700_000_000_100 + i), &[b'y'; 40]);
         }
-        let later =
-            FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
-                .with_topic(TopicName(StrBytes::from_static_str("t")))
-                .with_partitions(vec![PartitionData::default()
-                    .with_partition_index(0)
-                    .with_high_watermark(16)
-                    .with_last_stable_offset(16)
-                    .with_log_start_offset(0)
-                    .with_records(Some(Bytes::from(later.build())))])]);
-        answer(&mut conn, &header, &later);
+        answer(&mut conn, &header, &records_response(later.build(), 16));
         (header, req) = read_fetch(&mut conn);
     }
     // The same offset is asked for again (the append was rolled back, nothing skipped).

@@ -572,11 +572,6 @@ impl Ring {
         self.batch_begun = Some(0..end);
     }
 
-    /// Whether a batch begun with `write_batch_begin` awaits `write_batch_finish`.
-    pub fn write_batch_pending(&self) -> bool {
-        self.batch_begun.is_some()
-    }
-
     /// The second half of a batch: waits for the begun window's writes, resubmits short ones
     /// and the windows after the first, and leaves one result per op in `results`. `ops` must
     /// equal those the batch began with.
