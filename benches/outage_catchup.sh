@@ -12,8 +12,11 @@
 #                running; caught up = kmirror's .log bytes reach the broker's .log bytes of a
 #                moment before (within one poll); the chunks that ended before catch-up give the
 #                P99 produce latency during catch-up.
-# Then the raw copy (kmirror-raw-copy against the synthetic source, same partitions, same fetch
-# sizes, comparable batch size) gives this box's copy limit for the same number of partitions.
+# Then three limits for the same data: the raw copy from the same broker (kmirror-raw-copy
+# --from-broker: the same Fetch requests, only batch headers read), which is what this broker
+# can serve; Kafka's own ConsumerPerformance from the same broker; and the raw copy against the
+# synthetic source (same partitions and fetch sizes, comparable batch size), this box's copy
+# limit when the source costs nothing.
 #
 # Usage (build first: cargo build --release --bin kmirror --bin kmirror-synth-source --bin kmirror-raw-copy):
 #   PARTITIONS=5000 BACKLOG_MB=1000 RATE_MB_S=5 benches/outage_catchup.sh
@@ -146,6 +149,14 @@ RECORDS_AT_START=$(( BACKLOG_RECORDS + (IDLE_CHUNKS + 1) * CHUNK_RECORDS ))
 KAFKA_READ=$(java -Xmx1g -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" org.apache.kafka.tools.ConsumerPerformance \
   --bootstrap-server "127.0.0.1:$PORT" --topic "$TOPIC" --num-records "$BACKLOG_RECORDS" \
   --group outage-read-limit --timeout 120000 --hide-header 2>/dev/null | tail -1)
+# The same broker's copy limit: the raw copy from the broker itself (`--from-broker`: the same
+# Fetch requests as kmirror's, incremental sessions, one connection per shard, responses written
+# to a file, only batch headers read), the whole topic from offset 0 to its high watermark.
+mkdir -p "$WORK/raw-broker"
+RAW_BROKER=$("$BIN/kmirror-raw-copy" --from-broker --bootstrap "127.0.0.1:$PORT" --topic "$TOPIC" \
+  --partitions "$PARTITIONS" --out-dir "$WORK/raw-broker" --connections "$SHARDS" --seconds 600 \
+  --max-bytes 52428800 --partition-max-bytes 1048576)
+rm -rf "$WORK/raw-broker"
 # The copy limit for the same partitions: raw copy from the synthetic source.
 PBYTES=$(( END_BYTES / PARTITIONS ))
 "$BIN/kmirror-synth-source" --listen 127.0.0.1:0 --codec lz4 --batch-bytes 65536 \
@@ -160,9 +171,9 @@ RAW=$("$BIN/kmirror-raw-copy" --bootstrap "$SADDR" --codec lz4 --batch-bytes 655
 stop_pid "$SRC_PID"; SRC_PID=""
 
 python3 - "$START" "$END" "$BACKLOG_BYTES" "$END_BYTES" "$status" "$RAW" "$WORK/idle.txt" "$WORK/during.txt" \
-  "$PARTITIONS" "$RATE_MB_S" "$MAX_RATE" "$CODEC" "$KAFKA" "$KAFKA_READ" "$RECORDS_AT_START" <<'EOF'
+  "$PARTITIONS" "$RATE_MB_S" "$MAX_RATE" "$CODEC" "$KAFKA" "$KAFKA_READ" "$RECORDS_AT_START" "$RAW_BROKER" <<'EOF'
 import re, sys
-start, end, backlog, end_bytes, status, raw, idle, during, parts, rate, cap, codec, kafka, kread, at_start = sys.argv[1:]
+start, end, backlog, end_bytes, status, raw, idle, during, parts, rate, cap, codec, kafka, kread, at_start, rawb = sys.argv[1:]
 secs = float(end) - float(start)
 moved = int(end_bytes)
 kv = dict(x.split("=", 1) for x in raw.split() if "=" in x)
@@ -187,4 +198,8 @@ if len(f) >= 10 and float(f[9]) > 0:
           f"(ConsumerPerformance from the same broker, {f[4]} records, fetch {f[7]} ms)")
 else:
     print(f"kafka_consumer: no figure ({kread!r})")
+kb = dict(x.split("=", 1) for x in rawb.split() if "=" in x)
+rawb_mbps = float(kb["MB/s"])  # whole record batches, the bytes kmirror's .log files count
+print(f"raw_copy_from_broker_MBps={rawb_mbps:.1f} cpu_s_per_GB={kb['cpu_s_per_GB']} "
+      f"responses={kb['responses']} ratio_to_broker_raw_copy={moved / secs / 1e6 / rawb_mbps:.2f}")
 EOF

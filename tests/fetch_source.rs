@@ -722,3 +722,51 @@ fn corrupt_response_fails_only_that_partition() {
         "{events:?}"
     );
 }
+
+// Goal: the benchmarks' raw copy from a real broker (`bench::raw_copy_broker`, the denominator
+// of the outage catch-up) copies exactly what the broker holds: its whole-batch count equals
+// the bytes of the broker's segment files, with KIP-227 incremental sessions (many small
+// rounds, two connections) and with sessionless full fetches, and its output file holds every
+// response byte it received.
+#[test]
+fn broker_raw_copy_reads_every_segment_byte_with_and_without_sessions() {
+    use kmirror::bench::raw_copy_broker::{self, BrokerCopyConfig};
+    let kafka = harness::shared();
+    let topic = harness::unique_topic("raw-copy-broker");
+    kafka.create_topic(&topic, 3, &[]);
+    let opts = ProduceOpts {
+        codec: Codec::Lz4,
+        batch_size: 4096,
+        ..ProduceOpts::default()
+    };
+    for p in 0..3 {
+        kafka.produce(&topic, p, 600 * (p as usize + 1), &opts);
+    }
+    let on_disk: u64 = (0..3)
+        .map(|p| segment_bytes(&kafka.partition_dir(&topic, p)).len() as u64)
+        .sum();
+    assert!(on_disk > 0);
+    for sessions in [true, false] {
+        let out = tempfile::tempdir().unwrap();
+        let mut config = BrokerCopyConfig::new(kafka.bootstrap(), topic.clone(), 3);
+        config.max_bytes = 48 * 1024;
+        config.partition_max_bytes = 16 * 1024;
+        config.max_wait_ms = 100;
+        config.connections = 2;
+        config.sessions = sessions;
+        config.out_dir = Some(out.path().to_path_buf());
+        config.duration = Duration::from_secs(120);
+        let report = raw_copy_broker::run(&config).expect("raw copy from the broker");
+        assert_eq!(report.record_bytes, on_disk, "sessions={sessions}");
+        assert!(
+            report.responses > 6,
+            "sessions={sessions}: {} responses",
+            report.responses
+        );
+        let written: u64 = std::fs::read_dir(out.path())
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
+        assert_eq!(written, report.response_bytes, "sessions={sessions}");
+    }
+}

@@ -8,6 +8,7 @@ pub mod error;
 pub mod fetch_response;
 pub mod progress;
 pub mod raw_copy;
+pub mod raw_copy_broker;
 pub mod records;
 pub mod server;
 pub mod sessions;

@@ -1,11 +1,14 @@
 //! The raw-copy limit: fetch from the synthetic source and write the response bytes to files,
 //! with no parsing or validation. Pass the same data flags as to `kmirror-synth-source`.
+//! With `--from-broker`, copy `--topic`'s `--partitions` from a real Kafka broker instead, from
+//! offset 0 to the high watermark (`bench::raw_copy_broker`: only the batch headers are read).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
 use kmirror::bench::raw_copy::{self, RawCopyConfig};
+use kmirror::bench::raw_copy_broker::{self, BrokerCopyConfig};
 use kmirror::bench::spec::SynthArgs;
 
 #[derive(Debug, Parser)]
@@ -33,10 +36,21 @@ struct Cli {
     /// Stop after this many GB in all.
     #[arg(long)]
     max_gb: Option<f64>,
+    /// Copy from a real Kafka broker leading every partition of the (first) `--topic`, from
+    /// offset 0 to each partition's high watermark, with Fetch v12; the other data flags are
+    /// ignored.
+    #[arg(long)]
+    from_broker: bool,
+    /// With `--from-broker`: full fetches every time instead of KIP-227 incremental sessions.
+    #[arg(long)]
+    no_fetch_sessions: bool,
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if cli.from_broker {
+        return from_broker(cli);
+    }
     let mut config = RawCopyConfig::new(cli.bootstrap, cli.synth.to_spec());
     config.fetch_version = cli.fetch_version;
     config.max_bytes = cli.max_bytes;
@@ -56,6 +70,34 @@ fn main() -> anyhow::Result<()> {
         report.elapsed.as_secs_f64(),
         report.mb_per_s(),
         report.batches_per_s(),
+        report.cpu_seconds.map_or("n/a".into(), |c| format!("{c:.2}")),
+        report.cpu_seconds_per_gb().map_or("n/a".into(), |c| format!("{c:.3}")),
+    );
+    Ok(())
+}
+
+fn from_broker(cli: Cli) -> anyhow::Result<()> {
+    let topic = cli
+        .synth
+        .topics
+        .first()
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("--from-broker needs --topic"))?;
+    let mut config = BrokerCopyConfig::new(cli.bootstrap, topic, cli.synth.partitions);
+    config.max_bytes = cli.max_bytes;
+    config.partition_max_bytes = cli.partition_max_bytes;
+    config.connections = cli.connections;
+    config.sessions = !cli.no_fetch_sessions;
+    config.out_dir = cli.out_dir;
+    config.duration = Duration::from_secs_f64(cli.seconds);
+    let report = raw_copy_broker::run(&config)?;
+    println!(
+        "raw-copy-broker record_bytes={} response_bytes={} responses={} seconds={:.3} MB/s={:.1} cpu_s={} cpu_s_per_GB={}",
+        report.record_bytes,
+        report.response_bytes,
+        report.responses,
+        report.elapsed.as_secs_f64(),
+        report.mb_per_s(),
         report.cpu_seconds.map_or("n/a".into(), |c| format!("{c:.2}")),
         report.cpu_seconds_per_gb().map_or("n/a".into(), |c| format!("{c:.3}")),
     );
