@@ -7,7 +7,7 @@ use kmirror::log::config::{CleanupPolicy, FlushPolicy, LogConfig};
 use kmirror::log::io::StdIo;
 use kmirror::log::partition_log::PartitionLog;
 use kmirror::log::recovery::LoadOptions;
-use kmirror::log::segment::{segment_file, INDEX_SUFFIX, TIME_INDEX_SUFFIX};
+use kmirror::log::segment::{segment_file, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use kmirror::log::LogError;
 use kmirror::wire::batch_builder::BatchBuilder;
 
@@ -619,4 +619,132 @@ fn staged_appends_write_what_append_writes_and_roll_back_the_same() {
     staged_append(&mut staged, &mut StdIo, &last, Some(libc::EIO)).unwrap_err();
     assert!(staged.offline_reason().is_some());
     assert!(staged.append(&mut StdIo, &last).is_err());
+}
+
+/// Records the inode of every file `sync_data` is called on, and passes everything through.
+#[derive(Default)]
+struct SyncRecorder {
+    synced: Vec<u64>,
+}
+
+impl kmirror::log::io::LogIo for SyncRecorder {
+    fn write_all_at(&mut self, file: &std::fs::File, pos: u64, data: &[u8]) -> std::io::Result<()> {
+        StdIo.write_all_at(file, pos, data)
+    }
+
+    fn sync_data(&mut self, file: &std::fs::File) -> std::io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        self.synced.push(file.metadata()?.ino());
+        file.sync_data()
+    }
+}
+
+fn inode(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).expect("metadata").ino()
+}
+
+/// Appends 2-record batches of 200-byte values from `next` until the log has `segments`
+/// segments; returns the next offset.
+fn append_until_segments(
+    log: &mut PartitionLog,
+    io: &mut impl kmirror::log::io::LogIo,
+    mut next: i64,
+    segments: usize,
+) -> i64 {
+    while log.segments().len() < segments {
+        let b = with_records(
+            BatchBuilder::new(Offset(next)),
+            2,
+            TimestampMs(5000 + next),
+            200,
+        )
+        .build();
+        log.append(io, &b).expect("append");
+        next += 2;
+    }
+    next
+}
+
+/// Goal: a segment roll no longer fdatasyncs the rolled segment on the append path (a
+/// gigabyte's write-back held a shard for seconds). With deferred flushes (the shard's mode)
+/// the roll only asks for a flush; the owner plans it, goes on appending while its syncs run,
+/// and the recovery point moves to the plan's target — not past it — when it reports success;
+/// a flush asked for meanwhile waits for that one. Without deferral the append that rolled
+/// flushes before it returns, as before.
+#[test]
+fn a_roll_asks_for_a_flush_that_a_deferring_owner_performs_while_appends_go_on() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("orders-0");
+    let mut log = PartitionLog::create(&dir, tp(), None, small_config()).expect("create");
+    log.set_deferred_flushes(true);
+    let mut io = SyncRecorder::default();
+    let next = append_until_segments(&mut log, &mut io, 0, 2);
+    let first = [
+        inode(&segment_file(&dir, Offset(0), LOG_SUFFIX)),
+        inode(&segment_file(&dir, Offset(0), INDEX_SUFFIX)),
+        inode(&segment_file(&dir, Offset(0), TIME_INDEX_SUFFIX)),
+    ];
+    assert!(
+        !io.synced.iter().any(|i| first.contains(i)),
+        "the append that rolled synced the rolled segment"
+    );
+    assert_eq!(log.recovery_point(), Offset(0));
+    assert!(log.wants_flush());
+
+    let plan = log.begin_flush(&mut io).expect("begin").expect("a plan");
+    let target = log.log_end_offset();
+    assert_eq!(plan.target(), target);
+    let planned: Vec<u64> = plan.syncs().iter().map(|s| inode(s.path())).collect();
+    for i in first {
+        assert!(
+            planned.contains(&i),
+            "the plan misses a rolled segment file"
+        );
+    }
+    // Appends go on while the plan's syncs run; a second roll's flush waits for this one.
+    let next = append_until_segments(&mut log, &mut io, next, 3);
+    assert!(log.flush_in_flight());
+    assert!(!log.wants_flush(), "no second flush while one is in flight");
+    assert!(log.begin_flush(&mut io).expect("begin").is_none());
+    for s in plan.syncs() {
+        s.file().sync_data().expect("fdatasync");
+    }
+    log.finish_flush(plan, Ok(())).expect("finish");
+    assert_eq!(log.recovery_point(), target);
+    assert!(log.recovery_point() < log.log_end_offset());
+    assert!(log.wants_flush(), "the second roll's flush is still wanted");
+
+    let plan = log.begin_flush(&mut io).expect("begin").expect("a plan");
+    let planned: Vec<u64> = plan.syncs().iter().map(|s| inode(s.path())).collect();
+    assert!(
+        !planned.contains(&first[0]),
+        "a segment below the recovery point is synced again"
+    );
+    for s in plan.syncs() {
+        s.file().sync_data().expect("fdatasync");
+    }
+    log.finish_flush(plan, Ok(())).expect("finish");
+    assert_eq!(log.recovery_point(), log.log_end_offset());
+    assert!(!log.wants_flush());
+
+    // A failed sync takes the log offline and leaves the recovery point where it was.
+    let rp = log.recovery_point();
+    append_until_segments(&mut log, &mut io, next, 4);
+    let plan = log.begin_flush(&mut io).expect("begin").expect("a plan");
+    let failed = LogError::io(
+        plan.syncs()[0].path(),
+        std::io::Error::from_raw_os_error(libc::EIO),
+    );
+    assert!(log.finish_flush(plan, Err(failed)).is_err());
+    assert!(log.offline_reason().is_some());
+    assert_eq!(log.recovery_point(), rp);
+
+    // Without deferral: the append that rolls returns with everything flushed.
+    let dir2 = tmp.path().join("orders-1");
+    let mut log = PartitionLog::create(&dir2, tp(), None, small_config()).expect("create");
+    append_until_segments(&mut log, &mut StdIo, 0, 2);
+    assert_eq!(log.recovery_point(), log.log_end_offset());
+    assert!(!log.wants_flush());
+    assert!(!log.flush_in_flight());
 }

@@ -177,6 +177,21 @@ impl<E: IndexEntry<N>, const N: usize> IndexFile<E, N> {
         self.file.sync(io).map_err(|e| LogError::io(&self.path, e))
     }
 
+    /// A sync for the caller to perform later (`LazyFile::sync_ticket`), with the path.
+    pub fn sync_ticket(
+        &self,
+    ) -> Result<Option<(PathBuf, crate::log::lazy_file::SyncTicket)>, LogError> {
+        self.file
+            .sync_ticket()
+            .map(|t| t.map(|t| (self.path.clone(), t)))
+            .map_err(|e| LogError::io(&self.path, e))
+    }
+
+    /// A ticket's sync succeeded (`LazyFile::synced_through`).
+    pub fn synced_through(&mut self, covers: u64) {
+        self.file.synced_through(covers);
+    }
+
     /// Closes the held descriptor (the segment is no longer active).
     pub fn release(&mut self) {
         self.file.release();

@@ -17,6 +17,11 @@
 //! through a fresh descriptor is as strong as one through the writer's. A file counts as
 //! unsynced from open (a previous process may have left dirty pages) until a sync succeeds;
 //! later syncs of a file nothing was written to or cut since are skipped.
+//!
+//! A sync may also be performed by the file's owner after this call returns (`sync_ticket`, a
+//! shard's fdatasync submitted to its ring while it goes on appending): writes and cuts are
+//! counted, a ticket records the count it covers, and `synced_through` marks the file clean only
+//! if nothing was written since the ticket was taken.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -61,7 +66,10 @@ pub struct LazyFile {
     path: PathBuf,
     hold: Hold,
     held: Option<Held>,
-    unsynced: bool,
+    /// Writes and cuts so far (1 at open: a previous process may have left dirty pages).
+    written: u64,
+    /// The value of `written` the last successful sync covered.
+    synced: u64,
     /// The held descriptor was opened for one batch of writes only (past the budget) and is
     /// closed by `end_batch`.
     batch_only: bool,
@@ -74,7 +82,8 @@ impl LazyFile {
             path: path.to_path_buf(),
             hold,
             held: None,
-            unsynced: true,
+            written: 1,
+            synced: 0,
             batch_only: false,
         }
     }
@@ -124,7 +133,7 @@ impl LazyFile {
     /// Runs `f` on a writable descriptor: the held one, or a new one that is kept if the hold
     /// rule allows and closed after `f` otherwise. Marks the file unsynced.
     pub fn with_write<R>(&mut self, f: impl FnOnce(&File) -> io::Result<R>) -> io::Result<R> {
-        self.unsynced = true;
+        self.written += 1;
         if let Some(h) = &self.held {
             return f(&h.file);
         }
@@ -155,15 +164,44 @@ impl LazyFile {
 
     /// fdatasync, unless nothing was written to or cut from the file since its last sync.
     pub fn sync(&mut self, io: &mut impl LogIo) -> io::Result<()> {
-        if !self.unsynced {
+        if !self.is_unsynced() {
             return Ok(());
         }
+        let covers = self.written;
         match &self.held {
             Some(h) => io.sync_data(&h.file)?,
             None => io.sync_data(&OpenOptions::new().write(true).open(&self.path)?)?,
         }
-        self.unsynced = false;
+        self.synced = covers;
         Ok(())
+    }
+
+    /// Whether something was written to or cut from the file since its last sync.
+    pub fn is_unsynced(&self) -> bool {
+        self.written != self.synced
+    }
+
+    /// What a sync performed later by the caller needs (the held descriptor, or a new one
+    /// kept alive by the ticket), or `None` when the file is clean. Pass the ticket's `covers`
+    /// to `synced_through` once the fdatasync succeeded.
+    pub fn sync_ticket(&self) -> io::Result<Option<SyncTicket>> {
+        if !self.is_unsynced() {
+            return Ok(None);
+        }
+        let file = match &self.held {
+            Some(h) => Arc::clone(&h.file),
+            None => Arc::new(OpenOptions::new().write(true).open(&self.path)?),
+        };
+        Ok(Some(SyncTicket {
+            file,
+            covers: self.written,
+        }))
+    }
+
+    /// A ticket's fdatasync succeeded: the file is clean unless written since the ticket.
+    pub fn synced_through(&mut self, covers: u64) {
+        debug_assert!(covers <= self.written, "a ticket from the future");
+        self.synced = self.synced.max(covers);
     }
 
     /// Closes the held descriptor, if any (the segment stopped being active).
@@ -176,7 +214,7 @@ impl LazyFile {
     /// descriptor must outlive this call (a ring batch borrows it): the held one, or a new one
     /// kept by the hold rule, or one held for this batch only. Marks the file unsynced.
     pub fn begin_batch(&mut self) -> io::Result<()> {
-        self.unsynced = true;
+        self.written += 1;
         if self.held.is_some() {
             return Ok(());
         }
@@ -221,6 +259,14 @@ impl LazyFile {
             self.batch_only = false;
         }
     }
+}
+
+/// An fdatasync to perform later (`LazyFile::sync_ticket`): the descriptor, kept open by the
+/// ticket, and how many writes of the file it covers.
+#[derive(Debug, Clone)]
+pub struct SyncTicket {
+    pub file: Arc<File>,
+    pub covers: u64,
 }
 
 /// A descriptor to read through: the held one, or one opened for this use.
@@ -268,10 +314,10 @@ mod tests {
         assert_eq!(std::fs::metadata(&path).expect("meta").len(), 0);
         f.write_all_at(&mut StdIo, 0, b"abcd").expect("write");
         f.sync(&mut StdIo).expect("sync");
-        assert!(!f.unsynced);
+        assert!(!f.is_unsynced());
         f.sync(&mut StdIo).expect("clean sync");
         f.set_len(2).expect("cut");
-        assert!(f.unsynced);
+        assert!(f.is_unsynced());
         f.release();
         assert!(!f.is_held());
         f.sync(&mut StdIo).expect("sync through a fresh descriptor");
@@ -281,6 +327,34 @@ mod tests {
         assert!(matches!(file, FileRef::Opened(_)));
         std::os::unix::fs::FileExt::read_exact_at(&*file, &mut read, 0).expect("read");
         assert_eq!(&read, b"ab");
+    }
+
+    #[test]
+    fn a_ticket_cleans_the_file_only_if_nothing_was_written_after_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("x.log");
+        let mut f = LazyFile::create(&path, Hold::Budgeted).expect("create");
+        f.write_all_at(&mut StdIo, 0, b"abcd").expect("write");
+        f.release();
+        // Not held: the ticket keeps a fresh descriptor of the same inode open.
+        let t = f.sync_ticket().expect("ticket").expect("unsynced");
+        t.file.sync_data().expect("fdatasync");
+        f.write_all_at(&mut StdIo, 4, b"ef")
+            .expect("write after the ticket");
+        f.synced_through(t.covers);
+        assert!(
+            f.is_unsynced(),
+            "a write after the ticket keeps the file unsynced"
+        );
+        let t2 = f.sync_ticket().expect("ticket").expect("unsynced");
+        t2.file.sync_data().expect("fdatasync");
+        f.synced_through(t2.covers);
+        assert!(!f.is_unsynced());
+        assert!(f.sync_ticket().expect("ticket").is_none());
+        // An older ticket finishing late does not make a newer write look synced.
+        f.set_len(2).expect("cut");
+        f.synced_through(t.covers);
+        assert!(f.is_unsynced());
     }
 
     #[test]

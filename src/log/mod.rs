@@ -8,6 +8,7 @@ pub mod clock;
 pub mod config;
 pub mod epoch_cache;
 pub mod error;
+pub mod flush_plan;
 pub mod index_file;
 pub mod index_pending;
 pub mod io;

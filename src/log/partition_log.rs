@@ -18,6 +18,7 @@ use crate::log::checkpoint_cell::{CheckpointCell, CheckpointEntry};
 pub(crate) use crate::log::clock::now_ms;
 use crate::log::config::{FlushPolicy, LogConfig};
 use crate::log::epoch_cache::{assign_epoch, LeaderEpochCache};
+use crate::log::flush_plan::FlushPlan;
 use crate::log::io::{LogIo, OwnedWriteOp, WriteOp};
 use crate::log::lazy_file::FileRef;
 use crate::log::producer_state::{
@@ -130,6 +131,22 @@ pub struct PartitionLog {
     checkpoint: Arc<CheckpointCell>,
     /// A staged append waits for `finish_append`; nothing else may change the log meanwhile.
     staged: bool,
+    /// Flushes: the target of the one its owner performs now, whether another is wanted, and
+    /// whether the owner starts wanted flushes itself (`set_deferred_flushes`).
+    flushes: FlushState,
+}
+
+/// The log's side of flushes whose syncs its owner performs (`log::flush_plan`).
+#[derive(Debug, Default, Clone, Copy)]
+struct FlushState {
+    /// `begin_flush` handed out a plan for this target; `finish_flush` has not come back.
+    in_flight: Option<Offset>,
+    /// A roll (or a flush policy that came due while one was in flight) asked for a flush
+    /// that has not begun.
+    wanted: bool,
+    /// The owner starts wanted flushes (`begin_flush`) and performs them without waiting; a
+    /// log not deferred flushes synchronously at the end of the append that rolled.
+    deferred: bool,
 }
 
 impl PartitionLog {
@@ -190,6 +207,7 @@ impl PartitionLog {
             recovered_at_open: false,
             revalidated_at_open: Recovered::default(),
             staged: false,
+            flushes: FlushState::default(),
             checkpoint: Arc::new(CheckpointCell::new(CheckpointEntry {
                 recovery_point: Offset::ZERO,
                 log_start_above_first_segment: None,
@@ -265,6 +283,7 @@ impl PartitionLog {
             recovered_at_open: loaded.recovered,
             revalidated_at_open: loaded.revalidated,
             staged: false,
+            flushes: FlushState::default(),
             checkpoint: Arc::new(CheckpointCell::new(CheckpointEntry {
                 recovery_point: Offset::ZERO,
                 log_start_above_first_segment: None,
@@ -791,8 +810,12 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Makes a new active segment at `base`. The old one gets its final time-index entry and
-    /// is flushed, so the recovery point moves to `base` (Kafka flushes rolled segments too).
+    /// Makes a new active segment at `base`. The old one gets its final time-index entry; its
+    /// files are made durable by the flush the roll asks for (Kafka flushes rolled segments
+    /// too, on its scheduler rather than on the append path): a log whose owner defers
+    /// flushes (a shard) has the owner start it and go on appending meanwhile, any other log
+    /// flushes at the end of this append (`maybe_flush`). The recovery point moves only when
+    /// that flush succeeded.
     fn roll(&mut self, io: &mut impl LogIo, base: Offset, now: i64) -> Result<(), LogError> {
         let active = self.active();
         if active.is_empty() && active.base_offset() == base {
@@ -801,16 +824,15 @@ impl PartitionLog {
         assert!(base >= self.log_end_offset(), "roll base below the log end");
         let active = self.active_mut();
         active.write_final_time_entry(io)?;
-        active.flush(io)?;
-        // A sealed segment is only read (through descriptors opened per read) or deleted.
+        // A sealed segment is only read (through descriptors opened per read) or deleted; the
+        // flush syncs its files through descriptors of its own (`LazyFile::sync_ticket`).
         active.release_files();
-        self.sync_epochs(io)?;
         let segment = Segment::create(&self.dir, base, &self.config, now)?;
         self.segments.push(segment);
         // Kafka snapshots producer state on every roll, named after the new segment.
         self.producers.take_snapshot_with(io, &self.dir, base)?;
         sync_dir(&self.dir)?;
-        self.recovery_point = self.recovery_point.max(base);
+        self.flushes.wanted = true;
         Ok(())
     }
 
@@ -821,12 +843,18 @@ impl PartitionLog {
         self.epochs.flush_if_dirty_with(io)
     }
 
+    /// At the end of an append: the flush a roll asked for (unless the owner starts it,
+    /// `set_deferred_flushes`), else the flush policy's.
     fn maybe_flush(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        if self.flushes.wanted && !self.flushes.deferred && self.flushes.in_flight.is_none() {
+            return self.flush(io);
+        }
         self.flush_if_due(io, now_ms()).map(|_| ())
     }
 
     /// Applies `flush.ms` without an append: the owner calls this from its timer so that an
-    /// idle partition's tail still reaches the disk. Returns whether it flushed.
+    /// idle partition's tail still reaches the disk. Returns whether it flushed. A flush that
+    /// comes due while the owner performs one is wanted instead (`wants_flush`).
     pub fn flush_if_due(&mut self, io: &mut impl LogIo, now_ms: i64) -> Result<bool, LogError> {
         let due = match self.config.flush {
             FlushPolicy::PageCache => false,
@@ -836,48 +864,145 @@ impl PartitionLog {
                     || (self.unflushed_messages > 0 && now_ms - self.last_flush_ms >= ms)
             }
         };
-        if due {
-            self.flush(io)?;
+        if !due {
+            return Ok(false);
         }
-        Ok(due)
+        if self.flushes.in_flight.is_some() {
+            self.flushes.wanted = true;
+            return Ok(false);
+        }
+        self.flush(io)?;
+        Ok(true)
     }
 
     /// fdatasyncs every segment holding data above the recovery point, then moves the
-    /// recovery point to the log end.
+    /// recovery point to the log end: `begin_flush`, every planned sync through `io`, and
+    /// `finish_flush`, before returning.
     ///
     /// A failed fsync takes the log offline and leaves the recovery point where it was: after
     /// a failed fsync the kernel may have dropped the dirty pages, so a later fsync that
     /// succeeds proves nothing about them, and only recovery at the next open may vouch for
     /// that data again.
     pub fn flush(&mut self, io: &mut impl LogIo) -> Result<(), LogError> {
+        assert!(
+            self.flushes.in_flight.is_none(),
+            "a synchronous flush while the owner performs one: finish that first"
+        );
+        let plan = self
+            .begin_flush(io)?
+            .expect("no flush in flight, so begin_flush plans one");
+        let synced = plan.syncs.iter().try_for_each(|s| {
+            io.sync_data(s.file())
+                .map_err(|e| LogError::io(s.path(), e))
+        });
+        self.finish_flush(plan, synced)
+    }
+
+    /// The first half of a flush whose syncs the owner performs (`log::flush_plan`): writes
+    /// the epoch checkpoint if an append changed the epochs (synchronously, through `io`; the
+    /// recovery point must not pass a new epoch before the file has it), then plans an
+    /// fdatasync of every file written since its last sync in every segment holding data
+    /// above the recovery point, for a recovery point at the current log end. Appends may go
+    /// on while the syncs run; `finish_flush` completes it. `Ok(None)`: a flush is in flight
+    /// already; this one is wanted and begins once that one finished (`wants_flush`).
+    ///
+    /// Errors are as `flush`'s: a full disk at the epoch checkpoint leaves the log online with
+    /// nothing synced; any other error takes it offline.
+    pub fn begin_flush(&mut self, io: &mut impl LogIo) -> Result<Option<FlushPlan>, LogError> {
         self.assert_not_staged();
         if self.offline.is_some() {
             return Err(self.offline_error());
         }
-        let end = self.log_end_offset();
-        // The epoch checkpoint first: a full disk there has synced nothing yet, so the log
-        // stays online with its recovery point where it was (the append that flushed is
-        // rolled back and retried, as for a write that found the disk full).
+        if self.flushes.in_flight.is_some() {
+            self.flushes.wanted = true;
+            return Ok(None);
+        }
+        let target = self.log_end_offset();
         if let Err(e) = self.sync_epochs(io) {
             if !e.is_disk_full() {
                 self.take_offline(format!("epoch checkpoint failed: {e}"));
             }
             return Err(e);
         }
-        for i in 0..self.segments.len() {
-            let seg = &mut self.segments[i];
+        let mut syncs = Vec::new();
+        for seg in &self.segments {
             if seg.next_offset() > self.recovery_point || seg.base_offset() >= self.recovery_point {
-                if let Err(e) = seg.flush(io) {
+                if let Err(e) = seg.plan_syncs(&mut syncs) {
                     self.take_offline(format!("fsync failed: {e}"));
                     return Err(e);
                 }
             }
         }
-        self.recovery_point = end;
-        self.unflushed_messages = 0;
+        self.flushes.in_flight = Some(target);
+        self.flushes.wanted = false;
+        Ok(Some(FlushPlan {
+            target,
+            messages: self.unflushed_messages,
+            syncs,
+        }))
+    }
+
+    /// Completes `begin_flush` with the outcome of its syncs (the first error among them):
+    /// on success the files are clean up to what the plan covered and the recovery point
+    /// moves to the plan's target and is published; a failed sync takes the log offline (as
+    /// in `flush`) and leaves the recovery point where it was, as does a log that went
+    /// offline while the syncs ran.
+    pub fn finish_flush(
+        &mut self,
+        plan: FlushPlan,
+        synced: Result<(), LogError>,
+    ) -> Result<(), LogError> {
+        let target = self
+            .flushes
+            .in_flight
+            .take()
+            .expect("finish_flush without a flush in flight");
+        assert_eq!(target, plan.target, "finish_flush of another plan");
+        if let Err(e) = synced {
+            self.take_offline(format!("fsync failed: {e}"));
+            return Err(e);
+        }
+        if self.offline.is_some() {
+            return Err(self.offline_error());
+        }
+        debug_assert!(target <= self.log_end_offset(), "flushed past the log end");
+        for s in plan.syncs {
+            if let Some(seg) = self
+                .segments
+                .iter_mut()
+                .find(|g| g.base_offset() == s.segment)
+            {
+                seg.synced_through(s.which, s.ticket.covers);
+            }
+        }
+        self.recovery_point = self.recovery_point.max(target);
+        self.unflushed_messages = self.unflushed_messages.saturating_sub(plan.messages);
         self.last_flush_ms = now_ms();
         self.checkpoint.publish(self.checkpoint_entry());
         Ok(())
+    }
+
+    /// Whether a flush was asked for (a roll) that has not begun and may begin now: the
+    /// owner of a log with deferred flushes calls `begin_flush`.
+    pub fn wants_flush(&self) -> bool {
+        self.flushes.wanted && self.flushes.in_flight.is_none() && self.offline.is_none()
+    }
+
+    /// Whether `begin_flush` handed out a plan that `finish_flush` has not completed.
+    pub fn flush_in_flight(&self) -> bool {
+        self.flushes.in_flight.is_some()
+    }
+
+    /// Whether the owner starts the flushes a roll asks for (`wants_flush`, `begin_flush`)
+    /// and performs them while it goes on appending (a shard does). Off by default: the
+    /// append that rolled flushes before it returns. The owner must finish a flush in flight
+    /// before it turns this off or hands the log on.
+    pub fn set_deferred_flushes(&mut self, deferred: bool) {
+        assert!(
+            deferred || self.flushes.in_flight.is_none(),
+            "flushes no longer deferred while one is in flight"
+        );
+        self.flushes.deferred = deferred;
     }
 
     /// Whether data above the recovery point waits for a flush (what a periodic checkpoint
@@ -998,6 +1123,12 @@ impl PartitionLog {
     /// the end of the last batch that lies entirely below `offset`.
     pub fn truncate_to(&mut self, io: &mut impl LogIo, offset: Offset) -> Result<(), LogError> {
         self.assert_not_staged();
+        // A flush in flight makes everything below its target durable; only what was appended
+        // after it began (an append rolled back) may be cut meanwhile.
+        assert!(
+            self.flushes.in_flight.is_none_or(|t| offset >= t),
+            "truncating below a flush in flight"
+        );
         if offset >= self.log_end_offset() {
             return Ok(());
         }
@@ -1026,6 +1157,10 @@ impl PartitionLog {
         io: &mut impl LogIo,
         offset: Offset,
     ) -> Result<(), LogError> {
+        assert!(
+            self.flushes.in_flight.is_none(),
+            "deleting every segment under a flush in flight"
+        );
         let fresh = Segment::create(&self.dir, offset, &self.config, now_ms());
         // Build the new segment before deleting: if its base equals an old segment's, the old
         // files are simply replaced by the create.

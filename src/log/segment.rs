@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::ids::{FilePosition, Offset, TimestampMs};
 use crate::log::config::LogConfig;
+use crate::log::flush_plan::{PlannedSync, SegmentFile};
 use crate::log::index_pending::PendingIndex;
 use crate::log::io::{LogIo, OwnedWriteOp, WriteOp};
 use crate::log::lazy_file::{FileRef, Hold, LazyFile};
@@ -859,6 +860,43 @@ impl Segment {
         self.offset_index.sync(io)?;
         self.time_index.sync(io)?;
         self.txn_index.flush(io)
+    }
+
+    /// `flush` as syncs for the caller to perform later: one per file written since its last
+    /// sync (`log::flush_plan`).
+    pub fn plan_syncs(&self, out: &mut Vec<PlannedSync>) -> Result<(), LogError> {
+        let log = self
+            .log
+            .sync_ticket()
+            .map_err(|e| LogError::io(&self.log_path, e))?
+            .map(|t| (self.log_path.clone(), t));
+        let files = [
+            (SegmentFile::Log, log),
+            (SegmentFile::OffsetIndex, self.offset_index.sync_ticket()?),
+            (SegmentFile::TimeIndex, self.time_index.sync_ticket()?),
+            (SegmentFile::TxnIndex, self.txn_index.sync_ticket()?),
+        ];
+        for (which, planned) in files {
+            if let Some((path, ticket)) = planned {
+                out.push(PlannedSync {
+                    segment: self.base,
+                    which,
+                    path,
+                    ticket,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A planned sync of one of this segment's files succeeded.
+    pub fn synced_through(&mut self, which: SegmentFile, covers: u64) {
+        match which {
+            SegmentFile::Log => self.log.synced_through(covers),
+            SegmentFile::OffsetIndex => self.offset_index.synced_through(covers),
+            SegmentFile::TimeIndex => self.time_index.synced_through(covers),
+            SegmentFile::TxnIndex => self.txn_index.synced_through(covers),
+        }
     }
 
     /// Removes the segment's files (`.log`, indexes, and a `.txnindex` if there is one).

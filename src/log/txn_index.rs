@@ -161,6 +161,26 @@ impl TxnIndex {
         }
     }
 
+    /// A sync for the caller to perform later (`LazyFile::sync_ticket`), with the path.
+    pub fn sync_ticket(
+        &self,
+    ) -> Result<Option<(PathBuf, crate::log::lazy_file::SyncTicket)>, LogError> {
+        match &self.file {
+            Some(f) => f
+                .sync_ticket()
+                .map(|t| t.map(|t| (self.path.clone(), t)))
+                .map_err(|e| LogError::io(&self.path, e)),
+            None => Ok(None),
+        }
+    }
+
+    /// A ticket's sync succeeded (`LazyFile::synced_through`).
+    pub fn synced_through(&mut self, covers: u64) {
+        if let Some(f) = &mut self.file {
+            f.synced_through(covers);
+        }
+    }
+
     /// Kafka's `collectAbortedTxns`: the entries with marker ≥ `fetch_offset` and first offset
     /// < `upper_bound`, in order. The flag is true when an entry with LSO ≥ `upper_bound` was
     /// seen: no later segment can hold a relevant abort, so the caller stops searching.
