@@ -572,6 +572,29 @@ impl Scrape {
             "Times the shard was found stalled or dead (its partitions were failed and kmirror exits).",
             &rows(|s| s.failures),
         )?;
+        f.counter(
+            "kmirror_shard_flushes",
+            "Flushes the shard performed on its ring without waiting (segment rolls, \
+             recovery-point checkpoint rounds).",
+            &rows(|s| s.flushes),
+        )?;
+        let flush_time: Vec<(Labels, f64)> = self
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (shard_labels(i), s.flush_ns as f64 / 1e9))
+            .collect();
+        f.counter(
+            "kmirror_shard_flush_seconds",
+            "Time those flushes took, from planning to the last fdatasync (the disk's write-back \
+             of what was dirty); the shard fetched and appended meanwhile.",
+            &flush_time,
+        )?;
+        f.gauge(
+            "kmirror_shard_flushes_in_flight",
+            "Flushes whose fdatasyncs are on the shard's ring now.",
+            &rows(|s| s.flushes_in_flight),
+        )?;
         let throttle: Vec<(Labels, f64)> = self
             .shards
             .iter()

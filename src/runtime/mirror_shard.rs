@@ -63,6 +63,9 @@ mod append;
 // Progress reports for describe.
 #[path = "mirror_shard_progress.rs"]
 mod progress_report;
+// Flushes (rolls, checkpoints) performed on the ring without waiting.
+#[path = "mirror_shard_flush.rs"]
+mod flush;
 
 /// Control → shard.
 #[derive(Debug)]
@@ -274,6 +277,8 @@ pub struct MirrorShard {
     progress: super::progress::ProgressBoard,
     /// Progress cells by location, looked up once when a partition arrives.
     cells: std::collections::HashMap<Loc, Arc<super::progress::PartitionProgress>>,
+    /// The logs' flushes whose syncs are on the ring.
+    flushes: flush::Flushes,
 }
 
 impl MirrorShard {
@@ -285,6 +290,7 @@ impl MirrorShard {
             returned,
             progress: Default::default(),
             cells: Default::default(),
+            flushes: Default::default(),
         }
     }
 
@@ -294,7 +300,9 @@ impl MirrorShard {
         self
     }
 
-    fn give_back(&self, log: PartitionLog) {
+    /// Hands `log` back to the control thread once its flush in flight, if any, finished.
+    fn give_back(&mut self, cx: &mut Cx<'_>, mut log: PartitionLog) {
+        self.settle_flush(cx, &mut log);
         // A poisoned lock means another shard panicked mid-push; the Vec is still sound.
         let mut logs = self.returned.lock().unwrap_or_else(|p| p.into_inner());
         logs.push(log);
@@ -411,7 +419,7 @@ impl MirrorShard {
         let tp = start.tp.clone();
         let Some(i) = self.source_index(cx, spec) else {
             let why = "cannot set up its source broker".to_string();
-            self.give_back(log);
+            self.give_back(cx, log);
             let _ = cx.emit(MirrorEvent::PartitionStopped {
                 tp,
                 why,
@@ -435,6 +443,9 @@ impl MirrorShard {
                 let meter = cx.stats.register(tp.clone(), log.log_end_offset());
                 meter.source_answered(src.answered);
                 group.meters[n] = Some(meter);
+                let mut log = log;
+                // Rolls and checkpoints are flushed on the ring while fetching goes on.
+                log.set_deferred_flushes(true);
                 group.logs[n] = Some(log);
                 group.leader_wanted[n] = false;
                 let at = Loc {
@@ -447,7 +458,7 @@ impl MirrorShard {
                 self.drive(cx, i);
             }
             Err(e) => {
-                self.give_back(log);
+                self.give_back(cx, log);
                 let _ = cx.emit(MirrorEvent::PartitionStopped {
                     tp,
                     why: e.to_string(),
@@ -472,28 +483,29 @@ impl MirrorShard {
         for what in failed {
             let _ = cx.emit(MirrorEvent::Notice { what });
         }
+        // Deleting every segment rolls first, which asks for a flush.
+        self.start_wanted_flushes(cx);
     }
 
+    /// A checkpoint round: every log with data above its recovery point starts a flush on
+    /// the ring (`flush`); none is waited for.
     fn flush_logs(&mut self, cx: &mut Cx<'_>) {
-        let mut failed = Vec::new();
-        for src in &mut self.sources {
-            for group in &mut src.groups {
-                for log in group
-                    .logs
-                    .iter_mut()
-                    .flatten()
-                    .filter(|l| l.has_unflushed())
-                {
-                    // Each fsync is progress: a long round must not look like a stall.
-                    cx.stats.heartbeat().beat();
-                    if let Err(e) = log.flush(&mut RingIo::new(cx.ring)) {
-                        failed.push(format!("{}: flush failed: {e}", log.topic_partition()));
+        let mut due = Vec::new();
+        for (i, src) in self.sources.iter().enumerate() {
+            for (g, group) in src.groups.iter().enumerate() {
+                for (n, log) in group.logs.iter().enumerate() {
+                    if log.as_ref().is_some_and(PartitionLog::has_unflushed) {
+                        due.push(Loc {
+                            src: i,
+                            group: g,
+                            slot: Slot(n as u32),
+                        });
                     }
                 }
             }
         }
-        for what in failed {
-            let _ = cx.emit(MirrorEvent::Notice { what });
+        for at in due {
+            self.start_flush(cx, at);
         }
     }
 
@@ -527,7 +539,7 @@ impl MirrorShard {
         let _ = group.fetcher.remove_partition(at.slot);
         if let Some(log) = log {
             let log_end = log.log_end_offset();
-            self.give_back(log);
+            self.give_back(cx, log);
             let _ = cx.emit(MirrorEvent::PartitionRemoved { tp, log_end });
         }
     }
@@ -649,6 +661,7 @@ impl MirrorShard {
 
     /// Drops the connection and schedules a reconnect.
     fn disconnect(&mut self, cx: &mut Cx<'_>, i: usize, why: String) {
+        self.complete_staged(cx);
         self.reset_connection(i);
         let src = &self.sources[i];
         for group in &src.groups {
@@ -984,6 +997,8 @@ impl MirrorShard {
         i: usize,
         body: Bytes,
     ) -> Result<(), String> {
+        // The previous response's writes (its CQEs are usually in by now).
+        self.complete_staged(cx);
         let now = Instant::now();
         let src = &mut self.sources[i];
         let Some(request) = src.in_flight.pop_front() else {
@@ -1205,7 +1220,7 @@ impl MirrorShard {
             },
         };
         if let Some(log) = log {
-            self.give_back(log);
+            self.give_back(cx, log);
         }
         let _ = cx.emit(MirrorEvent::PartitionStopped {
             tp,
@@ -1262,7 +1277,17 @@ impl ShardHandler for MirrorShard {
     }
 
     fn on_completion(&mut self, cx: &mut ShardCx<'_, MirrorEvent>, c: Completion) {
-        self.complete_staged(cx);
+        // A response's writes are completed before anything that may touch a log. Receiving
+        // and sending do not: a RECV completes them only once it holds a whole response
+        // (`handle_frame`), so the next response streams in while the page-cache copy of the
+        // previous one runs (waiting here held the source's bytes in its socket buffer).
+        let (_, _, kind) = untag(c.tag);
+        if kind != KIND_RECV && kind != KIND_SEND {
+            self.complete_staged(cx);
+        }
+        if kind == flush::KIND_FSYNC {
+            return self.on_fsync(cx, c);
+        }
         let (i, generation, kind) = untag(c.tag);
         let Some(src) = self.sources.get_mut(i) else {
             return;
@@ -1302,7 +1327,11 @@ impl ShardHandler for MirrorShard {
     /// Hands every log back to the control thread, which closes the log dir as a whole
     /// (final index entries, fsync, checkpoints, clean-shutdown marker).
     fn end_of_turn(&mut self, cx: &mut ShardCx<'_, MirrorEvent>) {
-        self.complete_staged(cx);
+        // Only when the writes are in: their CQEs end the ring wait, so a turn follows them
+        // at once, and waiting here would hold up receiving (see `on_completion`).
+        if cx.ring.write_batch_settled() {
+            self.complete_staged(cx);
+        }
     }
 
     fn stop(&mut self, cx: &mut ShardCx<'_, MirrorEvent>) {
@@ -1320,8 +1349,12 @@ impl ShardHandler for MirrorShard {
             }
         }
         for log in logs {
-            self.give_back(log);
+            self.give_back(cx, log);
         }
+        debug_assert!(
+            self.flushes.is_empty(),
+            "a flush in flight for a log the shard gave back"
+        );
     }
 }
 

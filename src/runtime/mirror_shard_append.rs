@@ -84,8 +84,9 @@ impl MirrorShard {
 
     /// Submits the staged appends' writes as one ring batch without waiting for them: the
     /// ring owns the ops (the records' bytes, copies of the index entries, the descriptors)
-    /// until `complete_staged`. The logs keep their appends staged meanwhile, and every
-    /// handler entry (and the end of the turn) completes them before anything else can touch
+    /// until `complete_staged`. The logs keep their appends staged meanwhile; the next whole
+    /// response, any handler entry other than a RECV or SEND completion, and the end of a
+    /// turn in which the writes' CQEs came in complete them before anything else can touch
     /// those logs.
     pub(super) fn submit_staged(&mut self, cx: &mut Cx<'_>) {
         self.complete_staged(cx);
@@ -160,6 +161,10 @@ impl MirrorShard {
                 self.group_mut(at).fetcher.appended(r.slot);
                 self.meter_append(cx, at, r, clocks, end);
                 self.report_append(at, r);
+                // The append rolled: its old segment is flushed on the ring meanwhile.
+                if self.log(at).is_some_and(|log| log.wants_flush()) {
+                    self.start_flush(cx, at);
+                }
             }
             Err((e, _, true)) => {
                 // Kafka's rule for log dirs: a disk error takes the log offline for good;

@@ -69,6 +69,8 @@ pub enum OpBuf {
     Slot(SlotBuf),
     /// SEND source; the caller resends `data.slice(sent..)` after a short send.
     Bytes(Bytes),
+    /// The descriptor of an FSYNC, kept open until its CQE.
+    File(Arc<File>),
 }
 
 /// One finished async op.
@@ -370,6 +372,20 @@ impl Ring {
         Ok(())
     }
 
+    /// FSYNC with DATASYNC (fdatasync) of `file`, completed like any async op: the shard goes
+    /// on while the disk writes back (a rolled segment's gigabyte took seconds).
+    pub fn fdatasync_async(&mut self, tag: u64, file: Arc<File>) -> Result<(), SlabFull> {
+        let fd = file.as_raw_fd();
+        let key = self.alloc(tag, OpBuf::File(file))?;
+        let sqe = opcode::Fsync::new(types::Fd(fd))
+            .flags(types::FsyncFlags::DATASYNC)
+            .build()
+            .user_data(key as u64);
+        self.stats.syncs += 1;
+        self.push(sqe);
+        Ok(())
+    }
+
     /// A relative TIMEOUT; completes with `-ETIME` when it expires.
     pub fn timeout(&mut self, tag: u64, after: Duration) -> Result<(), SlabFull> {
         let key = self.alloc(tag, OpBuf::None)?;
@@ -481,6 +497,29 @@ impl Ring {
         self.ready.pop_front()
     }
 
+    /// Submits queued SQEs and waits for at least one new completion from the kernel, even
+    /// when some are ready already (for a caller waiting on particular ops, `take_ready`).
+    /// (An interrupted wait may return with none; the caller loops on what it waits for.)
+    pub fn submit_and_wait_new(&mut self) {
+        self.submit_retrying(1);
+        self.reap();
+    }
+
+    /// Takes the ready completions `want` picks, in order, leaving the rest ready in theirs.
+    pub fn take_ready(&mut self, mut want: impl FnMut(&Completion) -> bool) -> Vec<Completion> {
+        let mut taken = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.ready.len());
+        for c in self.ready.drain(..) {
+            if want(&c) {
+                taken.push(c);
+            } else {
+                kept.push_back(c);
+            }
+        }
+        self.ready = kept;
+        taken
+    }
+
     /// Runs one op that borrows memory and waits for it; async completions that arrive meanwhile
     /// are queued for `pop_completion`.
     fn run_sync(&mut self, sqe: squeue::Entry) -> i32 {
@@ -543,6 +582,12 @@ impl Ring {
         }
         // Every CQE of the batch is in: the kernel no longer reads `ops`.
         drop(ops);
+    }
+
+    /// Whether a begun batch's submitted writes have all completed, so `write_batch_finish`
+    /// waits for nothing (unless a short write or a later window must still be submitted).
+    pub fn write_batch_settled(&self) -> bool {
+        self.batch_begun.is_some() && self.batch_outstanding == 0
     }
 
     /// The first half of a batch: its first window is submitted, nothing is waited for.

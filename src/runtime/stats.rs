@@ -212,6 +212,11 @@ pub struct ShardStats {
     ring_completed: AtomicU64,
     arena_slots_in_use: AtomicU64,
     arena_slots: AtomicU64,
+    /// Flushes the shard performed on its ring (rolls, checkpoint rounds): finished, their
+    /// time from plan to last sync, and how many are on the ring now.
+    flushes: AtomicU64,
+    flush_ns: AtomicU64,
+    flushes_in_flight: AtomicU64,
     /// Turns of the shard loop and how the thread ended (`runtime::health`).
     heartbeat: super::health::Heartbeat,
     partitions: Mutex<Vec<Arc<PartitionStats>>>,
@@ -234,6 +239,9 @@ pub struct ShardSnapshot {
     pub ring_completed: u64,
     pub arena_slots_in_use: u64,
     pub arena_slots: u64,
+    pub flushes: u64,
+    pub flush_ns: u64,
+    pub flushes_in_flight: u64,
     /// 1 while the health check finds the shard turning, 0 once it failed.
     pub healthy: u64,
     /// Times the health check found the shard failed.
@@ -260,6 +268,9 @@ impl ShardStats {
             ring_completed: AtomicU64::new(0),
             arena_slots_in_use: AtomicU64::new(0),
             arena_slots: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            flush_ns: AtomicU64::new(0),
+            flushes_in_flight: AtomicU64::new(0),
             heartbeat: Default::default(),
             partitions: Mutex::new(Vec::new()),
             // Room for every set in circulation (the blanks plus the one recording), so the
@@ -293,6 +304,19 @@ impl ShardStats {
         self.fetch_full.fetch_add(full, Ordering::Relaxed);
         self.fetch_incremental
             .fetch_add(incremental, Ordering::Relaxed);
+    }
+
+    /// A flush's syncs went to the ring.
+    pub fn flush_started(&self) {
+        self.flushes_in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A flush the ring performed finished (successfully or not) after `took`.
+    pub fn flush_finished(&self, took: Duration) {
+        self.flushes_in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        self.flush_ns
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// Ring and arena gauges, published by the shard loop once per iteration.
@@ -346,6 +370,9 @@ impl ShardStats {
             ring_completed: l(&self.ring_completed),
             arena_slots_in_use: l(&self.arena_slots_in_use),
             arena_slots: l(&self.arena_slots),
+            flushes: l(&self.flushes),
+            flush_ns: l(&self.flush_ns),
+            flushes_in_flight: l(&self.flushes_in_flight),
             healthy: u64::from(self.heartbeat.healthy()),
             failures: self.heartbeat.failures(),
         }
