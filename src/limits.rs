@@ -183,6 +183,17 @@ pub const RING_CQ_ENTRIES: u32 = 4 * RING_SQ_ENTRIES;
 /// entries. One recv + one send + one timeout per source connection, the wakeup read, plus room.
 pub const RING_OPS_IN_FLIGHT_MAX: usize = 192;
 
+/// Op slab entries only the shard loop's own ops may take (the wakeup read and the heartbeat
+/// timeout), so the handler's ops never leave them without one.
+pub const RING_OPS_RESERVED: usize = 2;
+const _: () = assert!(RING_OPS_RESERVED < RING_OPS_IN_FLIGHT_MAX);
+
+/// FSYNCs of log flushes a shard keeps on its ring at once (`mirror_shard_flush`); the rest
+/// queue. A sixth of the op slots: a checkpoint round over thousands of logs must leave the
+/// sources' sends, receives and timers their slots.
+pub const SHARD_FSYNCS_IN_FLIGHT_MAX: usize = RING_OPS_IN_FLIGHT_MAX / 6;
+const _: () = assert!(SHARD_FSYNCS_IN_FLIGHT_MAX >= 1);
+
 /// File writes of one `Ring::write_batch` (a fetch response's appends) in flight at once: their
 /// completions fit the CQ next to every async op's.
 pub const RING_WRITE_BATCH_MAX: usize = 512;

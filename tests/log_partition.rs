@@ -710,7 +710,7 @@ fn a_roll_asks_for_a_flush_that_a_deferring_owner_performs_while_appends_go_on()
     for s in plan.syncs() {
         s.file().sync_data().expect("fdatasync");
     }
-    log.finish_flush(plan, Ok(())).expect("finish");
+    log.finish_flush(&mut io, plan, Ok(())).expect("finish");
     assert_eq!(log.recovery_point(), target);
     assert!(log.recovery_point() < log.log_end_offset());
     assert!(log.wants_flush(), "the second roll's flush is still wanted");
@@ -724,7 +724,7 @@ fn a_roll_asks_for_a_flush_that_a_deferring_owner_performs_while_appends_go_on()
     for s in plan.syncs() {
         s.file().sync_data().expect("fdatasync");
     }
-    log.finish_flush(plan, Ok(())).expect("finish");
+    log.finish_flush(&mut io, plan, Ok(())).expect("finish");
     assert_eq!(log.recovery_point(), log.log_end_offset());
     assert!(!log.wants_flush());
 
@@ -736,7 +736,7 @@ fn a_roll_asks_for_a_flush_that_a_deferring_owner_performs_while_appends_go_on()
         plan.syncs()[0].path(),
         std::io::Error::from_raw_os_error(libc::EIO),
     );
-    assert!(log.finish_flush(plan, Err(failed)).is_err());
+    assert!(log.finish_flush(&mut io, plan, Err(failed)).is_err());
     assert!(log.offline_reason().is_some());
     assert_eq!(log.recovery_point(), rp);
 

@@ -316,3 +316,84 @@ fn aborted_transactions_are_indexed_and_rebuilt_by_recovery() {
     assert_eq!(last.last().map(|t| t.last_offset), Some(Offset(4 * 24 + 3)));
     assert_eq!(log.last_stable_offset(), Offset(4 * 27));
 }
+
+/// Appends batches `from..` to a log with deferred flushes until it has `segments` segments;
+/// returns the batches appended.
+fn append_until_roll(log: &mut PartitionLog, from: i64, segments: usize) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut i = from;
+    while log.segments().len() < segments {
+        let b = batch(i);
+        log.append(&mut StdIo, &b).expect("append");
+        out.push(b);
+        i += 1;
+    }
+    out
+}
+
+/// Goal: a crash while a roll's flush is still running (the shard does it in the background)
+/// cannot leave a silent hole. The new segment's directory entry may reach the disk before the
+/// rolled segment's tail; the rolled segment then ends on a batch boundary short of the next
+/// base. Recovery must cut the log at that end (the mirror fetches the rest again) instead of
+/// going on from the later segment past the lost batches. Once the roll's flush finished (its
+/// producer snapshot written), the same layout — an offset gap a compacted source leaves — is
+/// kept as it is.
+#[test]
+fn a_crash_before_a_rolls_flush_finished_cuts_at_the_rolled_segments_durable_end() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("crash-0");
+    let mut log = PartitionLog::create(&dir, tp(), None, config()).expect("create");
+    log.set_deferred_flushes(true);
+    let bs = append_until_roll(&mut log, 0, 2);
+    let base = log.segments()[1].base_offset();
+    // A few batches in the new segment too.
+    let after = (bs.len() as i64..bs.len() as i64 + 3)
+        .map(batch)
+        .collect::<Vec<_>>();
+    for b in &after {
+        log.append(&mut StdIo, b).expect("append");
+    }
+    assert!(log.wants_flush(), "the roll's flush never began");
+    let rolled = log.segments()[0].log_path().to_path_buf();
+    drop(log);
+    // The crash: the rolled segment's last two batches never reached the disk.
+    let keep: usize = bs[..bs.len() - 3].iter().map(Vec::len).sum();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&rolled)
+        .expect("open")
+        .set_len(keep as u64)
+        .expect("cut");
+    let durable_end = Offset(2 * (bs.len() as i64 - 3));
+    assert!(durable_end < base);
+    let log = reopen(&dir);
+    assert_eq!(log.log_end_offset(), durable_end, "went on past the hole");
+    assert_eq!(log.segments().len(), 1);
+    assert_eq!(logs(&dir).len(), 1, "the later segment's files are left");
+    assert_eq!(stored(&log), bs[..bs.len() - 3].concat());
+    drop(log);
+
+    // A real gap whose roll was flushed: the snapshot at the later base vouches for it.
+    let dir = tmp.path().join("crash-1");
+    let mut log = PartitionLog::create(&dir, tp(), None, config()).expect("create");
+    let bs = append_until_roll(&mut log, 0, 2);
+    // The gap is in the offsets: a batch far past the end, big enough to roll.
+    let gap_at = 2 * (bs.len() as i64) + 1_000;
+    let far = BatchBuilder::new(Offset(gap_at))
+        .record(
+            TimestampMs(50_000),
+            Some(b"k"),
+            Some(&vec![b'y'; 2_900]),
+            &[],
+        )
+        .build();
+    log.append(&mut StdIo, &far).expect("append past a gap");
+    let end = log.log_end_offset();
+    assert_eq!(
+        log.segments().last().expect("segment").base_offset(),
+        Offset(gap_at)
+    );
+    drop(log);
+    let log = reopen(&dir);
+    assert_eq!(log.log_end_offset(), end, "a flushed roll's gap was cut");
+}

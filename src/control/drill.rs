@@ -115,6 +115,12 @@ fn link_or_copy(from: &Path, to: &Path, cost: &mut CloneCost) -> Result<(), LogE
     let len = fs::metadata(from).map_err(|e| LogError::io(from, e))?.len();
     match fs::hard_link(from, to) {
         Ok(()) => {
+            // The clone opens with its recovery point at its active segment, so a sealed
+            // segment must be durable; the mirror's flush of a just-rolled one may still be
+            // under way on its shard (a clean file syncs at once).
+            fs::File::open(to)
+                .and_then(|f| f.sync_data())
+                .map_err(|e| LogError::io(to, e))?;
             cost.linked_bytes += len;
             Ok(())
         }

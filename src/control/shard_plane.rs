@@ -264,9 +264,10 @@ impl ShardDataPlane {
     }
 
     /// A checkpoint round: every owner flushes its logs that have new data (the shards on
-    /// their rings, between fetches; the logs held here and the failed-over ones on this
-    /// thread), and a little later, once the shards' flushes are in, the checkpoint files are
-    /// rewritten from every partition's cell.
+    /// their rings without waiting, `mirror_shard_flush`; the logs held here and the
+    /// failed-over ones on this thread), and a little later the checkpoint files are
+    /// rewritten from every partition's cell. A shard's flush still under way by then moves
+    /// its recovery point into the next round's file: the file may lag, never lead.
     fn checkpoint_round(&mut self, now: Instant) {
         if now >= self.next_checkpoint {
             self.next_checkpoint = now + self.checkpoint_every;

@@ -33,12 +33,28 @@ pub enum SegmentFile {
 pub struct PlannedSync {
     /// The base offset of the segment the file belongs to.
     pub(crate) segment: Offset,
-    pub(crate) which: SegmentFile,
+    /// Which of its files; `None` for the partition directory.
+    pub(crate) which: Option<SegmentFile>,
     pub(crate) path: PathBuf,
     pub(crate) ticket: SyncTicket,
 }
 
 impl PlannedSync {
+    /// The partition directory (new segment files' entries). fdatasync of a directory on
+    /// Linux writes its entries, which is all a new file's name needs.
+    pub(crate) fn directory(dir: &Path) -> Result<PlannedSync, crate::log::LogError> {
+        let file = File::open(dir).map_err(|e| crate::log::LogError::io(dir, e))?;
+        Ok(PlannedSync {
+            segment: Offset(-1),
+            which: None,
+            path: dir.to_path_buf(),
+            ticket: SyncTicket {
+                file: Arc::new(file),
+                covers: 0,
+            },
+        })
+    }
+
     /// The descriptor to fdatasync; the plan keeps it open until the plan is dropped, also when
     /// the log closes or deletes the file meanwhile.
     pub fn file(&self) -> &Arc<File> {

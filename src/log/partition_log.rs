@@ -13,16 +13,16 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::ids::{FilePosition, Offset, TimestampMs, TopicPartition};
-use crate::log::checkpoint::sync_dir;
+use crate::log::checkpoint::{sync_dir, write_atomically_with};
 use crate::log::checkpoint_cell::{CheckpointCell, CheckpointEntry};
 pub(crate) use crate::log::clock::now_ms;
 use crate::log::config::{FlushPolicy, LogConfig};
 use crate::log::epoch_cache::{assign_epoch, LeaderEpochCache};
-use crate::log::flush_plan::FlushPlan;
+use crate::log::flush_plan::{FlushPlan, PlannedSync};
 use crate::log::io::{LogIo, OwnedWriteOp, WriteOp};
 use crate::log::lazy_file::FileRef;
 use crate::log::producer_state::{
-    delete_snapshots_above, delete_snapshots_below, ProducerStateManager,
+    delete_snapshots_above, delete_snapshots_below, snapshot_path, ProducerStateManager,
 };
 use crate::log::read_view::{LogState, PartitionHandle, Publisher};
 use crate::log::recovery::{self, rebuild_producer_state, LoadOptions, SyncAfter};
@@ -134,6 +134,8 @@ pub struct PartitionLog {
     /// Flushes: the target of the one its owner performs now, whether another is wanted, and
     /// whether the owner starts wanted flushes itself (`set_deferred_flushes`).
     flushes: FlushState,
+    /// Rolls' producer snapshots waiting for their flush (oldest first).
+    pending_snapshots: Vec<PendingSnapshot>,
 }
 
 /// The log's side of flushes whose syncs its owner performs (`log::flush_plan`).
@@ -144,9 +146,21 @@ struct FlushState {
     /// A roll (or a flush policy that came due while one was in flight) asked for a flush
     /// that has not begun.
     wanted: bool,
+    /// A roll created segment files since the last flush planned a sync of the directory.
+    dir_unsynced: bool,
     /// The owner starts wanted flushes (`begin_flush`) and performs them without waiting; a
     /// log not deferred flushes synchronously at the end of the append that rolled.
     deferred: bool,
+}
+
+/// A producer-state snapshot a roll took (named after the new segment's base), written only
+/// once the flush that makes the rolled segment durable succeeded: recovery reads a snapshot
+/// at a segment's base as proof that everything before that base reached the disk
+/// (`recovery::load`, which cuts a log at a hole a crash left before an unsnapshotted roll).
+#[derive(Debug, Clone)]
+struct PendingSnapshot {
+    base: Offset,
+    bytes: Vec<u8>,
 }
 
 impl PartitionLog {
@@ -208,6 +222,7 @@ impl PartitionLog {
             revalidated_at_open: Recovered::default(),
             staged: false,
             flushes: FlushState::default(),
+            pending_snapshots: Vec::new(),
             checkpoint: Arc::new(CheckpointCell::new(CheckpointEntry {
                 recovery_point: Offset::ZERO,
                 log_start_above_first_segment: None,
@@ -284,6 +299,7 @@ impl PartitionLog {
             revalidated_at_open: loaded.revalidated,
             staged: false,
             flushes: FlushState::default(),
+            pending_snapshots: Vec::new(),
             checkpoint: Arc::new(CheckpointCell::new(CheckpointEntry {
                 recovery_point: Offset::ZERO,
                 log_start_above_first_segment: None,
@@ -815,7 +831,9 @@ impl PartitionLog {
     /// too, on its scheduler rather than on the append path): a log whose owner defers
     /// flushes (a shard) has the owner start it and go on appending meanwhile, any other log
     /// flushes at the end of this append (`maybe_flush`). The recovery point moves only when
-    /// that flush succeeded.
+    /// that flush succeeded, and only then is the producer snapshot at `base` written, which
+    /// tells recovery that the rolled segment is whole (the new segment's directory entry may
+    /// reach the disk before the rolled segment's tail does).
     fn roll(&mut self, io: &mut impl LogIo, base: Offset, now: i64) -> Result<(), LogError> {
         let active = self.active();
         if active.is_empty() && active.base_offset() == base {
@@ -829,9 +847,13 @@ impl PartitionLog {
         active.release_files();
         let segment = Segment::create(&self.dir, base, &self.config, now)?;
         self.segments.push(segment);
-        // Kafka snapshots producer state on every roll, named after the new segment.
-        self.producers.take_snapshot_with(io, &self.dir, base)?;
-        sync_dir(&self.dir)?;
+        // Kafka snapshots producer state on every roll, named after the new segment; the file
+        // is written by the flush (`finish_flush`), the state is taken now.
+        self.pending_snapshots.push(PendingSnapshot {
+            base,
+            bytes: self.producers.snapshot_bytes(),
+        });
+        self.flushes.dir_unsynced = true;
         self.flushes.wanted = true;
         Ok(())
     }
@@ -895,7 +917,7 @@ impl PartitionLog {
             io.sync_data(s.file())
                 .map_err(|e| LogError::io(s.path(), e))
         });
-        self.finish_flush(plan, synced)
+        self.finish_flush(io, plan, synced)
     }
 
     /// The first half of a flush whose syncs the owner performs (`log::flush_plan`): writes
@@ -933,6 +955,17 @@ impl PartitionLog {
                 }
             }
         }
+        if self.flushes.dir_unsynced {
+            // The rolls' new segment files: their directory entries.
+            match PlannedSync::directory(&self.dir) {
+                Ok(sync) => syncs.push(sync),
+                Err(e) => {
+                    self.take_offline(format!("fsync failed: {e}"));
+                    return Err(e);
+                }
+            }
+            self.flushes.dir_unsynced = false;
+        }
         self.flushes.in_flight = Some(target);
         self.flushes.wanted = false;
         Ok(Some(FlushPlan {
@@ -949,6 +982,7 @@ impl PartitionLog {
     /// offline while the syncs ran.
     pub fn finish_flush(
         &mut self,
+        io: &mut impl LogIo,
         plan: FlushPlan,
         synced: Result<(), LogError>,
     ) -> Result<(), LogError> {
@@ -967,12 +1001,32 @@ impl PartitionLog {
         }
         debug_assert!(target <= self.log_end_offset(), "flushed past the log end");
         for s in plan.syncs {
+            let Some(which) = s.which else { continue };
             if let Some(seg) = self
                 .segments
                 .iter_mut()
                 .find(|g| g.base_offset() == s.segment)
             {
-                seg.synced_through(s.which, s.ticket.covers);
+                seg.synced_through(which, s.ticket.covers);
+            }
+        }
+        // The rolled segments below the target are durable: their rolls' snapshots may say so
+        // now (each written atomically and synced before the recovery point moves).
+        while self
+            .pending_snapshots
+            .first()
+            .is_some_and(|p| p.base <= target)
+        {
+            let p = self.pending_snapshots.remove(0);
+            let path = snapshot_path(&self.dir, p.base);
+            if let Err(e) = write_atomically_with(io, &path, &p.bytes) {
+                if !e.is_disk_full() {
+                    self.take_offline(format!("producer snapshot failed: {e}"));
+                }
+                // Retried by the next flush; the recovery point waits for it.
+                self.pending_snapshots.insert(0, p);
+                self.flushes.wanted = true;
+                return Err(e);
             }
         }
         self.recovery_point = self.recovery_point.max(target);
@@ -1141,6 +1195,7 @@ impl PartitionLog {
         }
         self.active_mut().truncate_to(offset, now_ms())?;
         let end = self.log_end_offset();
+        self.pending_snapshots.retain(|p| p.base <= end);
         self.epochs.truncate_from_end(end);
         self.epochs.flush_if_dirty_with(io)?;
         delete_snapshots_above(&self.dir, end)?;
@@ -1173,6 +1228,7 @@ impl PartitionLog {
         }
         self.segments.push(fresh);
         sync_dir(&self.dir)?;
+        self.pending_snapshots.clear();
         self.log_start = offset;
         self.recovery_point = offset;
         self.epochs.clear();

@@ -156,6 +156,27 @@ pub(crate) fn load(
                 }
                 break;
             }
+            if unflushed_roll_hole(dir, opts, &segments, i) {
+                // A roll's flush had not finished: the next segment's name reached the disk,
+                // the rolled segment's tail did not (it ends on a batch boundary short of the
+                // next base, and no producer snapshot at that base vouches for it). Without
+                // this cut the log would go on past a hole the source still has the data for.
+                let dropped: u64 = segments[i + 1..].iter().map(Segment::size).sum();
+                tracing::warn!(
+                    dir = %dir.display(),
+                    segment = %segments[i].base_offset(),
+                    end = %segments[i].next_offset(),
+                    next = %segments[i + 1].base_offset(),
+                    bytes = dropped,
+                    "a rolled segment ends short of the next one and its roll was never flushed; \
+                     cutting the log at its end (the rest is fetched again)"
+                );
+                revalidated.cut += dropped.max(1);
+                for seg in segments.drain(i + 1..) {
+                    seg.delete_files()?;
+                }
+                break;
+            }
             i += 1;
         }
     }
@@ -224,6 +245,23 @@ pub(crate) fn load(
         revalidated,
         awaiting_sync,
     })
+}
+
+/// Whether segment `i` ends short of segment `i + 1`'s base although that segment lies above
+/// the recovery point and has no producer snapshot at its base. A roll writes that snapshot
+/// only after the flush that made the rolled segment durable (`PartitionLog::finish_flush`),
+/// so its absence means the gap may be lost data rather than offsets the source never had.
+/// (A real gap, e.g. a compacted source's, is cut too when its roll was never flushed; the
+/// fetcher asks the source from the cut again and gets the same batches.)
+fn unflushed_roll_hole(dir: &Path, opts: &LoadOptions, segments: &[Segment], i: usize) -> bool {
+    let Some(next) = segments.get(i + 1) else {
+        return false;
+    };
+    let base = next.base_offset();
+    !opts.clean_shutdown
+        && base > opts.recovery_point
+        && segments[i].next_offset() < base
+        && !snapshot_path(dir, base).exists()
 }
 
 /// Puts back the checkpoint's newest epoch when it starts exactly at the recovered log end and

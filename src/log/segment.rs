@@ -880,7 +880,7 @@ impl Segment {
             if let Some((path, ticket)) = planned {
                 out.push(PlannedSync {
                     segment: self.base,
-                    which,
+                    which: Some(which),
                     path,
                     ticket,
                 });

@@ -1131,7 +1131,8 @@ impl MirrorShard {
             }
         }
         // Submitted, not waited for: the caller sends the next fetch first (`on_recv` →
-        // `drive`), and the writes complete at the next handler entry or the turn's end.
+        // `drive`); the writes complete when the next response is whole, at any handler entry
+        // other than a RECV or SEND completion, or at the end of the turn their CQEs came in.
         self.submit_staged(cx);
     }
 
@@ -1256,8 +1257,8 @@ impl ShardHandler for MirrorShard {
     fn start(&mut self, _cx: &mut ShardCx<'_, MirrorEvent>) {}
 
     fn on_message(&mut self, cx: &mut ShardCx<'_, MirrorEvent>, msg: MirrorMsg) {
-        // Every handler entry first completes the response writes still in flight, so
-        // nothing below sees a log with an append under way.
+        // A message first completes the response writes still in flight, so nothing below
+        // sees a log with an append under way.
         self.complete_staged(cx);
         match msg {
             MirrorMsg::AddPartition { source, start, log } => {
@@ -1324,16 +1325,19 @@ impl ShardHandler for MirrorShard {
         }
     }
 
-    /// Hands every log back to the control thread, which closes the log dir as a whole
-    /// (final index entries, fsync, checkpoints, clean-shutdown marker).
     fn end_of_turn(&mut self, cx: &mut ShardCx<'_, MirrorEvent>) {
         // Only when the writes are in: their CQEs end the ring wait, so a turn follows them
         // at once, and waiting here would hold up receiving (see `on_completion`).
         if cx.ring.write_batch_settled() {
             self.complete_staged(cx);
         }
+        // Syncs a full slab kept queued.
+        self.pump_syncs(cx);
     }
 
+    /// Hands every log back to the control thread (each once its flush in flight finished),
+    /// which closes the log dir as a whole (final index entries, fsync, checkpoints,
+    /// clean-shutdown marker).
     fn stop(&mut self, cx: &mut ShardCx<'_, MirrorEvent>) {
         self.complete_staged(cx);
         let mut logs = Vec::new();

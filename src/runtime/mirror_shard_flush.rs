@@ -7,16 +7,21 @@
 //! Each log the shard holds has its flushes deferred (`PartitionLog::set_deferred_flushes`),
 //! so a roll only marks a flush wanted and the shard starts it after the append that rolled.
 //! At most one flush per log is in flight; one asked for meanwhile begins when it finishes.
-//! A log leaves the shard (pause, stop, failure, shutdown) only after its flush in flight
-//! finished (`settle_flush`, which waits on the ring for that flush's ops alone), so whoever
-//! gets it next sees no sync under way.
+//! At most `SHARD_FSYNCS_IN_FLIGHT_MAX` FSYNCs are on the ring at once (a checkpoint round of
+//! thousands of logs would otherwise take every op slot the sources need); the rest wait in
+//! a queue fed as FSYNCs complete. A log leaves the shard (pause, stop, failure, shutdown)
+//! only after its flush in flight finished (`settle_flush`), so whoever gets it next sees no
+//! sync under way.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
 use std::io;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::{notice, Cx, Loc, MirrorShard};
 use crate::ids::TopicPartition;
+use crate::limits::{SHARD_FSYNCS_IN_FLIGHT_MAX, SHARD_HEARTBEAT_MS};
 use crate::log::flush_plan::FlushPlan;
 use crate::log::partition_log::PartitionLog;
 use crate::log::LogError;
@@ -35,26 +40,42 @@ fn fsync_id(tag: u64) -> u32 {
     (tag >> 32) as u32
 }
 
-/// One flush whose syncs are on the ring.
+fn fsync_index(tag: u64) -> usize {
+    ((tag >> 8) & 0x00ff_ffff) as usize
+}
+
+/// One flush whose syncs are queued or on the ring.
 struct InFlightFlush {
     tp: TopicPartition,
+    /// Where the log was when the flush began (a leader move may have moved it since).
+    at: Loc,
     plan: FlushPlan,
     began: Instant,
-    /// Syncs not completed yet.
+    /// Syncs not completed yet (queued or on the ring).
     outstanding: usize,
     /// The first failed sync.
     error: Option<LogError>,
+}
+
+/// A sync waiting for room on the ring.
+struct QueuedSync {
+    id: u32,
+    index: usize,
+    file: Arc<File>,
 }
 
 /// The shard's flushes in flight, by id.
 #[derive(Default)]
 pub(super) struct Flushes {
     in_flight: HashMap<u32, InFlightFlush>,
+    queue: VecDeque<QueuedSync>,
+    /// FSYNCs on the ring now.
+    on_ring: usize,
     next_id: u32,
 }
 
 impl Flushes {
-    /// Whether any flush is on the ring (tests and shutdown).
+    /// Whether no flush is queued or on the ring (shutdown's check).
     pub(super) fn is_empty(&self) -> bool {
         self.in_flight.is_empty()
     }
@@ -64,10 +85,37 @@ impl Flushes {
             .iter()
             .find_map(|(id, f)| (&f.tp == tp).then_some(*id))
     }
+
+    /// Counts one completed sync (`result`: the CQE's) into its flush, which stays tracked
+    /// (`take_done` removes it). A sync of a flush no longer tracked is ignored.
+    fn count(&mut self, id: u32, index: usize, result: i32) {
+        let Some(flight) = self.in_flight.get_mut(&id) else {
+            return;
+        };
+        flight.outstanding -= 1;
+        if result < 0 && flight.error.is_none() {
+            let path = flight
+                .plan
+                .syncs()
+                .get(index)
+                .map(|s| s.path().to_path_buf())
+                .unwrap_or_default();
+            flight.error = Some(LogError::io(&path, io::Error::from_raw_os_error(-result)));
+        }
+    }
+
+    /// The flush `id` if all its syncs completed, no longer tracked.
+    fn take_done(&mut self, id: u32) -> Option<InFlightFlush> {
+        if self.in_flight.get(&id)?.outstanding == 0 {
+            self.in_flight.remove(&id)
+        } else {
+            None
+        }
+    }
 }
 
 impl MirrorShard {
-    /// Begins `at`'s flush and submits its syncs; nothing waits for them. A flush already in
+    /// Begins `at`'s flush and queues its syncs; nothing waits for them. A flush already in
     /// flight for the log makes this one wanted (it begins when that one finished).
     pub(super) fn start_flush(&mut self, cx: &mut Cx<'_>, at: Loc) {
         let Some(log) = self.log_mut(at) else {
@@ -80,41 +128,48 @@ impl MirrorShard {
             Err(e) => return notice(cx, format!("{tp}: flush failed: {e}")),
         };
         if plan.syncs().is_empty() {
-            if let Err(e) = log.finish_flush(plan, Ok(())) {
+            if let Err(e) = log.finish_flush(&mut RingIo::new(cx.ring), plan, Ok(())) {
                 notice(cx, format!("{tp}: flush failed: {e}"));
             }
             return;
         }
         let id = self.flushes.next_id;
         self.flushes.next_id = self.flushes.next_id.wrapping_add(1);
-        let mut flight = InFlightFlush {
-            tp,
-            began: Instant::now(),
-            outstanding: 0,
-            error: None,
-            plan,
-        };
-        for (k, sync) in flight.plan.syncs().iter().enumerate() {
-            match cx
-                .ring
-                .fdatasync_async(fsync_tag(id, k), std::sync::Arc::clone(sync.file()))
-            {
-                Ok(()) => flight.outstanding += 1,
-                // No room for another op in flight: this one is synced here and now.
-                Err(_) => {
-                    if let Err(e) = cx.ring.fdatasync(sync.file()) {
-                        flight
-                            .error
-                            .get_or_insert_with(|| LogError::io(sync.path(), e));
-                    }
-                }
-            }
+        for (index, sync) in plan.syncs().iter().enumerate() {
+            self.flushes.queue.push_back(QueuedSync {
+                id,
+                index,
+                file: Arc::clone(sync.file()),
+            });
         }
         cx.stats.flush_started();
-        if flight.outstanding == 0 {
-            self.finish_flight(cx, flight);
-        } else {
-            self.flushes.in_flight.insert(id, flight);
+        self.flushes.in_flight.insert(
+            id,
+            InFlightFlush {
+                tp,
+                at,
+                outstanding: plan.syncs().len(),
+                plan,
+                began: Instant::now(),
+                error: None,
+            },
+        );
+        self.pump_syncs(cx);
+    }
+
+    /// Moves queued syncs onto the ring while fewer than the cap are there and the ring has
+    /// op slots free (a full slab leaves them queued for the next completion or turn).
+    pub(super) fn pump_syncs(&mut self, cx: &mut Cx<'_>) {
+        while self.flushes.on_ring < SHARD_FSYNCS_IN_FLIGHT_MAX {
+            let Some(q) = self.flushes.queue.pop_front() else {
+                return;
+            };
+            let tag = fsync_tag(q.id, q.index);
+            if cx.ring.fdatasync_async(tag, Arc::clone(&q.file)).is_err() {
+                self.flushes.queue.push_front(q);
+                return;
+            }
+            self.flushes.on_ring += 1;
         }
     }
 
@@ -139,31 +194,19 @@ impl MirrorShard {
         }
     }
 
-    /// A flush's FSYNC completed.
+    /// A flush's FSYNC completed. It is counted before anything else happens: finishing the
+    /// response writes first may hand a log back (`settle_flush`), which must see this sync
+    /// as done rather than wait for a CQE already taken off the ring.
     pub(super) fn on_fsync(&mut self, cx: &mut Cx<'_>, c: Completion) {
+        self.flushes.on_ring -= 1;
         let id = fsync_id(c.tag);
-        let Some(flight) = self.flushes.in_flight.get_mut(&id) else {
-            return;
-        };
-        Self::count_sync(flight, &c);
-        if flight.outstanding == 0 {
-            let flight = self.flushes.in_flight.remove(&id).expect("looked up above");
+        self.flushes.count(id, fsync_index(c.tag), c.result);
+        self.complete_staged(cx);
+        // Unless the log left the shard meanwhile (settled then).
+        if let Some(flight) = self.flushes.take_done(id) {
             self.finish_flight(cx, flight);
         }
-    }
-
-    fn count_sync(flight: &mut InFlightFlush, c: &Completion) {
-        flight.outstanding -= 1;
-        if c.result < 0 && flight.error.is_none() {
-            let index = ((c.tag >> 8) & 0x00ff_ffff) as usize;
-            let path = flight
-                .plan
-                .syncs()
-                .get(index)
-                .map(|s| s.path().to_path_buf())
-                .unwrap_or_default();
-            flight.error = Some(LogError::io(&path, io::Error::from_raw_os_error(-c.result)));
-        }
+        self.pump_syncs(cx);
     }
 
     /// Completes a flush whose syncs all finished on the log it belongs to, and starts the
@@ -171,18 +214,21 @@ impl MirrorShard {
     fn finish_flight(&mut self, cx: &mut Cx<'_>, flight: InFlightFlush) {
         let InFlightFlush {
             tp,
+            at,
             plan,
             error,
             began,
             ..
         } = flight;
         cx.stats.flush_finished(began.elapsed());
-        let Some(at) = self.find(&tp) else {
+        let still_there = self.log(at).is_some_and(|l| l.topic_partition() == &tp);
+        let Some(at) = still_there.then_some(at).or_else(|| self.find(&tp)) else {
             // Logs leave the shard only through `settle_flush`, which finishes their flush.
             unreachable!("{tp}: a flush finished for a log the shard no longer holds");
         };
         let log = self.log_mut(at).expect("found above");
-        if let Err(e) = log.finish_flush(plan, error.map_or(Ok(()), Err)) {
+        if let Err(e) = log.finish_flush(&mut RingIo::new(cx.ring), plan, error.map_or(Ok(()), Err))
+        {
             notice(cx, format!("{tp}: flush failed: {e}"));
         }
         if log.wants_flush() {
@@ -190,9 +236,11 @@ impl MirrorShard {
         }
     }
 
-    /// Before `log` leaves the shard: waits for its flush in flight, if any, and finishes it
-    /// (other completions that arrive meanwhile stay queued for the shard's loop), then hands
-    /// the log's flushes back to synchronous owners.
+    /// Before `log` leaves the shard: finishes its flush in flight, if any. Its syncs still
+    /// queued are performed here and now; those on the ring are waited for (other completions
+    /// that arrive meanwhile stay queued for the shard's loop, and the heartbeat goes on, so
+    /// a long write-back is not taken for a stall). Then the log's flushes are handed back to
+    /// synchronous owners.
     pub(super) fn settle_flush(&mut self, cx: &mut Cx<'_>, log: &mut PartitionLog) {
         if log.flush_in_flight() {
             let tp = log.topic_partition().clone();
@@ -200,27 +248,40 @@ impl MirrorShard {
                 .flushes
                 .id_of(&tp)
                 .expect("a log's flush in flight is tracked by the shard");
-            loop {
-                let done = cx
-                    .ring
-                    .take_ready(|c| c.tag & 0xff == KIND_FSYNC && fsync_id(c.tag) == id);
-                let flight = self.flushes.in_flight.get_mut(&id).expect("tracked");
-                for c in &done {
-                    Self::count_sync(flight, c);
-                }
-                if flight.outstanding == 0 {
-                    break;
-                }
-                // The heartbeat's TIMEOUT completes meanwhile too, so a long write-back is
-                // still seen as progress.
+            let (mine, rest): (VecDeque<QueuedSync>, VecDeque<QueuedSync>) =
+                std::mem::take(&mut self.flushes.queue)
+                    .into_iter()
+                    .partition(|q| q.id == id);
+            self.flushes.queue = rest;
+            for q in mine {
+                let result = match cx.ring.fdatasync(&q.file) {
+                    Ok(()) => 0,
+                    Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
+                };
                 cx.stats.heartbeat().beat();
-                cx.ring.submit_and_wait_new();
+                self.flushes.count(id, q.index, result);
             }
-            let flight = self.flushes.in_flight.remove(&id).expect("tracked");
+            let flight = loop {
+                for c in cx
+                    .ring
+                    .take_ready(|c| c.tag & 0xff == KIND_FSYNC && fsync_id(c.tag) == id)
+                {
+                    self.flushes.on_ring -= 1;
+                    self.flushes.count(id, fsync_index(c.tag), c.result);
+                }
+                if let Some(flight) = self.flushes.take_done(id) {
+                    break flight;
+                }
+                cx.stats.heartbeat().beat();
+                cx.ring
+                    .submit_and_wait_new_for(Duration::from_millis(SHARD_HEARTBEAT_MS));
+            };
             cx.stats.flush_finished(flight.began.elapsed());
-            if let Err(e) = log.finish_flush(flight.plan, flight.error.map_or(Ok(()), Err)) {
+            let synced = flight.error.map_or(Ok(()), Err);
+            if let Err(e) = log.finish_flush(&mut RingIo::new(cx.ring), flight.plan, synced) {
                 notice(cx, format!("{tp}: flush failed: {e}"));
             }
+            self.pump_syncs(cx);
         }
         log.set_deferred_flushes(false);
     }

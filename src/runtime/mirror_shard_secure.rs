@@ -164,6 +164,8 @@ impl MirrorShard {
     /// The source refused our credentials or certificates: stop every partition fetched over
     /// this connection (the reason starts with "authentication failed") and stay down.
     fn refused(&mut self, cx: &mut Cx<'_>, i: usize, why: String) {
+        // It stops partitions, whose response writes may still be in flight.
+        self.complete_staged(cx);
         let why = format!("{why} (source broker {})", self.sources[i].spec.addr);
         for at in self.locs(i) {
             if self.log_mut(at).is_some() {

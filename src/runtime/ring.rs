@@ -25,7 +25,8 @@ use socket2::SockAddr;
 
 use super::arena::{Arena, RegisteredChunk, SlotBuf};
 use crate::limits::{
-    RING_CQ_ENTRIES, RING_OPS_IN_FLIGHT_MAX, RING_SQ_ENTRIES, RING_WRITE_BATCH_MAX,
+    RING_CQ_ENTRIES, RING_OPS_IN_FLIGHT_MAX, RING_OPS_RESERVED, RING_SQ_ENTRIES,
+    RING_WRITE_BATCH_MAX,
 };
 use crate::log::io::{OwnedWriteOp, WriteOp};
 
@@ -296,6 +297,20 @@ impl Ring {
     }
 
     fn alloc(&mut self, tag: u64, buf: OpBuf) -> Result<u32, SlabFull> {
+        self.alloc_within(tag, buf, RING_OPS_RESERVED)
+    }
+
+    /// `alloc` that may take the last `RING_OPS_RESERVED` entries: for the shard loop's own
+    /// ops (the wakeup read, the heartbeat), which must never find the slab full because the
+    /// handler's ops took the entry they just freed.
+    fn alloc_reserved(&mut self, tag: u64, buf: OpBuf) -> Result<u32, SlabFull> {
+        self.alloc_within(tag, buf, 0)
+    }
+
+    fn alloc_within(&mut self, tag: u64, buf: OpBuf, keep: usize) -> Result<u32, SlabFull> {
+        if self.free.len() <= keep {
+            return Err(SlabFull(buf));
+        }
         let Some(key) = self.free.pop() else {
             return Err(SlabFull(buf));
         };
@@ -397,9 +412,20 @@ impl Ring {
         Ok(())
     }
 
+    /// `timeout` from the reserved entries (the shard loop's heartbeat).
+    pub fn timeout_reserved(&mut self, tag: u64, after: Duration) -> Result<(), SlabFull> {
+        let key = self.alloc_reserved(tag, OpBuf::None)?;
+        let entry = self.entry_mut(key);
+        entry.timespec = types::Timespec::from(after);
+        let ts: *const types::Timespec = &entry.timespec;
+        let sqe = opcode::Timeout::new(ts).build().user_data(key as u64);
+        self.push(sqe);
+        Ok(())
+    }
+
     /// READ of an eventfd's 8-byte counter (the shard's wakeup).
     pub fn read_waker(&mut self, tag: u64, waker: &Waker) -> Result<(), SlabFull> {
-        let key = self.alloc(tag, OpBuf::None)?;
+        let key = self.alloc_reserved(tag, OpBuf::None)?;
         let ptr = self.entry_mut(key).counter.as_mut_ptr();
         let sqe = opcode::Read::new(types::Fd(waker.file.as_raw_fd()), ptr, 8)
             .build()
@@ -497,11 +523,26 @@ impl Ring {
         self.ready.pop_front()
     }
 
-    /// Submits queued SQEs and waits for at least one new completion from the kernel, even
-    /// when some are ready already (for a caller waiting on particular ops, `take_ready`).
-    /// (An interrupted wait may return with none; the caller loops on what it waits for.)
-    pub fn submit_and_wait_new(&mut self) {
-        self.submit_retrying(1);
+    /// Submits queued SQEs and waits up to `limit` for at least one new completion from the
+    /// kernel, even when some are ready already (for a caller waiting on particular ops,
+    /// `take_ready`, which loops on what it waits for).
+    pub fn submit_and_wait_new_for(&mut self, limit: Duration) {
+        let ts = types::Timespec::from(limit);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.uring.submitter().submit_with_args(1, &args) {
+            Ok(_) => {}
+            // ETIME: nothing completed within `limit`; EINTR/EBUSY: the caller loops.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                ) => {}
+            Err(e) => {
+                // As in `submit_retrying`: a ring that cannot be entered is unusable.
+                eprintln!("kmirror: io_uring_enter failed fatally: {e}");
+                std::process::abort();
+            }
+        }
         self.reap();
     }
 

@@ -31,7 +31,8 @@ pub trait ShardHandler {
     fn on_message(&mut self, cx: &mut ShardCx<'_, Self::Event>, msg: Self::Msg);
     fn on_completion(&mut self, cx: &mut ShardCx<'_, Self::Event>, completion: Completion);
     /// After each turn's completions, before the shard waits for the next: work a handler left
-    /// in flight during the turn (a response's log writes) is finished here.
+    /// in flight during the turn (a response's log writes) may be finished here once it
+    /// completed, without waiting for it.
     fn end_of_turn(&mut self, _cx: &mut ShardCx<'_, Self::Event>) {}
     /// Once, on clean stop, before in-flight ops are cancelled: close files and sockets here.
     fn stop(&mut self, cx: &mut ShardCx<'_, Self::Event>);
@@ -238,7 +239,7 @@ fn turn_loop<H: ShardHandler>(
     loop {
         cx.stats.heartbeat().beat();
         if !beat_posted {
-            beat_posted = cx.ring.timeout(HEARTBEAT_TAG, beat).is_ok();
+            beat_posted = cx.ring.timeout_reserved(HEARTBEAT_TAG, beat).is_ok();
         }
         if let Some(f) = &fault {
             f.fire_if_due(cx.shard);
@@ -260,7 +261,7 @@ fn turn_loop<H: ShardHandler>(
                     .read_waker(WAKER_TAG, waker)
                     .unwrap_or_else(|_| unreachable!("slab entry just freed"));
             } else if c.tag == HEARTBEAT_TAG {
-                beat_posted = cx.ring.timeout(HEARTBEAT_TAG, beat).is_ok();
+                beat_posted = cx.ring.timeout_reserved(HEARTBEAT_TAG, beat).is_ok();
                 if let Some(f) = &fault {
                     f.fire_if_due(cx.shard);
                 }
