@@ -632,6 +632,12 @@ pub const SHARD_HEARTBEAT_MS: u64 = 500;
 /// and kmirror exits. Far above the heartbeat period and a loaded host's scheduling hiccups,
 /// well below the unit's `WatchdogSec=30s`.
 pub const SHARD_STALL_MS: u64 = 5_000;
+
+/// How long a shard handing a log back may wait for that log's flush (the disk writing back
+/// what was dirty) while still counting as alive; past it the health check fails the shard
+/// (a disk that takes minutes for one fdatasync is as good as gone).
+pub const SHARD_SETTLE_BEAT_MAX_MS: u64 = 120_000;
+const _: () = assert!(SHARD_SETTLE_BEAT_MAX_MS > SHARD_STALL_MS);
 const _: () = assert!(SHARD_STALL_MS >= 4 * SHARD_HEARTBEAT_MS);
 
 /// After a shard failed, kmirror keeps serving `describe` and `/metrics` this long (the FAILED

@@ -397,3 +397,58 @@ fn a_crash_before_a_rolls_flush_finished_cuts_at_the_rolled_segments_durable_end
     let log = reopen(&dir);
     assert_eq!(log.log_end_offset(), end, "a flushed roll's gap was cut");
 }
+
+/// Goal: a log whose rolled segments are known durable but whose rolls' producer snapshots
+/// were never written (a drill clone copied while the mirror's last roll was being flushed)
+/// gets them back (`snapshot_segment_bases`), so a later crash's recovery keeps an offset gap
+/// at a roll instead of taking it for an unflushed roll and cutting the segments after it.
+#[test]
+fn missing_roll_snapshots_are_written_so_a_durable_gap_survives_recovery() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("crash-0");
+    let mut log = PartitionLog::create(&dir, tp(), None, config()).expect("create");
+    log.set_deferred_flushes(true);
+    let bs = append_until_roll(&mut log, 0, 2);
+    let gap_at = 2 * (bs.len() as i64) + 1_000;
+    let far = BatchBuilder::new(Offset(gap_at))
+        .record(
+            TimestampMs(50_000),
+            Some(b"k"),
+            Some(&vec![b'y'; 2_900]),
+            &[],
+        )
+        .build();
+    log.append(&mut StdIo, &far).expect("append past a gap");
+    let end = log.log_end_offset();
+    assert_eq!(log.segments().len(), 3);
+    // The files are whole (as a drill's fdatasync of them makes sure), the snapshots of the
+    // two rolls were never written: the flushes never ran.
+    drop(log);
+    let unvouched = tmp.path().join("crash-1");
+    copy_dir(&dir, &unvouched);
+
+    let active_base = Offset(gap_at);
+    let opts = LoadOptions {
+        clean_shutdown: false,
+        recovery_point: active_base,
+        log_start_offset: None,
+    };
+    let mut log = PartitionLog::open(&dir, tp(), None, config(), opts, &mut StdIo).expect("open");
+    assert_eq!(
+        log.snapshot_segment_bases(&mut StdIo).expect("snapshots"),
+        2
+    );
+    drop(log);
+    assert_eq!(reopen(&dir).log_end_offset(), end, "a vouched gap was cut");
+
+    // The same files without the snapshots: recovery cuts at the gap.
+    assert!(reopen(&unvouched).log_end_offset() < active_base);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("dir") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), to.join(e.file_name())).expect("copy");
+    }
+}

@@ -43,6 +43,7 @@ use uuid::Uuid;
 
 use crate::ids::{Offset, TopicPartition};
 use crate::log::partition_log::PartitionLog;
+use crate::log::producer_state::snapshot_path;
 use crate::log::read_view::PartitionReadView;
 use crate::log::recovery::LoadOptions;
 use crate::log::LogError;
@@ -115,12 +116,6 @@ fn link_or_copy(from: &Path, to: &Path, cost: &mut CloneCost) -> Result<(), LogE
     let len = fs::metadata(from).map_err(|e| LogError::io(from, e))?.len();
     match fs::hard_link(from, to) {
         Ok(()) => {
-            // The clone opens with its recovery point at its active segment, so a sealed
-            // segment must be durable; the mirror's flush of a just-rolled one may still be
-            // under way on its shard (a clean file syncs at once).
-            fs::File::open(to)
-                .and_then(|f| f.sync_data())
-                .map_err(|e| LogError::io(to, e))?;
             cost.linked_bytes += len;
             Ok(())
         }
@@ -153,9 +148,19 @@ pub fn clone_partition(
             .segments
             .split_last()
             .expect("a published view has a segment");
-        for seg in sealed {
+        for (i, seg) in sealed.iter().enumerate() {
             let f = &seg.files;
             link_or_copy(&f.log, &dir.join(file_name(&f.log)), &mut cost)?;
+            // The clone opens with its recovery point at its active segment, so a sealed
+            // segment must be durable. The mirror writes the producer snapshot at the next
+            // segment's base only once the roll's flush made this one durable; without it
+            // that flush may still be running on the shard, so this sync waits for it.
+            let next_base = view.segments[i + 1].base();
+            if !snapshot_path(&view.dir, next_base).exists() {
+                fs::File::open(&f.log)
+                    .and_then(|l| l.sync_data())
+                    .map_err(|e| LogError::io(&*f.log, e))?;
+            }
             for idx in [&f.offset_index, &f.time_index, &f.txn_index] {
                 copy(idx, &dir.join(file_name(idx)), &mut cost)?;
             }
@@ -181,14 +186,17 @@ pub fn clone_partition(
             recovery_point: active.base(),
             log_start_offset: Some(view.log_start),
         };
-        PartitionLog::open(
+        let mut log = PartitionLog::open(
             &dir,
             clone_tp.clone(),
             Some(clone_topic_id),
             (*view.config).clone(),
             load,
             &mut crate::log::io::StdIo,
-        )
+        )?;
+        // The snapshots the mirror had not written yet (its last roll's flush was running).
+        log.snapshot_segment_bases(&mut crate::log::io::StdIo)?;
+        Ok(log)
     })();
     match built {
         Ok(log) => Ok((log, cost)),

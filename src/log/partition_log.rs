@@ -1198,7 +1198,11 @@ impl PartitionLog {
         self.pending_snapshots.retain(|p| p.base <= end);
         self.epochs.truncate_from_end(end);
         self.epochs.flush_if_dirty_with(io)?;
-        delete_snapshots_above(&self.dir, end)?;
+        // Synced: a deleted snapshot that came back after a crash would vouch for a later
+        // roll at the same base (`recovery::unflushed_roll_hole`).
+        if delete_snapshots_above(&self.dir, end)? > 0 {
+            sync_dir(&self.dir)?;
+        }
         rebuild_producer_state(&self.dir, &self.segments, &mut self.producers, end)?;
         self.recovery_point = self.recovery_point.min(end);
         self.publish_view();
@@ -1298,6 +1302,8 @@ impl PartitionLog {
         self.epochs.truncate_from_start(new_start);
         self.epochs.flush_if_dirty_with(io)?;
         delete_snapshots_below(&self.dir, self.segments[0].base_offset())?;
+        let first = self.segments[0].base_offset();
+        self.pending_snapshots.retain(|p| p.base >= first);
         self.publish_view();
         Ok(n)
     }
@@ -1317,6 +1323,26 @@ impl PartitionLog {
         let end = self.log_end_offset();
         self.producers.take_snapshot_with(io, &self.dir, end)?;
         Ok(())
+    }
+
+    /// Writes a producer snapshot at every segment base after the first that has none, from
+    /// the batches before it. For a log whose segments before the active one are known to be
+    /// durable although their rolls' snapshots are missing (a drill clone copied while the
+    /// mirror's last roll was still being flushed): without them recovery would take the
+    /// segments for an unflushed roll and cut them (`recovery::unflushed_roll_hole`).
+    pub fn snapshot_segment_bases(&mut self, io: &mut impl LogIo) -> Result<usize, LogError> {
+        let mut written = 0;
+        for i in 1..self.segments.len() {
+            let base = self.segments[i].base_offset();
+            if snapshot_path(&self.dir, base).exists() {
+                continue;
+            }
+            let mut state = ProducerStateManager::new();
+            rebuild_producer_state(&self.dir, &self.segments[..i], &mut state, base)?;
+            state.take_snapshot_with(io, &self.dir, base)?;
+            written += 1;
+        }
+        Ok(written)
     }
 
     /// Deletes the whole partition directory.

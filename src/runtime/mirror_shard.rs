@@ -1283,11 +1283,12 @@ impl ShardHandler for MirrorShard {
         // (`handle_frame`), so the next response streams in while the page-cache copy of the
         // previous one runs (waiting here held the source's bytes in its socket buffer).
         let (_, _, kind) = untag(c.tag);
+        if kind == flush::KIND_FSYNC {
+            // Counted before the writes complete (`on_fsync` completes them itself).
+            return self.on_fsync(cx, c);
+        }
         if kind != KIND_RECV && kind != KIND_SEND {
             self.complete_staged(cx);
-        }
-        if kind == flush::KIND_FSYNC {
-            return self.on_fsync(cx, c);
         }
         let (i, generation, kind) = untag(c.tag);
         let Some(src) = self.sources.get_mut(i) else {

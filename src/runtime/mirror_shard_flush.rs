@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use super::{notice, Cx, Loc, MirrorShard};
 use crate::ids::TopicPartition;
-use crate::limits::{SHARD_FSYNCS_IN_FLIGHT_MAX, SHARD_HEARTBEAT_MS};
+use crate::limits::{SHARD_FSYNCS_IN_FLIGHT_MAX, SHARD_HEARTBEAT_MS, SHARD_SETTLE_BEAT_MAX_MS};
 use crate::log::flush_plan::FlushPlan;
 use crate::log::partition_log::PartitionLog;
 use crate::log::LogError;
@@ -194,9 +194,10 @@ impl MirrorShard {
         }
     }
 
-    /// A flush's FSYNC completed. It is counted before anything else happens: finishing the
-    /// response writes first may hand a log back (`settle_flush`), which must see this sync
-    /// as done rather than wait for a CQE already taken off the ring.
+    /// A flush's FSYNC completed (dispatched before the shard completes any response writes).
+    /// It is counted before anything else happens: completing those writes may hand a log
+    /// back (`settle_flush`), which must see this sync as done rather than wait for a CQE
+    /// already taken off the ring.
     pub(super) fn on_fsync(&mut self, cx: &mut Cx<'_>, c: Completion) {
         self.flushes.on_ring -= 1;
         let id = fsync_id(c.tag);
@@ -237,10 +238,10 @@ impl MirrorShard {
     }
 
     /// Before `log` leaves the shard: finishes its flush in flight, if any. Its syncs still
-    /// queued are performed here and now; those on the ring are waited for (other completions
-    /// that arrive meanwhile stay queued for the shard's loop, and the heartbeat goes on, so
-    /// a long write-back is not taken for a stall). Then the log's flushes are handed back to
-    /// synchronous owners.
+    /// queued go to the ring at once, and all of them are waited for (other completions that
+    /// arrive meanwhile stay queued for the shard's loop; the heartbeat goes on for up to
+    /// `SHARD_SETTLE_BEAT_MAX_MS`, so a long write-back is not taken for a stall but a wait
+    /// that never ends is). Then the log's flushes are handed back to synchronous owners.
     pub(super) fn settle_flush(&mut self, cx: &mut Cx<'_>, log: &mut PartitionLog) {
         if log.flush_in_flight() {
             let tp = log.topic_partition().clone();
@@ -253,14 +254,26 @@ impl MirrorShard {
                     .into_iter()
                     .partition(|q| q.id == id);
             self.flushes.queue = rest;
+            // Its queued syncs go to the ring now, past the cap (this wait is for them); one
+            // the slab has no room for runs here and now.
             for q in mine {
-                let result = match cx.ring.fdatasync(&q.file) {
-                    Ok(()) => 0,
-                    Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
-                };
-                cx.stats.heartbeat().beat();
-                self.flushes.count(id, q.index, result);
+                match cx
+                    .ring
+                    .fdatasync_async(fsync_tag(id, q.index), Arc::clone(&q.file))
+                {
+                    Ok(()) => self.flushes.on_ring += 1,
+                    Err(_) => {
+                        let result = match cx.ring.fdatasync(&q.file) {
+                            Ok(()) => 0,
+                            Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
+                        };
+                        self.flushes.count(id, q.index, result);
+                    }
+                }
             }
+            // The heartbeat goes on while the disk writes back, but not for ever: a wait
+            // that outlasts SHARD_SETTLE_BEAT_MAX_MS lets the health check fail the shard.
+            let waiting_since = Instant::now();
             let flight = loop {
                 for c in cx
                     .ring
@@ -272,7 +285,9 @@ impl MirrorShard {
                 if let Some(flight) = self.flushes.take_done(id) {
                     break flight;
                 }
-                cx.stats.heartbeat().beat();
+                if waiting_since.elapsed() < Duration::from_millis(SHARD_SETTLE_BEAT_MAX_MS) {
+                    cx.stats.heartbeat().beat();
+                }
                 cx.ring
                     .submit_and_wait_new_for(Duration::from_millis(SHARD_HEARTBEAT_MS));
             };

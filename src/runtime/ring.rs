@@ -34,6 +34,9 @@ use crate::log::io::{OwnedWriteOp, WriteOp};
 const SYNC_KEY: u64 = u64::MAX;
 /// `user_data` of cancel requests, whose own completions carry nothing we need.
 const CANCEL_KEY: u64 = u64::MAX - 1;
+/// user_data of the TIMEOUT that bounds `submit_and_wait_new_for` on kernels without
+/// IORING_FEAT_EXT_ARG (before 5.11).
+const WAKE_KEY: u64 = u64::MAX - 2;
 /// `user_data` bit of the writes of a `write_batch`; the other bits are the op's index. (The two
 /// keys above have it set too, so they are matched first.)
 const BATCH_BIT: u64 = 1 << 62;
@@ -174,6 +177,10 @@ pub struct Ring {
     fixed: Vec<RegisteredChunk>,
     /// Keeps registered memory mapped for as long as the ring may reference it.
     arena: Option<Arena>,
+    /// The bounded wait's TIMEOUT is posted (kernels without EXT_ARG), and its timespec (the
+    /// kernel copies it when the op is prepared).
+    wake_posted: bool,
+    wake_ts: types::Timespec,
 }
 
 impl std::fmt::Debug for Ring {
@@ -245,6 +252,8 @@ impl Ring {
             stats: RingStats::default(),
             fixed: Vec::new(),
             arena: None,
+            wake_posted: false,
+            wake_ts: types::Timespec::new(),
         }
     }
 
@@ -479,6 +488,7 @@ impl Ring {
         let result = cqe.result();
         match key {
             SYNC_KEY => self.sync_result = Some(result),
+            WAKE_KEY => self.wake_posted = false,
             CANCEL_KEY => {}
             k if k & BATCH_BIT != 0 => {
                 let op = &mut self.batch[(k & !BATCH_BIT) as usize];
@@ -527,6 +537,19 @@ impl Ring {
     /// kernel, even when some are ready already (for a caller waiting on particular ops,
     /// `take_ready`, which loops on what it waits for).
     pub fn submit_and_wait_new_for(&mut self, limit: Duration) {
+        if !self.uring.params().is_feature_ext_arg() {
+            // No timeout argument to io_uring_enter: a TIMEOUT op ends the wait instead.
+            if !self.wake_posted {
+                self.wake_ts = types::Timespec::from(limit);
+                let ts: *const types::Timespec = &self.wake_ts;
+                let sqe = opcode::Timeout::new(ts).build().user_data(WAKE_KEY);
+                self.push(sqe);
+                self.wake_posted = true;
+            }
+            self.submit_retrying(1);
+            self.reap();
+            return;
+        }
         let ts = types::Timespec::from(limit);
         let args = types::SubmitArgs::new().timespec(&ts);
         match self.uring.submitter().submit_with_args(1, &args) {

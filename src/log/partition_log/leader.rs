@@ -147,8 +147,12 @@ impl PartitionLog {
         // after this point can replay the source's producers back into the state.
         self.producers.reset(log_end);
         self.roll(io, log_end, now_ms())?;
-        self.producers.take_snapshot(&self.dir, log_end)?;
+        // The snapshot after the flush: one at a segment's base tells recovery the segments
+        // before it are whole (`recovery::unflushed_roll_hole`). (The roll's own pending
+        // snapshot, written by the flush, is this same empty state; a roll that found the
+        // active segment empty at `log_end` left none.)
         self.flush(io)?;
+        self.producers.take_snapshot(&self.dir, log_end)?;
         sync_dir(&self.dir)?;
         // Readers must see the new epoch (Metadata) and the rolled segment.
         self.publish_view();
