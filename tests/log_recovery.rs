@@ -331,6 +331,18 @@ fn append_until_roll(log: &mut PartitionLog, from: i64, segments: usize) -> Vec<
     out
 }
 
+/// A batch at `offset`, big enough (about 2,970 B) to roll `config()`'s 3,000 B segments.
+fn far_batch(offset: i64) -> Vec<u8> {
+    BatchBuilder::new(Offset(offset))
+        .record(
+            TimestampMs(50_000),
+            Some(b"k"),
+            Some(&vec![b'y'; 2_900]),
+            &[],
+        )
+        .build()
+}
+
 /// Goal: a crash while a roll's flush is still running (the shard does it in the background)
 /// cannot leave a silent hole. The new segment's directory entry may reach the disk before the
 /// rolled segment's tail; the rolled segment then ends on a batch boundary short of the next
@@ -379,14 +391,7 @@ fn a_crash_before_a_rolls_flush_finished_cuts_at_the_rolled_segments_durable_end
     let bs = append_until_roll(&mut log, 0, 2);
     // The gap is in the offsets: a batch far past the end, big enough to roll.
     let gap_at = 2 * (bs.len() as i64) + 1_000;
-    let far = BatchBuilder::new(Offset(gap_at))
-        .record(
-            TimestampMs(50_000),
-            Some(b"k"),
-            Some(&vec![b'y'; 2_900]),
-            &[],
-        )
-        .build();
+    let far = far_batch(gap_at);
     log.append(&mut StdIo, &far).expect("append past a gap");
     let end = log.log_end_offset();
     assert_eq!(
@@ -410,14 +415,7 @@ fn missing_roll_snapshots_are_written_so_a_durable_gap_survives_recovery() {
     log.set_deferred_flushes(true);
     let bs = append_until_roll(&mut log, 0, 2);
     let gap_at = 2 * (bs.len() as i64) + 1_000;
-    let far = BatchBuilder::new(Offset(gap_at))
-        .record(
-            TimestampMs(50_000),
-            Some(b"k"),
-            Some(&vec![b'y'; 2_900]),
-            &[],
-        )
-        .build();
+    let far = far_batch(gap_at);
     log.append(&mut StdIo, &far).expect("append past a gap");
     let end = log.log_end_offset();
     assert_eq!(log.segments().len(), 3);

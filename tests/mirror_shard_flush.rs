@@ -13,9 +13,12 @@
 //! counts those flushes. The logs then come back from the shard settled (no flush in flight,
 //! the recovery point at the end), and a reopened log holds exactly the source's batches.
 
+mod harness;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use harness::serve::log_bytes;
 use kmirror::bench::server::SynthServer;
 use kmirror::bench::{SynthCodec, SynthSpec};
 use kmirror::fetch::fetcher::{FetchConfig, PartitionStart};
@@ -188,7 +191,7 @@ impl Rig {
     fn wait_all_on_disk(&mut self) {
         let (dirs, want) = (&self.dirs, self.want.len());
         wait_until("every batch on disk", &mut self.rt, || {
-            dirs.iter().all(|d| harness_log_bytes(d).len() == want)
+            dirs.iter().all(|d| log_bytes(d).len() == want)
         });
     }
 
@@ -229,11 +232,7 @@ impl Rig {
             )
             .unwrap();
             assert_eq!(reopened.log_end_offset(), self.end);
-            assert!(
-                harness_log_bytes(&dir) == self.want,
-                "{} differs",
-                dir.display()
-            );
+            assert!(log_bytes(&dir) == self.want, "{} differs", dir.display());
         }
     }
 }
@@ -328,19 +327,6 @@ fn a_log_removed_while_its_flush_is_in_flight_comes_back_after_it() {
     assert_eq!(stats.flushes_in_flight, 0);
     rig.check_returned(logs, no_rolls);
     rig.rt.stop();
-}
-
-/// The `.log` files of a partition directory in offset order, concatenated.
-fn harness_log_bytes(dir: &std::path::Path) -> Vec<u8> {
-    let mut logs: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .collect();
-    logs.sort();
-    logs.iter()
-        .flat_map(|p| std::fs::read(p).unwrap())
-        .collect()
 }
 
 /// Goal: a checkpoint round over more logs than the ring has op slots neither starves the

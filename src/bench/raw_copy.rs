@@ -100,6 +100,33 @@ pub fn process_cpu_seconds() -> Option<f64> {
     Some(ticks / 100.0)
 }
 
+/// Runs `copy(i, share)` for every connection `i` on a thread of its own, `share` being every
+/// `connections`-th item of `items` from the `i`-th; returns their results in connection
+/// order, the time they took together and the process's CPU seconds meanwhile.
+pub(crate) fn run_connections<T: Copy + Send + Sync, R: Send>(
+    connections: usize,
+    items: &[T],
+    copy: impl Fn(usize, Vec<T>) -> R + Sync,
+) -> (Vec<R>, Duration, Option<f64>) {
+    let cpu_before = process_cpu_seconds();
+    let start = Instant::now();
+    let copy = &copy;
+    let results = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..connections)
+            .map(|i| {
+                let mine: Vec<T> = items.iter().copied().skip(i).step_by(connections).collect();
+                s.spawn(move || copy(i, mine))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("raw-copy thread panicked"))
+            .collect::<Vec<_>>()
+    });
+    let cpu = cpu_before.zip(process_cpu_seconds()).map(|(a, b)| b - a);
+    (results, start.elapsed(), cpu)
+}
+
 /// Runs the configured connections to completion and sums their figures.
 pub fn run(config: &RawCopyConfig) -> Result<RawCopyReport, SynthError> {
     let catalog = Catalog::new(config.spec.clone())?;
@@ -118,30 +145,13 @@ pub fn run(config: &RawCopyConfig) -> Result<RawCopyReport, SynthError> {
     let all: Vec<(usize, i32)> = (0..config.spec.topics.len())
         .flat_map(|t| (0..config.spec.partitions as i32).map(move |p| (t, p)))
         .collect();
-    let cpu_before = process_cpu_seconds();
-    let start = Instant::now();
     let per_conn = config.max_total_bytes / config.connections as u64;
-    let reports = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..config.connections)
-            .map(|i| {
-                let mine: Vec<(usize, i32)> = all
-                    .iter()
-                    .copied()
-                    .skip(i)
-                    .step_by(config.connections)
-                    .collect();
-                let catalog = &catalog;
-                s.spawn(move || copy_connection(config, catalog, i, mine, per_conn))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("raw-copy thread panicked"))
-            .collect::<Vec<_>>()
+    let (reports, elapsed, cpu_seconds) = run_connections(config.connections, &all, |i, mine| {
+        copy_connection(config, &catalog, i, mine, per_conn)
     });
     let mut total = RawCopyReport {
-        elapsed: start.elapsed(),
-        cpu_seconds: cpu_before.zip(process_cpu_seconds()).map(|(a, b)| b - a),
+        elapsed,
+        cpu_seconds,
         ..RawCopyReport::default()
     };
     for r in reports {

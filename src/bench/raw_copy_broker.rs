@@ -22,7 +22,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::raw_copy::process_cpu_seconds;
+use super::raw_copy::run_connections;
 use super::SynthError;
 use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FRAME_BYTES_MAX};
 use crate::wire::batch::Batches;
@@ -103,26 +103,14 @@ pub fn run(config: &BrokerCopyConfig) -> Result<BrokerCopyReport, SynthError> {
             "at least one connection and one partition are needed".into(),
         ));
     }
-    let cpu_before = process_cpu_seconds();
-    let start = Instant::now();
-    let reports = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..config.connections)
-            .map(|i| {
-                let mine: Vec<i32> = (0..config.partitions as i32)
-                    .skip(i)
-                    .step_by(config.connections)
-                    .collect();
-                s.spawn(move || copy_connection(config, i, mine))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("raw-copy thread panicked"))
-            .collect::<Vec<_>>()
-    });
+    let partitions: Vec<i32> = (0..config.partitions as i32).collect();
+    let (reports, elapsed, cpu_seconds) =
+        run_connections(config.connections, &partitions, |i, mine| {
+            copy_connection(config, i, mine)
+        });
     let mut total = BrokerCopyReport {
-        elapsed: start.elapsed(),
-        cpu_seconds: cpu_before.zip(process_cpu_seconds()).map(|(a, b)| b - a),
+        elapsed,
+        cpu_seconds,
         ..BrokerCopyReport::default()
     };
     for r in reports {

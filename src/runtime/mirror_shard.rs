@@ -490,12 +490,19 @@ impl MirrorShard {
     /// A checkpoint round: every log with data above its recovery point starts a flush on
     /// the ring (`flush`); none is waited for.
     fn flush_logs(&mut self, cx: &mut Cx<'_>) {
-        let mut due = Vec::new();
+        for at in self.logs_where(PartitionLog::has_unflushed) {
+            self.start_flush(cx, at);
+        }
+    }
+
+    /// Where every log `pick` picks is.
+    fn logs_where(&self, pick: impl Fn(&PartitionLog) -> bool) -> Vec<Loc> {
+        let mut found = Vec::new();
         for (i, src) in self.sources.iter().enumerate() {
             for (g, group) in src.groups.iter().enumerate() {
                 for (n, log) in group.logs.iter().enumerate() {
-                    if log.as_ref().is_some_and(PartitionLog::has_unflushed) {
-                        due.push(Loc {
+                    if log.as_ref().is_some_and(&pick) {
+                        found.push(Loc {
                             src: i,
                             group: g,
                             slot: Slot(n as u32),
@@ -504,9 +511,7 @@ impl MirrorShard {
                 }
             }
         }
-        for at in due {
-            self.start_flush(cx, at);
-        }
+        found
     }
 
     fn set_config(&mut self, cx: &mut Cx<'_>, tp: &TopicPartition, config: LogConfig) {

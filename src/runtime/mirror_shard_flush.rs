@@ -175,21 +175,7 @@ impl MirrorShard {
 
     /// Starts the flush of every log that wants one (after a roll or retention pass).
     pub(super) fn start_wanted_flushes(&mut self, cx: &mut Cx<'_>) {
-        let mut wanted = Vec::new();
-        for (i, src) in self.sources.iter().enumerate() {
-            for (g, group) in src.groups.iter().enumerate() {
-                for (n, log) in group.logs.iter().enumerate() {
-                    if log.as_ref().is_some_and(PartitionLog::wants_flush) {
-                        wanted.push(Loc {
-                            src: i,
-                            group: g,
-                            slot: crate::fetch::fetcher::Slot(n as u32),
-                        });
-                    }
-                }
-            }
-        }
-        for at in wanted {
+        for at in self.logs_where(PartitionLog::wants_flush) {
             self.start_flush(cx, at);
         }
     }

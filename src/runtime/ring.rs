@@ -413,23 +413,23 @@ impl Ring {
     /// A relative TIMEOUT; completes with `-ETIME` when it expires.
     pub fn timeout(&mut self, tag: u64, after: Duration) -> Result<(), SlabFull> {
         let key = self.alloc(tag, OpBuf::None)?;
-        let entry = self.entry_mut(key);
-        entry.timespec = types::Timespec::from(after);
-        let ts: *const types::Timespec = &entry.timespec;
-        let sqe = opcode::Timeout::new(ts).build().user_data(key as u64);
-        self.push(sqe);
+        self.push_timeout(key, after);
         Ok(())
     }
 
     /// `timeout` from the reserved entries (the shard loop's heartbeat).
     pub fn timeout_reserved(&mut self, tag: u64, after: Duration) -> Result<(), SlabFull> {
         let key = self.alloc_reserved(tag, OpBuf::None)?;
+        self.push_timeout(key, after);
+        Ok(())
+    }
+
+    fn push_timeout(&mut self, key: u32, after: Duration) {
         let entry = self.entry_mut(key);
         entry.timespec = types::Timespec::from(after);
         let ts: *const types::Timespec = &entry.timespec;
         let sqe = opcode::Timeout::new(ts).build().user_data(key as u64);
         self.push(sqe);
-        Ok(())
     }
 
     /// READ of an eventfd's 8-byte counter (the shard's wakeup).
