@@ -64,6 +64,9 @@ impl DataPlane for RecordingPlane {
             log_end: Offset(0),
         })
     }
+    fn checkpoint_promotions(&mut self) -> Result<(), String> {
+        Ok(())
+    }
     fn writable(&mut self, _: &TopicPartition) -> Result<(), String> {
         Ok(())
     }

@@ -95,6 +95,17 @@ fn failover_completes_with_the_source_broker_dead() {
         source_end + 1,
         "describe shows the failed-over log's end (the ABORT marker is the +1): {row}"
     );
+    // STOPPED only once the promotion is durable: the recovery-point checkpoint (written once
+    // for a whole stop) already holds the promoted log's end.
+    let recovery = kmirror::log::checkpoint::OffsetCheckpointFile::read(
+        &data_dir.join(kmirror::log::checkpoint::OffsetCheckpointFile::RECOVERY_POINT),
+    )
+    .unwrap();
+    assert_eq!(
+        recovery.get(&kmirror::ids::TopicPartition::new(topic, 0)),
+        Some(&kmirror::ids::Offset(source_end + 1)),
+        "{recovery:?}"
+    );
 
     // The open transaction is aborted: read_committed sees exactly the committed records, and
     // an idempotent producer continues right after the ABORT marker.

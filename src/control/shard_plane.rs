@@ -972,8 +972,9 @@ impl DataPlane for ShardDataPlane {
 
     /// Promotes the handed-back log (the control thread owns it once its fetcher is gone) at
     /// one epoch above every epoch it holds and above the source leader's last known epoch
-    /// (the source may have changed leaders after its last record), then checkpoints the recovery point so that no
-    /// later recovery replays the source's producers (see `PartitionLog::promote`).
+    /// (the source may have changed leaders after its last record). `checkpoint_promotions`
+    /// then checkpoints the recovery point, once for a whole stop, so that no later recovery
+    /// replays the source's producers (see `PartitionLog::promote`).
     fn promote(&mut self, tp: &TopicPartition) -> Result<Promotion, String> {
         if self.lent.contains_key(tp) {
             return Err(format!("{tp} is still being fetched"));
@@ -985,9 +986,11 @@ impl DataPlane for ShardDataPlane {
             .get_mut(tp)
             .ok_or_else(|| format!("{tp} has no local log"))?;
         let epoch = promoted_epoch(log.epoch_cache().latest_epoch(), source);
-        let promotion = log.promote(&mut StdIo, epoch).map_err(|e| e.to_string())?;
-        self.logs().write_checkpoints().map_err(|e| e.to_string())?;
-        Ok(promotion)
+        log.promote(&mut StdIo, epoch).map_err(|e| e.to_string())
+    }
+
+    fn checkpoint_promotions(&mut self) -> Result<(), String> {
+        self.logs().write_checkpoints().map_err(|e| e.to_string())
     }
 
     fn cut_at_timestamp(

@@ -85,6 +85,9 @@ struct FakeData {
     failures: Rc<RefCell<Vec<(TopicPartition, Fault)>>>,
     promoted: Rc<RefCell<Vec<TopicPartition>>>,
     fail_promotes: Rc<RefCell<bool>>,
+    /// Promotion checkpoints written, and whether writing one fails.
+    checkpoints: Rc<RefCell<u32>>,
+    fail_checkpoints: Rc<RefCell<bool>>,
     writable: Rc<RefCell<BTreeSet<TopicPartition>>>,
     /// The config each topic was last given.
     configs: Rc<RefCell<BTreeMap<String, LogConfig>>>,
@@ -129,6 +132,13 @@ impl DataPlane for FakeData {
             aborted: Vec::new(),
             log_end: Offset(100),
         })
+    }
+    fn checkpoint_promotions(&mut self) -> Result<(), String> {
+        if *self.fail_checkpoints.borrow() {
+            return Err("checkpoint: disk full".to_owned());
+        }
+        *self.checkpoints.borrow_mut() += 1;
+        Ok(())
     }
     fn writable(&mut self, tp: &TopicPartition) -> Result<(), String> {
         self.writable.borrow_mut().insert(tp.clone());
@@ -436,7 +446,7 @@ fn stop_with_a_dead_source_skips_the_last_group_sync() {
 }
 
 #[test]
-fn stop_promotes_before_stopped_and_a_failed_promotion_is_finished_later() {
+fn stop_promotes_before_stopped_and_a_failed_promotion_or_checkpoint_is_finished_later() {
     let rig = Rig::new();
     let mut c = rig.open();
     c.create("m1", &props()).unwrap();
@@ -454,7 +464,13 @@ fn stop_promotes_before_stopped_and_a_failed_promotion_is_finished_later() {
     drop(c); // kill -9 while STOPPING
 
     *rig.data.fail_promotes.borrow_mut() = false;
+    // Promoted, but the checkpoint that makes the promotions durable fails: still STOPPING.
+    *rig.data.fail_checkpoints.borrow_mut() = true;
     let mut c = rig.open();
+    c.tick(now_ms()).unwrap();
+    assert_eq!(state(&c, "orders", 0), Some(StateName::Stopping));
+    assert!(rig.data.writable.borrow().is_empty(), "nothing writable");
+    *rig.data.fail_checkpoints.borrow_mut() = false;
     c.tick(now_ms()).unwrap();
     assert_eq!(state(&c, "orders", 0), Some(StateName::Stopped));
     assert_eq!(state(&c, "orders", 1), Some(StateName::Stopped));
@@ -1058,10 +1074,16 @@ fn lifecycle_commands_write_mirror_state_per_step_not_per_partition() {
         assert_eq!(state(&c, "big", p), Some(StateName::Paused), "big-{p}");
     }
     last = c.state_writes();
+    let checkpoints = *rig.data.checkpoints.borrow();
     c.command("m1", "big", Command::Stop).unwrap();
     for p in 0..N {
         assert_eq!(state(&c, "big", p), Some(StateName::Stopped), "big-{p}");
     }
+    assert_eq!(
+        *rig.data.checkpoints.borrow() - checkpoints,
+        1,
+        "one recovery-point checkpoint for the promotions of {N} partitions"
+    );
     count(&c, &mut last, "stop");
     drop(c);
     let c = rig.open();
