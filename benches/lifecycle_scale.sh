@@ -12,9 +12,11 @@
 #   command), pause, describe (paused), resume, describe right after resume (how many partitions
 #   report a lag at all, and how many a non-zero one), describe once caught up again, stop
 #   (the failover of every partition).
-# Also printed per command: how many record batches it added to `__mirror_state` (read from
-# the state log's segment files with `kmirror log dump`), one write per step rather than one
-# per partition.
+# Also printed per command: how many appends it made to `__mirror_state` (state_writes, from
+# /metrics' kmirror_mirror_state_writes_total: one write and one sync each) and how many record
+# batches they added (read from the state log's segment files with `kmirror log dump`; one
+# append carries up to KEYED_LOG_RECORDS_PER_BATCH_MAX records per batch). One write per
+# command step, not one per partition.
 #
 # Usage (build first: cargo build --release --bin kmirror):
 #   benches/lifecycle_scale.sh                       # PARTS="1000 5000"
@@ -68,6 +70,13 @@ state_batches() {
   "$BIN/kmirror" log dump "$dir" 2>/dev/null | grep -c '^baseOffset:' || true
 }
 
+# __mirror_state appends (one write and one sync each, whatever their batch count) so far,
+# from the admin API's /metrics.
+state_writes() {
+  curl -sf "http://$1/metrics" | awk '$1 == "kmirror_mirror_state_writes_total" { printf "%.0f\n", $2; found = 1 }
+    END { if (!found) print "?" }'
+}
+
 for P in $PARTS; do
   TOPIC="lc-$P"
   java -Xmx256m -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" org.apache.kafka.tools.TopicCommand \
@@ -105,14 +114,16 @@ EOF
 
   # cmd NAME ARGS...: runs `kmirror mirrors ARGS`, prints its time and the state log's growth.
   cmd() {
-    local name=$1 before t0 took after
+    local name=$1 before t0 took after w0 w1
     shift
     before=$(state_batches "$DATA")
+    w0=$(state_writes "$ADMIN")
     t0=$(now)
     mirrors "$@" >"$WORK/$name-$P.out"
     took=$(secs_since "$t0")
     after=$(state_batches "$DATA")
-    echo "partitions=$P command=$name seconds=$took state_batches_added=$((after - before))"
+    w1=$(state_writes "$ADMIN")
+    echo "partitions=$P command=$name seconds=$took state_writes=$((w1 - w0)) state_batches_added=$((after - before))"
   }
   wait_caught_up() { # label
     local t0 s

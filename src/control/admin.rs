@@ -560,7 +560,11 @@ async fn metrics<S: SourceCatalog, D: DataPlane>(
                 &none
             }
         };
-        crate::ops::metrics::render_with_failback(telemetry, states, "", c.failback_metrics())
+        let control = crate::ops::metrics::ControlMetrics {
+            failback: c.failback_metrics(),
+            state_writes: Some(c.state_writes()),
+        };
+        crate::ops::metrics::render_with_control(telemetry, states, "", control)
     };
     (
         [(

@@ -68,6 +68,7 @@ pub const FAILBACK_STATES: [&str; 4] = ["CREATED", "COPYING", "STOPPED", "FAILED
 /// Everything one scrape shows, gathered before encoding.
 struct Scrape {
     failback: Vec<FailbackMetric>,
+    state_writes: Option<u64>,
     now_ms: i64,
     shards: Vec<ShardSnapshot>,
     latency: Vec<LatencySet>,
@@ -105,15 +106,25 @@ fn disk_space(dir: &std::path::Path) -> Option<DiskSpace> {
 /// Renders one scrape. `states` are the control plane's partitions; partitions the shards
 /// report that no mirror claims are labelled `default_mirror`.
 pub fn render(telemetry: &Telemetry, states: Vec<PartitionState>, default_mirror: &str) -> String {
-    render_with_failback(telemetry, states, default_mirror, Vec::new())
+    render_with_control(telemetry, states, default_mirror, ControlMetrics::default())
 }
 
-/// `render`, with the failbacks' reverse copies.
-pub fn render_with_failback(
+/// What the control plane adds to a scrape when it runs (the admin API's `/metrics`).
+#[derive(Debug, Clone, Default)]
+pub struct ControlMetrics {
+    /// The failbacks' reverse copies.
+    pub failback: Vec<FailbackMetric>,
+    /// `__mirror_state` appends (each one write and one sync) since the controller opened;
+    /// None without a controller.
+    pub state_writes: Option<u64>,
+}
+
+/// `render`, with what the control plane knows.
+pub fn render_with_control(
     telemetry: &Telemetry,
     states: Vec<PartitionState>,
     default_mirror: &str,
-    failback: Vec<FailbackMetric>,
+    control: ControlMetrics,
 ) -> String {
     let owner: HashMap<&TopicPartition, &str> =
         states.iter().map(|s| (&s.tp, s.mirror.as_str())).collect();
@@ -130,7 +141,8 @@ pub fn render_with_failback(
     }
     partitions.sort_by(|a, b| (&a.0, &a.1.tp).cmp(&(&b.0, &b.1.tp)));
     let scrape = Scrape {
-        failback,
+        failback: control.failback,
+        state_writes: control.state_writes,
         now_ms: (process_stats::now_seconds() * 1000.0) as i64,
         shards: telemetry.shards.iter().map(|s| s.snapshot()).collect(),
         latency: telemetry.cumulative(),
@@ -243,11 +255,23 @@ impl Collector for Scrape {
         self.encode_disk(&mut f)?;
         self.encode_audit(&mut f)?;
         self.encode_failback(&mut f)?;
+        self.encode_control(&mut f)?;
         self.encode_process(&mut f)
     }
 }
 
 impl Scrape {
+    fn encode_control(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
+        let Some(writes) = self.state_writes else {
+            return Ok(());
+        };
+        f.counter(
+            "kmirror_mirror_state_writes",
+            "__mirror_state appends (one write and one sync each, any number of records) since this process started; a command over thousands of partitions is one.",
+            &[(Vec::new(), writes)],
+        )
+    }
+
     /// The reverse copies of failbacks (none: no series).
     fn encode_failback(&self, f: &mut Family<'_, '_>) -> std::fmt::Result {
         if self.failback.is_empty() {
@@ -919,7 +943,7 @@ mod tests {
     }
 
     #[test]
-    fn failback_rows_render_one_series_each_and_one_state() {
+    fn failback_rows_render_one_series_each_and_one_state_and_state_writes_one_counter() {
         let telemetry = Telemetry::new(Vec::new());
         let row = |topic: &str, state, lag| FailbackMetric {
             mirror: "east".to_owned(),
@@ -931,11 +955,18 @@ mod tests {
             divergent_tail_records: 20,
             open_transactions: 1,
         };
-        let text = render_with_failback(
+        let text = render_with_control(
             &telemetry,
             Vec::new(),
             "",
-            vec![row("a", "COPYING", Some(7)), row("b", "FAILED", None)],
+            ControlMetrics {
+                failback: vec![row("a", "COPYING", Some(7)), row("b", "FAILED", None)],
+                state_writes: Some(3),
+            },
+        );
+        assert_eq!(
+            sample(&text, "kmirror_mirror_state_writes_total"),
+            Some(3.0)
         );
         let l = r#"mirror="east",topic="a",partition="0""#;
         for (name, v) in [
