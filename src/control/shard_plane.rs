@@ -898,6 +898,20 @@ impl DataPlane for ShardDataPlane {
         Ok(())
     }
 
+    fn prepare_logs(&mut self, partitions: &[(TopicPartition, Uuid)]) -> Result<usize, String> {
+        self.take_returned();
+        // A lent or failed-over (leader store) partition has its log already.
+        let wanted: Vec<(TopicPartition, Option<Uuid>)> = partitions
+            .iter()
+            .filter(|(tp, _)| !self.lent.contains_key(tp) && !self.leaders.contains(tp))
+            .map(|(tp, id)| (tp.clone(), (!id.is_nil()).then_some(*id)))
+            .collect();
+        let configs = self.configs.clone();
+        self.logs()
+            .create_missing_configured(&wanted, &configs)
+            .map_err(|e| e.to_string())
+    }
+
     fn configure(&mut self, topic: &str, config: &LogConfig) -> Result<(), String> {
         self.configs.insert(topic.to_owned(), config.clone());
         self.take_returned();

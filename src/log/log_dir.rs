@@ -7,7 +7,7 @@
 //! log lent out (`take`) came back: a log that died with its owner (a panicked shard) was never
 //! closed, so the next start must recover.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -288,6 +288,16 @@ impl LogDir {
         &mut self,
         wanted: &[(TopicPartition, Option<Uuid>)],
     ) -> Result<usize, LogError> {
+        self.create_missing_configured(wanted, &HashMap::new())
+    }
+
+    /// `create_missing`, each new partition with its topic's config from `topic_configs`
+    /// (the default config for a topic not there).
+    pub fn create_missing_configured(
+        &mut self,
+        wanted: &[(TopicPartition, Option<Uuid>)],
+        topic_configs: &HashMap<String, LogConfig>,
+    ) -> Result<usize, LogError> {
         let ids: BTreeMap<&TopicPartition, Option<Uuid>> = wanted
             .iter()
             .filter(|(tp, _)| !self.logs.contains_key(tp) && !self.lent.contains(tp))
@@ -315,7 +325,8 @@ impl LogDir {
             threads,
             &mut crate::log::io::StdIo,
             |tp, path, _, _| {
-                PartitionLog::create_with(path, tp.clone(), ids[tp], config.clone(), false)
+                let config = topic_configs.get(&tp.topic).unwrap_or(config).clone();
+                PartitionLog::create_with(path, tp.clone(), ids[tp], config, false)
             },
         )?;
         if let (false, Some(root)) = (created.is_empty(), &root) {
@@ -562,6 +573,36 @@ mod tests {
     // Goal: partitions created in one batch (durability made once for all, see
     // `create_missing`) come out as one created alone does: `partition.metadata` in place with
     // the topic id and no tmp file left, a first segment, and the same on a reopen.
+    // Goal: a batch over several topics gives each new partition its topic's config (a
+    // mirror start of topics with copied configs), the default to the others.
+    #[test]
+    fn batched_create_gives_each_topic_its_config() {
+        let root = tempfile::tempdir().unwrap();
+        let mut io = crate::log::io::StdIo;
+        let mut dir = LogDir::open(root.path(), LogConfig::default(), &mut io).unwrap();
+        let small = LogConfig {
+            segment_bytes: 1 << 20,
+            ..LogConfig::default()
+        };
+        let configs = HashMap::from([("copied".to_owned(), small.clone())]);
+        let wanted: Vec<_> = (0..6)
+            .map(|p| {
+                let topic = if p % 2 == 0 { "copied" } else { "plain" };
+                (TopicPartition::new(topic, p), None)
+            })
+            .collect();
+        assert_eq!(dir.create_missing_configured(&wanted, &configs).unwrap(), 6);
+        for (tp, _) in &wanted {
+            let want = if tp.topic == "copied" {
+                small.segment_bytes
+            } else {
+                LogConfig::default().segment_bytes
+            };
+            assert_eq!(dir.get(tp).unwrap().config().segment_bytes, want, "{tp}");
+        }
+        assert_ne!(small.segment_bytes, LogConfig::default().segment_bytes);
+    }
+
     #[test]
     fn batched_create_publishes_partition_metadata() {
         let root = tempfile::tempdir().unwrap();

@@ -100,6 +100,10 @@ pub trait DataPlane {
         topic_id: Uuid,
         start: StartFrom,
     ) -> Result<(), Fault>;
+    /// Creates the local logs of `partitions` that have none yet, all together (a start of
+    /// thousands of partitions; `add` would create each on its own, with its own syncs).
+    /// Returns how many it created. A failure leaves `add` to create (and report) them.
+    fn prepare_logs(&mut self, partitions: &[(TopicPartition, Uuid)]) -> Result<usize, String>;
     /// Stop fetching `tp` and return its local log end.
     fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String>;
     /// Sets the log config of every partition of `topic`, present and created later (already
@@ -665,6 +669,18 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             .iter()
             .map(|(tp, p)| (tp.clone(), p.topic_id, p.machine.state()))
             .collect();
+        let starting: Vec<(TopicPartition, Uuid)> = work
+            .iter()
+            .filter(|(_, _, state)| {
+                matches!(state, Some(StateName::LogAlignment | StateName::Mirroring))
+            })
+            .map(|(tp, id, _)| (tp.clone(), *id))
+            .collect();
+        if starting.len() > 1 {
+            if let Err(why) = self.data.prepare_logs(&starting) {
+                tracing::warn!(mirror = %name, partitions = starting.len(), %why, "local logs not created together; each is created as it starts");
+            }
+        }
         let mut promoted = Vec::new();
         for (tp, topic_id, state) in work {
             match state {

@@ -87,6 +87,8 @@ struct FakeData {
     fail_promotes: Rc<RefCell<bool>>,
     /// Promotion checkpoints written, and whether writing one fails.
     checkpoints: Rc<RefCell<u32>>,
+    /// Partitions handed to prepare_logs (created together before their adds).
+    prepared: Rc<RefCell<usize>>,
     fail_checkpoints: Rc<RefCell<bool>>,
     writable: Rc<RefCell<BTreeSet<TopicPartition>>>,
     /// The config each topic was last given.
@@ -111,6 +113,10 @@ impl DataPlane for FakeData {
         *self.adds.borrow_mut() += 1;
         self.active.borrow_mut().insert(tp.clone());
         Ok(())
+    }
+    fn prepare_logs(&mut self, partitions: &[(TopicPartition, Uuid)]) -> Result<usize, String> {
+        *self.prepared.borrow_mut() += partitions.len();
+        Ok(partitions.len())
     }
     fn remove(&mut self, tp: &TopicPartition) -> Result<Offset, String> {
         self.active.borrow_mut().remove(tp);
@@ -1059,6 +1065,11 @@ fn lifecycle_commands_write_mirror_state_per_step_not_per_partition() {
     };
     let r = c.start("m1", "big", None).unwrap();
     assert_eq!(r.changed.len(), N as usize);
+    assert_eq!(
+        *rig.data.prepared.borrow(),
+        N as usize,
+        "the logs are prepared together"
+    );
     count(&c, &mut last, "start");
     c.command("m1", "big", Command::Pause).unwrap();
     assert_eq!(state(&c, "big", N - 1), Some(StateName::Paused));
