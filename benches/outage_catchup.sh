@@ -5,13 +5,18 @@
 #
 # Phases, each producer run Kafka's own ProducerPerformance (acks=1) in chunks of CHUNK_S
 # seconds at RATE_MB_S, so every chunk prints its own latency percentiles:
+#   0. mirror:   kmirror serve mirrors the topic as it is after the warm-up (its partitions
+#                created, caught up) and is stopped (SIGTERM): the outage begins. With
+#                FROM_EMPTY=1 this is skipped and phase 3 starts on an empty data dir (a first
+#                start: creating every partition's directory is then part of the catch-up).
 #   1. idle:     kmirror not running; IDLE_CHUNKS chunks give the source's P99 produce latency
 #                without kmirror.
 #   2. backlog:  BACKLOG_MB produced as fast as the broker takes it, kmirror still stopped.
-#   3. catch-up: kmirror serve starts on an empty data dir while the steady producer keeps
-#                running; caught up = kmirror's .log bytes reach the broker's .log bytes of a
-#                moment before (within one poll); the chunks that ended before catch-up give the
-#                P99 produce latency during catch-up.
+#   3. catch-up: kmirror serve restarts while the steady producer keeps running; caught up =
+#                kmirror's .log bytes reach the broker's .log bytes of a moment before (within
+#                one poll); the chunks that ended before catch-up give the P99 produce latency
+#                during catch-up. Also printed: the seconds from exec to the first new byte
+#                (start-up) and the rate after it (data phase).
 # Then three limits for the same data: the raw copy from the same broker (kmirror-raw-copy
 # --from-broker: the same Fetch requests, only batch headers read), which is what this broker
 # can serve; Kafka's own ConsumerPerformance from the same broker; and the raw copy against the
@@ -27,6 +32,7 @@
 #   CODEC            producer compression.type (default lz4)
 #   SHARDS           kmirror shards (default 2)
 #   MAX_RATE         [fetch.source_load] max_rate_bytes_per_sec for kmirror (default 0: none)
+#   FROM_EMPTY       1: no phase 0, the catch-up is a first start (default 0: a restart)
 #   KAFKA            Kafka release whose jars to use (default 4.4.0, ~/.cache/kmirror/kafka-X/libs)
 set -euo pipefail
 
@@ -37,6 +43,7 @@ RECORD_SIZE=${RECORD_SIZE:-1000}
 CODEC=${CODEC:-lz4}
 SHARDS=${SHARDS:-2}
 MAX_RATE=${MAX_RATE:-0}
+FROM_EMPTY=${FROM_EMPTY:-0}
 CHUNK_S=${CHUNK_S:-10}
 IDLE_CHUNKS=${IDLE_CHUNKS:-2}
 CATCHUP_LIMIT_S=${CATCHUP_LIMIT_S:-900}
@@ -88,20 +95,8 @@ steady_chunks() { # file: chunks of the steady producer until killed, one summar
 # 0. warm-up, not counted: the producer's first chunk against 5,000 fresh partitions pays for
 #    their metadata and first batches, which no later chunk does.
 perf "$CHUNK_RECORDS" "$STEADY_RPS" > "$WORK/warmup.txt"
-# 1. idle: kmirror not running.
-for _ in $(seq 1 "$IDLE_CHUNKS"); do perf "$CHUNK_RECORDS" "$STEADY_RPS" >> "$WORK/idle.txt"; done
-# 2. backlog, kmirror still stopped.
-BACKLOG_RECORDS=$(( BACKLOG_MB * 1000000 / RECORD_SIZE ))
-T0=$(date +%s.%N)
-perf "$BACKLOG_RECORDS" -1 > "$WORK/backlog.txt"
-echo "# backlog: $(cat "$WORK/backlog.txt") in $(python3 -c "import time; print(round(time.time() - $T0, 1))") s" >&2
-
 broker_bytes() { find "$WORK/broker-data" -path "*/$TOPIC-*" -name '*.log' -printf '%s\n' | awk '{s += $1} END {printf "%.0f\n", s}'; }
 ours_bytes() { find "$WORK/mirror" -name '*.log' -printf '%s\n' 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'; }
-
-# 3. catch-up with the steady producer running.
-steady_chunks "$WORK/catchup.txt" &
-PRODUCER_PID=$!
 cat > "$WORK/kmirror.toml" <<EOF
 [source]
 bootstrap_servers = ["127.0.0.1:$PORT"]
@@ -120,8 +115,36 @@ partition_max_bytes = 1048576
 [fetch.source_load]
 max_rate_bytes_per_sec = $MAX_RATE
 EOF
+# 0. (after the warm-up) kmirror mirrors the topic as it stands, then stops: the outage begins.
+if [ "$FROM_EMPTY" != 1 ]; then
+  KMIRROR_LOG=warn "$BIN/kmirror" serve --config "$WORK/kmirror.toml" > "$WORK/serve0.log" 2>&1 &
+  SERVE_PID=$!
+  target=$(broker_bytes)
+  for _ in $(seq 1 1200); do
+    (( $(ours_bytes) >= target )) && break
+    kill -0 "$SERVE_PID" 2>/dev/null || { tail -5 "$WORK/serve0.log" >&2; exit 1; }
+    sleep 0.5
+  done
+  (( $(ours_bytes) >= target )) || { echo "phase 0: kmirror did not mirror the warm-up" >&2; exit 1; }
+  kill "$SERVE_PID"
+  wait "$SERVE_PID" || { echo "phase 0: kmirror serve exited with $? on SIGTERM" >&2; tail -5 "$WORK/serve0.log" >&2; exit 1; }
+  SERVE_PID=""
+fi
+# 1. idle: kmirror not running.
+for _ in $(seq 1 "$IDLE_CHUNKS"); do perf "$CHUNK_RECORDS" "$STEADY_RPS" >> "$WORK/idle.txt"; done
+# 2. backlog, kmirror still stopped.
+BACKLOG_RECORDS=$(( BACKLOG_MB * 1000000 / RECORD_SIZE ))
+T0=$(date +%s.%N)
+perf "$BACKLOG_RECORDS" -1 > "$WORK/backlog.txt"
+echo "# backlog: $(cat "$WORK/backlog.txt") in $(python3 -c "import time; print(round(time.time() - $T0, 1))") s" >&2
+
+# 3. catch-up with the steady producer running.
+steady_chunks "$WORK/catchup.txt" &
+PRODUCER_PID=$!
+OURS_AT_START=$(ours_bytes)
 START=$(date +%s.%N)
 BACKLOG_BYTES=$(broker_bytes)
+FIRST=""
 KMIRROR_LOG=warn "$BIN/kmirror" serve --config "$WORK/kmirror.toml" > "$WORK/serve.log" 2>&1 &
 SERVE_PID=$!
 CHUNKS_AT_START=$(wc -l < "$WORK/catchup.txt")
@@ -130,6 +153,7 @@ while :; do
   target=$(broker_bytes)
   sleep "$POLL_S"
   ours=$(ours_bytes)
+  [ -z "$FIRST" ] && (( ours > OURS_AT_START )) && FIRST=$(date +%s.%N)
   (( ours >= target )) && break
   kill -0 "$SERVE_PID" 2>/dev/null || { status=serve-exited; break; }
   if python3 -c "import sys,time; sys.exit(0 if time.time() - $START > $CATCHUP_LIMIT_S else 1)"; then status=timeout; break; fi
@@ -171,11 +195,15 @@ RAW=$("$BIN/kmirror-raw-copy" --bootstrap "$SADDR" --codec lz4 --batch-bytes 655
 stop_pid "$SRC_PID"; SRC_PID=""
 
 python3 - "$START" "$END" "$BACKLOG_BYTES" "$END_BYTES" "$status" "$RAW" "$WORK/idle.txt" "$WORK/during.txt" \
-  "$PARTITIONS" "$RATE_MB_S" "$MAX_RATE" "$CODEC" "$KAFKA" "$KAFKA_READ" "$RECORDS_AT_START" "$RAW_BROKER" <<'EOF'
+  "$PARTITIONS" "$RATE_MB_S" "$MAX_RATE" "$CODEC" "$KAFKA" "$KAFKA_READ" "$RECORDS_AT_START" "$RAW_BROKER" \
+  "$OURS_AT_START" "${FIRST:-$END}" "$FROM_EMPTY" <<'EOF'
 import re, sys
-start, end, backlog, end_bytes, status, raw, idle, during, parts, rate, cap, codec, kafka, kread, at_start, rawb = sys.argv[1:]
+start, end, backlog, end_bytes, status, raw, idle, during, parts, rate, cap, codec, kafka, kread, at_start, rawb, ours0, first, empty = sys.argv[1:]
 secs = float(end) - float(start)
-moved = int(end_bytes)
+# What the catch-up moved: the broker's bytes at its end less what kmirror held before.
+moved = int(end_bytes) - int(ours0)
+startup = float(first) - float(start)
+data_secs = max(float(end) - float(first), 1e-9)
 kv = dict(x.split("=", 1) for x in raw.split() if "=" in x)
 raw_mbps = float(kv["MB/s"])  # response bytes incl. framing: a slightly generous limit
 def p99(path):
@@ -187,6 +215,8 @@ print(f"kafka={kafka} partitions={parts} codec={codec} steady_MBps={rate} max_ra
       f"backlog_bytes={int(backlog)} mirrored_bytes={moved} catchup_s={secs:.1f} "
       f"catchup_MBps={moved / secs / 1e6:.1f} raw_MBps={raw_mbps:.1f} ratio={moved / secs / 1e6 / raw_mbps:.2f} "
       f"p99_idle_ms={ip} (worst of {ni} chunks) p99_catchup_ms={dp} (worst of {nd} chunks)")
+print(f"{'first_start' if empty == '1' else 'restart'}: startup_s={startup:.1f} (exec to the first new byte, "
+      f"within one poll) data_phase_MBps={moved / data_secs / 1e6:.1f} held_before_bytes={int(ours0)}")
 # ConsumerPerformance: start, end, MB (MiB of values), MB.sec, nMsg, nMsg.sec, rebalance ms,
 # fetch ms, fetch.MB.sec, fetch.nMsg.sec. Its records/s (group join excluded) times the on-disk
 # bytes per record at the catch-up's start gives the broker's own read rate in the bytes
