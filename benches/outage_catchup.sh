@@ -19,7 +19,7 @@
 #                (start-up) and the rate after it (data phase).
 # Then three limits for the same data: the raw copy from the same broker (kmirror-raw-copy
 # --from-broker: the same Fetch requests, only batch headers read), which is what this broker
-# can serve; Kafka's own ConsumerPerformance from the same broker; and the raw copy against the
+# can serve, alone and again while the steady producer writes (as it did during catch-up); Kafka's own ConsumerPerformance from the same broker; and the raw copy against the
 # synthetic source (same partitions and fetch sizes, comparable batch size), this box's copy
 # limit when the source costs nothing.
 #
@@ -176,11 +176,21 @@ KAFKA_READ=$(java -Xmx1g -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" org.apache.kaf
 # The same broker's copy limit: the raw copy from the broker itself (`--from-broker`: the same
 # Fetch requests as kmirror's, incremental sessions, one connection per shard, responses written
 # to a file, only batch headers read), the whole topic from offset 0 to its high watermark.
-mkdir -p "$WORK/raw-broker"
-RAW_BROKER=$("$BIN/kmirror-raw-copy" --from-broker --bootstrap "127.0.0.1:$PORT" --topic "$TOPIC" \
-  --partitions "$PARTITIONS" --out-dir "$WORK/raw-broker" --connections "$SHARDS" --seconds 600 \
-  --max-bytes 52428800 --partition-max-bytes 1048576)
-rm -rf "$WORK/raw-broker"
+broker_raw_copy() {
+  mkdir -p "$WORK/raw-broker"
+  "$BIN/kmirror-raw-copy" --from-broker --bootstrap "127.0.0.1:$PORT" --topic "$TOPIC" \
+    --partitions "$PARTITIONS" --out-dir "$WORK/raw-broker" --connections "$SHARDS" --seconds 600 \
+    --max-bytes 52428800 --partition-max-bytes 1048576
+  rm -rf "$WORK/raw-broker"
+}
+RAW_BROKER=$(broker_raw_copy)
+# The same copy while the steady producer writes, as during kmirror's catch-up: the broker and
+# the producer's JVM then share the cores with the copy, as they did with kmirror.
+steady_chunks "$WORK/loaded.txt" &
+PRODUCER_PID=$!
+sleep "$CHUNK_S"
+RAW_BROKER_LOADED=$(broker_raw_copy)
+stop_pid "$PRODUCER_PID"; PRODUCER_PID=""
 # The copy limit for the same partitions: raw copy from the synthetic source.
 PBYTES=$(( END_BYTES / PARTITIONS ))
 "$BIN/kmirror-synth-source" --listen 127.0.0.1:0 --codec lz4 --batch-bytes 65536 \
@@ -196,9 +206,9 @@ stop_pid "$SRC_PID"; SRC_PID=""
 
 python3 - "$START" "$END" "$BACKLOG_BYTES" "$END_BYTES" "$status" "$RAW" "$WORK/idle.txt" "$WORK/during.txt" \
   "$PARTITIONS" "$RATE_MB_S" "$MAX_RATE" "$CODEC" "$KAFKA" "$KAFKA_READ" "$RECORDS_AT_START" "$RAW_BROKER" \
-  "$OURS_AT_START" "${FIRST:-$END}" "$FROM_EMPTY" <<'EOF'
+  "$OURS_AT_START" "${FIRST:-$END}" "$FROM_EMPTY" "$RAW_BROKER_LOADED" <<'EOF'
 import re, sys
-start, end, backlog, end_bytes, status, raw, idle, during, parts, rate, cap, codec, kafka, kread, at_start, rawb, ours0, first, empty = sys.argv[1:]
+start, end, backlog, end_bytes, status, raw, idle, during, parts, rate, cap, codec, kafka, kread, at_start, rawb, ours0, first, empty, rawl = sys.argv[1:]
 secs = float(end) - float(start)
 # What the catch-up moved: the broker's bytes at its end less what kmirror held before.
 moved = int(end_bytes) - int(ours0)
@@ -232,4 +242,8 @@ kb = dict(x.split("=", 1) for x in rawb.split() if "=" in x)
 rawb_mbps = float(kb["MB/s"])  # whole record batches, the bytes kmirror's .log files count
 print(f"raw_copy_from_broker_MBps={rawb_mbps:.1f} cpu_s_per_GB={kb['cpu_s_per_GB']} "
       f"responses={kb['responses']} ratio_to_broker_raw_copy={moved / secs / 1e6 / rawb_mbps:.2f}")
+kl = dict(x.split("=", 1) for x in rawl.split() if "=" in x)
+rawl_mbps = float(kl["MB/s"])
+print(f"raw_copy_from_broker_with_producer_MBps={rawl_mbps:.1f} cpu_s_per_GB={kl['cpu_s_per_GB']} "
+      f"ratio_to_it={moved / secs / 1e6 / rawl_mbps:.2f} data_phase_ratio_to_it={moved / data_secs / 1e6 / rawl_mbps:.2f}")
 EOF
