@@ -331,6 +331,17 @@ fn append_until_roll(log: &mut PartitionLog, from: i64, segments: usize) -> Vec<
     out
 }
 
+/// Rolls `log` (two segments), then appends a batch far past its end, which rolls again: an
+/// offset gap at the third segment's base (a compacted source's). Returns that base and the
+/// log end.
+fn roll_past_a_gap(log: &mut PartitionLog) -> (Offset, Offset) {
+    let bs = append_until_roll(log, 0, 2);
+    let gap_at = Offset(2 * (bs.len() as i64) + 1_000);
+    log.append(&mut StdIo, &far_batch(gap_at.0))
+        .expect("append past a gap");
+    (gap_at, log.log_end_offset())
+}
+
 /// A batch at `offset`, big enough (about 2,970 B) to roll `config()`'s 3,000 B segments.
 fn far_batch(offset: i64) -> Vec<u8> {
     BatchBuilder::new(Offset(offset))
@@ -388,15 +399,10 @@ fn a_crash_before_a_rolls_flush_finished_cuts_at_the_rolled_segments_durable_end
     // A real gap whose roll was flushed: the snapshot at the later base vouches for it.
     let dir = tmp.path().join("crash-1");
     let mut log = PartitionLog::create(&dir, tp(), None, config()).expect("create");
-    let bs = append_until_roll(&mut log, 0, 2);
-    // The gap is in the offsets: a batch far past the end, big enough to roll.
-    let gap_at = 2 * (bs.len() as i64) + 1_000;
-    let far = far_batch(gap_at);
-    log.append(&mut StdIo, &far).expect("append past a gap");
-    let end = log.log_end_offset();
+    let (gap_at, end) = roll_past_a_gap(&mut log);
     assert_eq!(
         log.segments().last().expect("segment").base_offset(),
-        Offset(gap_at)
+        gap_at
     );
     drop(log);
     let log = reopen(&dir);
@@ -413,11 +419,7 @@ fn missing_roll_snapshots_are_written_so_a_durable_gap_survives_recovery() {
     let dir = tmp.path().join("crash-0");
     let mut log = PartitionLog::create(&dir, tp(), None, config()).expect("create");
     log.set_deferred_flushes(true);
-    let bs = append_until_roll(&mut log, 0, 2);
-    let gap_at = 2 * (bs.len() as i64) + 1_000;
-    let far = far_batch(gap_at);
-    log.append(&mut StdIo, &far).expect("append past a gap");
-    let end = log.log_end_offset();
+    let (gap_at, end) = roll_past_a_gap(&mut log);
     assert_eq!(log.segments().len(), 3);
     // The files are whole (as a drill's fdatasync of them makes sure), the snapshots of the
     // two rolls were never written: the flushes never ran.
@@ -425,10 +427,9 @@ fn missing_roll_snapshots_are_written_so_a_durable_gap_survives_recovery() {
     let unvouched = tmp.path().join("crash-1");
     copy_dir(&dir, &unvouched);
 
-    let active_base = Offset(gap_at);
     let opts = LoadOptions {
         clean_shutdown: false,
-        recovery_point: active_base,
+        recovery_point: gap_at,
         log_start_offset: None,
     };
     let mut log = PartitionLog::open(&dir, tp(), None, config(), opts, &mut StdIo).expect("open");
@@ -440,7 +441,7 @@ fn missing_roll_snapshots_are_written_so_a_durable_gap_survives_recovery() {
     assert_eq!(reopen(&dir).log_end_offset(), end, "a vouched gap was cut");
 
     // The same files without the snapshots: recovery cuts at the gap.
-    assert!(reopen(&unvouched).log_end_offset() < active_base);
+    assert!(reopen(&unvouched).log_end_offset() < gap_at);
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -906,9 +906,11 @@ impl DataPlane for ShardDataPlane {
             .filter(|(tp, _)| !self.lent.contains_key(tp) && !self.leaders.contains(tp))
             .map(|(tp, id)| (tp.clone(), (!id.is_nil()).then_some(*id)))
             .collect();
-        let configs = self.configs.clone();
-        self.logs()
-            .create_missing_configured(&wanted, &configs)
+        // The fields apart (not `logs()`): the configs are borrowed, not copied.
+        self.logs
+            .as_mut()
+            .expect("log dir lives until stop")
+            .create_missing_configured(&wanted, &self.configs)
             .map_err(|e| e.to_string())
     }
 

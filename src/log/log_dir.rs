@@ -570,9 +570,6 @@ fn open_all<I: LogIo + Clone + Send>(
 mod tests {
     use super::*;
 
-    // Goal: partitions created in one batch (durability made once for all, see
-    // `create_missing`) come out as one created alone does: `partition.metadata` in place with
-    // the topic id and no tmp file left, a first segment, and the same on a reopen.
     // Goal: a batch over several topics gives each new partition its topic's config (a
     // mirror start of topics with copied configs), the default to the others.
     #[test]
@@ -603,6 +600,9 @@ mod tests {
         assert_ne!(small.segment_bytes, LogConfig::default().segment_bytes);
     }
 
+    // Goal: partitions created in one batch (durability made once for all, see
+    // `create_missing`) come out as one created alone does: `partition.metadata` in place with
+    // the topic id and no tmp file left, a first segment, and the same on a reopen.
     #[test]
     fn batched_create_publishes_partition_metadata() {
         let root = tempfile::tempdir().unwrap();

@@ -5,6 +5,7 @@
 //! caller's `LogIo` so that a shard can issue them on its io_uring straight from the registered
 //! buffer that holds the fetched bytes: the record bytes are never copied here.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -135,7 +136,7 @@ pub struct PartitionLog {
     /// whether the owner starts wanted flushes itself (`set_deferred_flushes`).
     flushes: FlushState,
     /// Rolls' producer snapshots waiting for their flush (oldest first).
-    pending_snapshots: Vec<PendingSnapshot>,
+    pending_snapshots: VecDeque<PendingSnapshot>,
 }
 
 /// The log's side of flushes whose syncs its owner performs (`log::flush_plan`).
@@ -222,7 +223,7 @@ impl PartitionLog {
             revalidated_at_open: Recovered::default(),
             staged: false,
             flushes: FlushState::default(),
-            pending_snapshots: Vec::new(),
+            pending_snapshots: VecDeque::new(),
             checkpoint: Arc::new(CheckpointCell::new(CheckpointEntry {
                 recovery_point: Offset::ZERO,
                 log_start_above_first_segment: None,
@@ -299,7 +300,7 @@ impl PartitionLog {
             revalidated_at_open: loaded.revalidated,
             staged: false,
             flushes: FlushState::default(),
-            pending_snapshots: Vec::new(),
+            pending_snapshots: VecDeque::new(),
             checkpoint: Arc::new(CheckpointCell::new(CheckpointEntry {
                 recovery_point: Offset::ZERO,
                 log_start_above_first_segment: None,
@@ -849,7 +850,7 @@ impl PartitionLog {
         self.segments.push(segment);
         // Kafka snapshots producer state on every roll, named after the new segment; the file
         // is written by the flush (`finish_flush`), the state is taken now.
-        self.pending_snapshots.push(PendingSnapshot {
+        self.pending_snapshots.push_back(PendingSnapshot {
             base,
             bytes: self.producers.snapshot_bytes(),
         });
@@ -1014,17 +1015,17 @@ impl PartitionLog {
         // now (each written atomically and synced before the recovery point moves).
         while self
             .pending_snapshots
-            .first()
+            .front()
             .is_some_and(|p| p.base <= target)
         {
-            let p = self.pending_snapshots.remove(0);
+            let p = self.pending_snapshots.pop_front().expect("front checked");
             let path = snapshot_path(&self.dir, p.base);
             if let Err(e) = write_atomically_with(io, &path, &p.bytes) {
                 if !e.is_disk_full() {
                     self.take_offline(format!("producer snapshot failed: {e}"));
                 }
                 // Retried by the next flush; the recovery point waits for it.
-                self.pending_snapshots.insert(0, p);
+                self.pending_snapshots.push_front(p);
                 self.flushes.wanted = true;
                 return Err(e);
             }

@@ -86,6 +86,12 @@ impl Flushes {
             .find_map(|(id, f)| (&f.tp == tp).then_some(*id))
     }
 
+    /// An FSYNC's completion: off the ring, counted into its flush.
+    fn completed(&mut self, c: &Completion) {
+        self.on_ring -= 1;
+        self.count(fsync_id(c.tag), fsync_index(c.tag), c.result);
+    }
+
     /// Counts one completed sync (`result`: the CQE's) into its flush, which stays tracked
     /// (`take_done` removes it). A sync of a flush no longer tracked is ignored.
     fn count(&mut self, id: u32, index: usize, result: i32) {
@@ -185,9 +191,8 @@ impl MirrorShard {
     /// back (`settle_flush`), which must see this sync as done rather than wait for a CQE
     /// already taken off the ring.
     pub(super) fn on_fsync(&mut self, cx: &mut Cx<'_>, c: Completion) {
-        self.flushes.on_ring -= 1;
+        self.flushes.completed(&c);
         let id = fsync_id(c.tag);
-        self.flushes.count(id, fsync_index(c.tag), c.result);
         self.complete_staged(cx);
         // Unless the log left the shard meanwhile (settled then).
         if let Some(flight) = self.flushes.take_done(id) {
@@ -265,8 +270,7 @@ impl MirrorShard {
                     .ring
                     .take_ready(|c| c.tag & 0xff == KIND_FSYNC && fsync_id(c.tag) == id)
                 {
-                    self.flushes.on_ring -= 1;
-                    self.flushes.count(id, fsync_index(c.tag), c.result);
+                    self.flushes.completed(&c);
                 }
                 if let Some(flight) = self.flushes.take_done(id) {
                     break flight;
