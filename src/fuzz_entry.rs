@@ -341,7 +341,12 @@ pub fn sasl_messages(data: &[u8]) {
                 let frame = &rest[2..(2 + len).min(rest.len())];
                 rest = &rest[(2 + len).min(rest.len())..];
                 let was_authenticated = session.authenticated;
-                let out = gate.dispatch(dispatcher, Bytes::copy_from_slice(frame), &mut session);
+                let out = gate.dispatch(
+                    std::time::Instant::now(),
+                    dispatcher,
+                    Bytes::copy_from_slice(frame),
+                    &mut session,
+                );
                 match out {
                     Ok((api, _, _)) => {
                         use kafka_protocol::messages::ApiKey;

@@ -296,8 +296,12 @@ fn stock_clients_log_in_with_scram_and_plain_and_bad_logins_are_refused() {
     assert!(log.contains("SASL authenticated"), "{log}");
 }
 
-// Goal (KIP-368): with connections.max.reauth.ms = 2 s a Java consumer that stays connected
-// re-authenticates its connections several times and keeps receiving records.
+// Goal (KIP-368): with connections.max.reauth.ms = 5 s a Java consumer that stays connected
+// re-authenticates its connections several times and keeps receiving records. (The Java client
+// re-authenticates at 85-95 % of the lifetime, counted from when it got the answer: with 2 s
+// its last request could be 100 ms from the end, which a loaded 2-core machine overran.)
+const REAUTH_MS: u64 = 5_000;
+
 #[test]
 fn a_java_consumer_keeps_reading_across_reauthentication() {
     let k = harness::shared();
@@ -307,7 +311,7 @@ fn a_java_consumer_keeps_reading_across_reauthentication() {
 
     let work = tempfile::tempdir().unwrap();
     let (mut serve, admin, kmirror) =
-        start_kmirror(work.path(), 2_000, "info,kmirror::serve::sasl=debug");
+        start_kmirror(work.path(), REAUTH_MS, "info,kmirror::serve::sasl=debug");
     mirror(&mut serve, &admin, work.path(), k, &topic);
     let alice = create_alice(work.path(), &kmirror);
     grant(
@@ -332,7 +336,7 @@ fn a_java_consumer_keeps_reading_across_reauthentication() {
             .count()
     };
     let start = Instant::now();
-    while reauths() < 4 {
+    while reauths() < 3 {
         assert!(
             consumer.try_wait().unwrap().is_none(),
             "the consumer ended before it got its records"
@@ -354,7 +358,7 @@ fn a_java_consumer_keeps_reading_across_reauthentication() {
     let lines = String::from_utf8_lossy(&out.stdout).lines().count();
     assert_eq!(lines, 30, "records the consumer got");
     // Only the consumer's own sessions count: the operator's kafka-configs.sh/kafka-acls.sh
-    // connections (User:admin) may sit idle past the 2 s lifetime on a loaded machine.
+    // connections (User:admin) may sit idle past the lifetime on a loaded machine.
     let log = serve.own_log_text();
     assert!(
         !log.contains("SASL session of User:alice expired"),

@@ -109,6 +109,7 @@ async fn serve_frames<S: FrameIo>(
         let Some((frame, permit)) = read? else {
             return Ok(());
         };
+        let received = Instant::now();
         let (head, parts) = {
             let d = Arc::clone(&endpoint.dispatcher);
             let mut gate = auth.take().expect("the gate is back after every request");
@@ -116,7 +117,7 @@ async fn serve_frames<S: FrameIo>(
             // The permit travels with the frame: its bytes count until the handler is done.
             let (answered, gate, s) = tokio::task::spawn_blocking(move || {
                 let _permit = permit;
-                let answered = answer(&d, &mut gate, frame, &mut s, sink);
+                let answered = answer(&d, &mut gate, received, frame, &mut s, sink);
                 (answered, gate, s)
             })
             .await
@@ -139,9 +140,11 @@ async fn serve_frames<S: FrameIo>(
 /// Answers one request frame: THE place every frame of every connection is dispatched (runs
 /// on a handler thread). `None` when the request wants no reply; the frame head and parts to
 /// write otherwise. Through TLS, file parts are read into memory here, off the I/O threads.
+/// `received`: when the frame's last byte was read (SASL session expiry is judged by it).
 fn answer(
     dispatcher: &Dispatcher,
     auth: &mut ConnAuth,
+    received: Instant,
     frame: Bytes,
     session: &mut Arc<Session>,
     sink: Sink,
@@ -149,7 +152,7 @@ fn answer(
     // A panicking handler is a bug of ours: it closes this connection only (the slot and the
     // request bytes are released by their guards either way).
     let dispatched = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        auth.dispatch(dispatcher, frame, session)
+        auth.dispatch(received, dispatcher, frame, session)
     }))
     .unwrap_or_else(|_| {
         bump(&CONN_STATS.handler_panics);

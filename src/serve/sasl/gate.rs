@@ -9,7 +9,10 @@
 //! re-authentication (same mechanism, same principal), and any other request after the
 //! session expired closes the connection.
 //!
-//! Sans-IO: `dispatch_at` takes the time; the connection loop calls `dispatch`.
+//! Sans-IO: `dispatch_at` takes the times; the connection loop calls `dispatch` with the
+//! instant the frame's last byte was read. A session's expiry is checked against that
+//! instant, as Kafka's processor checks it on the completed receive: time a request then
+//! waits for a handler thread is the server's, not the client's lateness.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,19 +107,25 @@ impl ConnAuth {
         Arc::new(s)
     }
 
-    /// Serves `frame` through the gate; `session` is replaced when the client authenticates.
-    /// An error closes the connection.
+    /// Serves `frame`, read completely at `received`, through the gate; `session` is replaced
+    /// when the client authenticates. An error closes the connection.
     pub fn dispatch(
         &mut self,
+        received: Instant,
         dispatcher: &Dispatcher,
         frame: Bytes,
         session: &mut Arc<Session>,
     ) -> Dispatched {
-        self.dispatch_at(Instant::now(), dispatcher, frame, session)
+        let now = Instant::now().max(received);
+        self.dispatch_at(received, now, dispatcher, frame, session)
     }
 
+    /// `received`: when the frame was read (the session expiry is checked against it);
+    /// `now`: when it is handled (a session starts when its authentication completes, as
+    /// Kafka's authenticationEndNanos).
     pub fn dispatch_at(
         &mut self,
+        received: Instant,
         now: Instant,
         dispatcher: &Dispatcher,
         frame: Bytes,
@@ -149,7 +158,7 @@ impl ConnAuth {
                         g.handshake(&server, api, version, frame)
                     });
                 }
-                if self.expires_at.is_some_and(|at| now >= at) {
+                if self.expires_at.is_some_and(|at| received >= at) {
                     return Err(closed(format!(
                         "SASL session of {} expired (connections.max.reauth.ms {} ms) and the \
                          client did not re-authenticate; {api:?} refused",
@@ -442,8 +451,13 @@ mod tests {
 
         fn send<M: Encodable>(&mut self, api: ApiKey, version: i16, b: &M) -> Dispatched {
             let fr = frame(api, version, b);
-            self.gate
-                .dispatch_at(self.now, &self.f.dispatcher, fr, &mut self.session)
+            self.gate.dispatch_at(
+                self.now,
+                self.now,
+                &self.f.dispatcher,
+                fr,
+                &mut self.session,
+            )
         }
 
         fn handshake(&mut self, mech: &str) -> SaslHandshakeResponse {
@@ -604,6 +618,35 @@ mod tests {
         assert_eq!(h.error_code, UNSUPPORTED_SASL_MECHANISM);
     }
 
+    // Goal: the expiry is judged by when a request arrived, not by when a busy handler thread
+    // got to it (Kafka checks on the completed receive): a request read before the session
+    // ended is served however late it is handled; one read after it closes.
+    #[test]
+    fn expiry_is_judged_at_the_requests_arrival() {
+        let f = fixture(2_000);
+        let mut c = Conn::new(&f);
+        c.handshake("PLAIN");
+        assert_eq!(c.auth(2, b"\0bob\0bob-pw").error_code, 0);
+        let authenticated = c.now;
+        let metadata = || frame(ApiKey::Metadata, 12, &MetadataRequest::default());
+        let late = c.gate.dispatch_at(
+            authenticated + Duration::from_millis(1_990),
+            authenticated + Duration::from_millis(2_500),
+            &f.dispatcher,
+            metadata(),
+            &mut c.session,
+        );
+        assert!(matches!(late, Err(ServeError::UnsupportedApi { .. })));
+        let after = c.gate.dispatch_at(
+            authenticated + Duration::from_millis(2_000),
+            authenticated + Duration::from_millis(2_000),
+            &f.dispatcher,
+            metadata(),
+            &mut c.session,
+        );
+        closed_with(after, "expired");
+    }
+
     #[test]
     fn plaintext_sessions_pass_straight_through() {
         let f = fixture(0);
@@ -611,6 +654,7 @@ mod tests {
         let mut session = gate.first_session(None);
         assert_eq!(session.protocol, SecurityProtocol::Plaintext);
         let r = gate.dispatch(
+            Instant::now(),
             &f.dispatcher,
             frame(ApiKey::Metadata, 12, &MetadataRequest::default()),
             &mut session,
