@@ -77,6 +77,40 @@ fn clean_close_marks_and_reopen_unmarks() {
     assert!(dir.get(&a).expect("a").segments().len() > 1);
 }
 
+// Goal: a dir of many partitions, closed on several threads, ends exactly as a one-by-one
+// close would: every partition's producer snapshot at its log end, every recovery point in the
+// checkpoint, then the marker; a reopen trusts it and finds every end.
+#[test]
+fn a_close_of_many_partitions_snapshots_each_at_its_end() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().join("data");
+    let mut dir = LogDir::open(&root, config(), &mut StdIo).expect("open");
+    let parts: Vec<TopicPartition> = (0..48).map(|p| TopicPartition::new("many", p)).collect();
+    for (k, tp) in parts.iter().enumerate() {
+        let log = dir.get_or_create(tp, None, None).expect("create");
+        for i in 0..(k as i64 % 5 + 1) {
+            log.append(&mut StdIo, &batch(i)).expect("append");
+        }
+    }
+    dir.close(&mut StdIo).expect("close");
+    assert!(root.join(".kafka_cleanshutdown").exists());
+    let points = checkpoint(&root, "recovery-point-offset-checkpoint");
+    assert_eq!(points.len(), parts.len());
+    for (k, tp) in parts.iter().enumerate() {
+        let end = k as i64 % 5 + 1;
+        assert!(points.contains(&("many".into(), tp.partition, end)), "{tp}");
+        let snapshot = root.join(tp.dir_name()).join(format!("{end:020}.snapshot"));
+        assert!(snapshot.exists(), "{tp}: no snapshot at its end {end}");
+    }
+    let dir = LogDir::open(&root, config(), &mut StdIo).expect("reopen");
+    for (k, tp) in parts.iter().enumerate() {
+        assert_eq!(
+            dir.get(tp).expect("reopened").log_end_offset(),
+            Offset(k as i64 % 5 + 1)
+        );
+    }
+}
+
 #[test]
 fn crash_without_close_recovers_from_the_recovery_point() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -16,6 +16,7 @@ pub mod keyed_log;
 pub mod lazy_file;
 pub mod log_dir;
 pub mod offset_index;
+pub mod on_threads;
 pub mod partition_log;
 pub mod partition_meta;
 pub mod producer_state;
