@@ -178,7 +178,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         }
     }
 
-    /// `fail_over`'s cut of one partition: its new end when a cut is under way.
+    /// `prepare_failover`'s cut of one partition: its new end when a cut is under way.
     pub(super) fn cut_before_promotion(
         &mut self,
         name: &MirrorName,

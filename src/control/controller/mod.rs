@@ -115,6 +115,12 @@ pub trait DataPlane {
     /// aborted, the leader epoch raised above the source's, producer state reset, all durable
     /// before the partition may become STOPPED (and writable). Safe to repeat after a crash.
     fn promote(&mut self, tp: &TopicPartition) -> Result<Promotion, String>;
+    /// `promote` for every partition of `tps` (a stop of thousands: each promotion creates a
+    /// segment, a snapshot and an epoch file, which a data plane may do on threads). One result
+    /// per partition, in the order of `tps`.
+    fn promote_many(&mut self, tps: &[TopicPartition]) -> Vec<Result<Promotion, String>> {
+        tps.iter().map(|tp| self.promote(tp)).collect()
+    }
     /// Makes the promotions since the last call durable: the recovery-point checkpoint, written
     /// once for all of them (it lists every partition). Until it is written a restart promotes
     /// them again, so a partition becomes STOPPED only after it.
@@ -681,7 +687,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 tracing::warn!(mirror = %name, partitions = starting.len(), %why, "local logs not created together; each is created as it starts");
             }
         }
-        let mut promoted = Vec::new();
+        let mut to_promote = Vec::new();
         for (tp, topic_id, state) in work {
             match state {
                 Some(StateName::LogAlignment) => {
@@ -695,8 +701,8 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                     self.stop_fetcher(name, &tp)?;
                 }
                 Some(StateName::Stopping) => {
-                    if let Some(done) = self.fail_over(name, &tp)? {
-                        promoted.push((tp, done));
+                    if let Some(end) = self.prepare_failover(name, &tp) {
+                        to_promote.push((tp, end));
                     }
                 }
                 Some(StateName::Stopped) => {
@@ -707,6 +713,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 _ => {}
             }
         }
+        let promoted = self.promote_all(name, to_promote);
         self.finish_failovers(name, epoch, promoted)
     }
 
@@ -731,39 +738,58 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
         Ok(())
     }
 
-    /// STOPPING → promoted: the fetcher removed, the cut made (`stop --cut-at-timestamp`),
-    /// the partition promoted. Each step is repeatable, so a crash or a failed step (`None`)
-    /// leaves the partition STOPPING and the next reconcile finishes it. It becomes STOPPED in
-    /// `finish_failovers`, once its promotion is durable.
-    fn fail_over(
-        &mut self,
-        name: &MirrorName,
-        tp: &TopicPartition,
-    ) -> Result<Option<(Offset, Promotion)>, ControlError> {
+    /// STOPPING, first half of a failover: the fetcher removed and the cut made
+    /// (`stop --cut-at-timestamp`); returns the mirrored end. `promote_all` then promotes every
+    /// partition so prepared at once. Each step is repeatable, so a crash or a failed step
+    /// (`None`) leaves the partition STOPPING and the next reconcile finishes it. It becomes
+    /// STOPPED in `finish_failovers`, once its promotion is durable.
+    fn prepare_failover(&mut self, name: &MirrorName, tp: &TopicPartition) -> Option<Offset> {
         let end = match self.data.remove(tp) {
             Ok(end) => end,
             Err(message) => {
                 tracing::warn!(mirror = %name, partition = %tp, %message, "stop: fetcher not removed yet");
-                return Ok(None);
+                return None;
             }
         };
-        // A consistent cut (stop --cut-at-timestamp) between the fetcher's removal and the
-        // promotion; a failed cut leaves the partition STOPPING, retried like a promotion.
-        let end = match self.cut_before_promotion(name, tp) {
-            Ok(Some(after)) => after,
-            Ok(None) => end,
+        // A consistent cut between the fetcher's removal and the promotion; a failed cut
+        // leaves the partition STOPPING, retried like a promotion.
+        match self.cut_before_promotion(name, tp) {
+            Ok(Some(after)) => Some(after),
+            Ok(None) => Some(end),
             Err(message) => {
                 tracing::error!(mirror = %name, partition = %tp, %message, "stop: consistent cut failed; retrying");
-                return Ok(None);
-            }
-        };
-        match self.data.promote(tp) {
-            Ok(promotion) => Ok(Some((end, promotion))),
-            Err(message) => {
-                tracing::error!(mirror = %name, partition = %tp, %message, "stop: promotion failed; retrying");
-                Ok(None)
+                None
             }
         }
+    }
+
+    /// Promotes every prepared partition in one `promote_many` (a failed one stays STOPPING and
+    /// is promoted again by the next reconcile).
+    fn promote_all(
+        &mut self,
+        name: &MirrorName,
+        prepared: Vec<(TopicPartition, Offset)>,
+    ) -> Vec<(TopicPartition, (Offset, Promotion))> {
+        if prepared.is_empty() {
+            return Vec::new();
+        }
+        let tps: Vec<TopicPartition> = prepared.iter().map(|(tp, _)| tp.clone()).collect();
+        let results = self.data.promote_many(&tps);
+        assert_eq!(
+            results.len(),
+            tps.len(),
+            "one promotion result per partition"
+        );
+        let mut promoted = Vec::with_capacity(tps.len());
+        for ((tp, end), result) in prepared.into_iter().zip(results) {
+            match result {
+                Ok(promotion) => promoted.push((tp, (end, promotion))),
+                Err(message) => {
+                    tracing::error!(mirror = %name, partition = %tp, %message, "stop: promotion failed; retrying");
+                }
+            }
+        }
+        promoted
     }
 
     /// Promoted → STOPPED for every partition this reconcile promoted: one recovery-point
