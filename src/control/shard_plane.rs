@@ -993,17 +993,9 @@ impl DataPlane for ShardDataPlane {
     /// then checkpoints the recovery point, once for a whole stop, so that no later recovery
     /// replays the source's producers (see `PartitionLog::promote`).
     fn promote(&mut self, tp: &TopicPartition) -> Result<Promotion, String> {
-        if self.lent.contains_key(tp) {
-            return Err(format!("{tp} is still being fetched"));
-        }
-        self.take_returned();
-        let source = self.source_epochs.get(tp);
-        let log = self
-            .logs()
-            .get_mut(tp)
-            .ok_or_else(|| format!("{tp} has no local log"))?;
-        let epoch = promoted_epoch(log.epoch_cache().latest_epoch(), source);
-        log.promote(&mut StdIo, epoch).map_err(|e| e.to_string())
+        self.promote_many(std::slice::from_ref(tp))
+            .pop()
+            .expect("one result for one partition")
     }
 
     /// Promotions on threads (`log::on_threads`): each creates a segment, a producer snapshot

@@ -450,14 +450,22 @@ mod tests {
         }
 
         fn send<M: Encodable>(&mut self, api: ApiKey, version: i16, b: &M) -> Dispatched {
+            let now = self.now;
+            self.send_at(now, now, api, version, b)
+        }
+
+        /// `send` of a frame read at `received` and handled at `now`.
+        fn send_at<M: Encodable>(
+            &mut self,
+            received: Instant,
+            now: Instant,
+            api: ApiKey,
+            version: i16,
+            b: &M,
+        ) -> Dispatched {
             let fr = frame(api, version, b);
-            self.gate.dispatch_at(
-                self.now,
-                self.now,
-                &self.f.dispatcher,
-                fr,
-                &mut self.session,
-            )
+            self.gate
+                .dispatch_at(received, now, &self.f.dispatcher, fr, &mut self.session)
         }
 
         fn handshake(&mut self, mech: &str) -> SaslHandshakeResponse {
@@ -627,23 +635,12 @@ mod tests {
         let mut c = Conn::new(&f);
         c.handshake("PLAIN");
         assert_eq!(c.auth(2, b"\0bob\0bob-pw").error_code, 0);
-        let authenticated = c.now;
-        let metadata = || frame(ApiKey::Metadata, 12, &MetadataRequest::default());
-        let late = c.gate.dispatch_at(
-            authenticated + Duration::from_millis(1_990),
-            authenticated + Duration::from_millis(2_500),
-            &f.dispatcher,
-            metadata(),
-            &mut c.session,
-        );
+        let at = |ms| c.now + Duration::from_millis(ms);
+        let (read_before_end, handled_after_it, at_end) = (at(1_990), at(2_500), at(2_000));
+        let md = MetadataRequest::default();
+        let late = c.send_at(read_before_end, handled_after_it, ApiKey::Metadata, 12, &md);
         assert!(matches!(late, Err(ServeError::UnsupportedApi { .. })));
-        let after = c.gate.dispatch_at(
-            authenticated + Duration::from_millis(2_000),
-            authenticated + Duration::from_millis(2_000),
-            &f.dispatcher,
-            metadata(),
-            &mut c.session,
-        );
+        let after = c.send_at(at_end, at_end, ApiKey::Metadata, 12, &md);
         closed_with(after, "expired");
     }
 
