@@ -34,6 +34,8 @@
 #   MAX_RATE         [fetch.source_load] max_rate_bytes_per_sec for kmirror (default 0: none)
 #   FROM_EMPTY       1: no phase 0, the catch-up is a first start (default 0: a restart)
 #   KAFKA            Kafka release whose jars to use (default 4.4.0, ~/.cache/kmirror/kafka-X/libs)
+#   SERVE_LOG        KMIRROR_LOG of the catch-up's kmirror serve, kept in its serve.log (default warn; info
+#                    stamps the start-up steps: log dir opened, shards started, mirroring)
 set -euo pipefail
 
 PARTITIONS=${PARTITIONS:-5000}
@@ -145,7 +147,7 @@ OURS_AT_START=$(ours_bytes)
 START=$(date +%s.%N)
 BACKLOG_BYTES=$(broker_bytes)
 FIRST=""
-KMIRROR_LOG=warn "$BIN/kmirror" serve --config "$WORK/kmirror.toml" > "$WORK/serve.log" 2>&1 &
+KMIRROR_LOG=${SERVE_LOG:-warn} "$BIN/kmirror" serve --config "$WORK/kmirror.toml" > "$WORK/serve.log" 2>&1 &
 SERVE_PID=$!
 CHUNKS_AT_START=$(wc -l < "$WORK/catchup.txt")
 status=ok
@@ -166,6 +168,13 @@ sed -n "$((CHUNKS_AT_START + 2)),${CHUNKS_DONE}p" "$WORK/catchup.txt" > "$WORK/d
 stop_pid "$PRODUCER_PID"; PRODUCER_PID=""
 stop_pid "$SERVE_PID"; SERVE_PID=""
 [ "$status" = ok ] || { echo "catch-up $status"; tail -5 "$WORK/serve.log" >&2; }
+# With SERVE_LOG=info, the start-up steps as serve logged them, beside the exec and first-byte
+# instants (all UTC), so a start-up can be read step by step.
+if [ "${SERVE_LOG:-warn}" != warn ]; then
+  echo "# serve exec $(date -u -d "@$START" +%H:%M:%S.%N), first new byte $(date -u -d "@${FIRST:-$END}" +%H:%M:%S.%N) (poll every $POLL_S s)" >&2
+  { grep -E 'source answered|log dir opened|directories created|shard started|mirroring' "$WORK/serve.log" | head -8
+    grep -m 1 'partition added' "$WORK/serve.log"; } | sed 's/^/# serve: /' >&2 || true
+fi
 
 # The source's own serve limit for the same data: Kafka's ConsumerPerformance reading the whole
 # topic from the broker (no group join: --num-records the topic's records, a fresh group).

@@ -124,3 +124,55 @@ fn rejects_bad_core_selection() {
     let err = Runtime::start(&bad, |_| Echo).err().unwrap();
     assert!(err.to_string().contains("allowed set"), "{err}");
 }
+
+/// Counts the handlers dropped, to see that the shards ran their stop and ended.
+struct Counted(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl ShardHandler for Counted {
+    type Msg = u64;
+    type Event = Ev;
+    fn start(&mut self, _cx: &mut ShardCx<'_, Ev>) {}
+    fn on_message(&mut self, _cx: &mut ShardCx<'_, Ev>, _msg: u64) {}
+    fn on_completion(&mut self, _cx: &mut ShardCx<'_, Ev>, _c: Completion) {}
+    fn stop(&mut self, _cx: &mut ShardCx<'_, Ev>) {}
+}
+
+// Goal: `spawn` starts every shard without waiting and `ready` then reports them all, in shard
+// order; a `Starting` dropped before `ready` (the caller's own start-up failed meanwhile) stops
+// and joins every shard. Method: a handler whose drop is counted; the drop of `Starting` joins
+// the threads, so the count is exact right after it.
+#[test]
+fn spawned_shards_report_ready_in_order_or_stop_when_dropped() {
+    let rt = Runtime::spawn(&config(2), |_| Echo)
+        .unwrap()
+        .ready()
+        .unwrap();
+    let shards: Vec<ShardId> = rt.infos().iter().map(|i| i.shard).collect();
+    assert_eq!(shards, vec![ShardId(0), ShardId(1)]);
+    assert_ne!(rt.infos()[0].tid, rt.infos()[1].tid);
+    rt.stop();
+
+    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = std::sync::Arc::clone(&dropped);
+    let starting =
+        Runtime::spawn(&config(2), move |_| Counted(std::sync::Arc::clone(&count))).unwrap();
+    drop(starting);
+    assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+// Goal: a shard that cannot set up (here an arena slot below the minimum) is reported by
+// `ready`, not lost because `spawn` did not wait for it.
+#[test]
+fn a_shard_that_cannot_start_is_reported_by_ready() {
+    let mut bad = config(2);
+    bad.arena_slot_bytes = 1;
+    let starting = Runtime::spawn(&bad, |_| Echo).expect("spawn does not wait for the shards");
+    let err = starting.ready().err().expect("the arena is refused");
+    assert!(err.to_string().contains("arena slot size"), "{err}");
+}

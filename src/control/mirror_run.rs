@@ -182,6 +182,11 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
     let (source, topics) = config.static_mirror().ok_or(RunError::NoStaticMirror)?;
     let mut client = bootstrap(source)?;
     let (md, topics) = resolve_topics(&mut client, topics)?;
+    tracing::info!(
+        topics = topics.len(),
+        partitions = topics.iter().map(|t| t.partitions.len()).sum::<usize>(),
+        "source answered: every partition has a leader"
+    );
     // Opened once the source answered, so a source outage leaves the data dir untouched.
     // Opening recovers every partition found (fully unless the last stop was clean); an error
     // from here until the shards start leaves the dir without its clean-shutdown marker, so
@@ -233,6 +238,9 @@ pub fn run(config: &ServeConfig, stop: &AtomicBool) -> Result<RunSummary, RunErr
         }
     }
     drop(client);
+    // The shards start after the log dir is open, not beside it: both are CPU work (the kernel
+    // zeroing each arena page as it is pinned; reading every partition's index files), and on a
+    // 2-core box overlapping them made a 5,000-partition restart 0.3-0.5 s slower, not faster.
     let returned: ReturnedLogs = Arc::new(Mutex::new(Vec::new()));
     let shard_returned = Arc::clone(&returned);
     let started = Runtime::start(&config.runtime_config(), move |_| {

@@ -30,7 +30,7 @@ pub mod uring_io;
 pub use arena::{Arena, SlotBuf};
 pub use ring::{Completion, OpBuf, Ring, RingMode, RingStats, Waker};
 pub use shard::{ShardCx, ShardHandler, ShardInfo};
-pub use start::{Runtime, RuntimeConfig, RuntimeError};
+pub use start::{Runtime, RuntimeConfig, RuntimeError, Starting};
 pub use stats::{
     Latency, LatencySet, PartitionSnapshot, PartitionStats, ShardSnapshot, ShardStats,
 };

@@ -108,10 +108,42 @@ fn pick_cores(config: &RuntimeConfig) -> Result<Vec<core_affinity::CoreId>, Runt
         .collect())
 }
 
+/// Shards spawned but not yet known to be ready: each is still building its ring and pinning
+/// its arena, which on a fresh VM means the kernel zeroing every arena page (about a second
+/// for 2 × 256 MiB). The caller does its own start-up work meanwhile (opening the log dir,
+/// asking the source for metadata) and then calls `ready`. Dropping it stops the shards.
+pub struct Starting<H: ShardHandler> {
+    rt: Runtime<H>,
+    ready: Vec<std::sync::mpsc::Receiver<Result<ShardInfo, ShardStartError>>>,
+}
+
+impl<H: ShardHandler> Starting<H> {
+    /// Waits until every shard has its ring and registered arena, or reports the first that
+    /// could not (the others are then stopped).
+    pub fn ready(mut self) -> Result<Runtime<H>, RuntimeError> {
+        for rx in std::mem::take(&mut self.ready) {
+            // On error `self.rt` drops, stopping every shard.
+            let info = rx.recv().map_err(|_| RuntimeError::ShardVanished)??;
+            self.rt.infos.push(info);
+        }
+        Ok(self.rt)
+    }
+}
+
 impl<H: ShardHandler + 'static> Runtime<H> {
-    /// Checks memlock, spawns one pinned thread per shard, and waits until each has its ring and
-    /// registered arena (or reports why not). `make` builds each shard's handler on its thread.
+    /// `spawn` and then `ready`: returns once every shard has its ring and registered arena
+    /// (or reports why not).
     pub fn start<F>(config: &RuntimeConfig, make: F) -> Result<Runtime<H>, RuntimeError>
+    where
+        F: Fn(ShardId) -> H + Send + Sync + 'static,
+    {
+        Self::spawn(config, make)?.ready()
+    }
+
+    /// Checks memlock and spawns one pinned thread per shard, all at once so their arenas are
+    /// set up side by side, without waiting for them. `make` builds each shard's handler on
+    /// its thread. Must be called on the control thread: shard events unpark the caller.
+    pub fn spawn<F>(config: &RuntimeConfig, make: F) -> Result<Starting<H>, RuntimeError>
     where
         F: Fn(ShardId) -> H + Send + Sync + 'static,
     {
@@ -131,6 +163,7 @@ impl<H: ShardHandler + 'static> Runtime<H> {
             stop,
             next_event_shard: 0,
         };
+        let mut ready = Vec::with_capacity(cores.len());
         for (i, core) in cores.into_iter().enumerate() {
             let shard = ShardId(i as u16);
             let waker = Waker::new().map_err(RuntimeError::Waker)?;
@@ -161,11 +194,10 @@ impl<H: ShardHandler + 'static> Runtime<H> {
                 waker,
                 thread: Some(thread),
             });
-            // On error `rt` drops here, stopping the shards already started.
-            let info = ready_rx.recv().map_err(|_| RuntimeError::ShardVanished)??;
-            rt.infos.push(info);
+            ready.push(ready_rx);
         }
-        Ok(rt)
+        // On an error above `rt` drops, stopping the shards already spawned.
+        Ok(Starting { rt, ready })
     }
 
     pub fn shard_count(&self) -> usize {
