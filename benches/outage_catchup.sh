@@ -31,6 +31,7 @@
 #   RECORD_SIZE      bytes per record value (default 1000)
 #   CODEC            producer compression.type (default lz4)
 #   SHARDS           kmirror shards (default 2)
+#   ARENA_SLOTS      64 MiB arena slots per shard (default 4; each holds one 50 MB response)
 #   MAX_RATE         [fetch.source_load] max_rate_bytes_per_sec for kmirror (default 0: none)
 #   FROM_EMPTY       1: no phase 0, the catch-up is a first start (default 0: a restart)
 #   KAFKA            Kafka release whose jars to use (default 4.4.0, ~/.cache/kmirror/kafka-X/libs)
@@ -44,6 +45,7 @@ RATE_MB_S=${RATE_MB_S:-5}
 RECORD_SIZE=${RECORD_SIZE:-1000}
 CODEC=${CODEC:-lz4}
 SHARDS=${SHARDS:-2}
+ARENA_SLOTS=${ARENA_SLOTS:-4}
 MAX_RATE=${MAX_RATE:-0}
 FROM_EMPTY=${FROM_EMPTY:-0}
 CHUNK_S=${CHUNK_S:-10}
@@ -109,7 +111,7 @@ data_dir = "$WORK/mirror"
 [runtime]
 shards = $SHARDS
 arena_slot_bytes = 67108864
-arena_slots = 4
+arena_slots = $ARENA_SLOTS
 [fetch]
 max_wait_ms = 500
 max_bytes = 52428800
