@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::control::lineage::chain;
-use crate::control::mirror_def::TopicFilter;
+use crate::control::mirror_def::{CompiledFilter, TopicFilter};
 use crate::control::source_catalog::DescribedConfigs;
 use crate::control::source_worker::JobKind;
 use crate::control::state::Command;
@@ -331,6 +331,28 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
             })
             .map(|(tp, _)| tp.clone())
             .collect();
+        // The partitions that left and the ones that appeared are written with one append,
+        // and their reconcile with another, as a lifecycle command's are: a topic grown by
+        // thousands of partitions was one `__mirror_state` write and sync per partition (twice:
+        // the new state, then the alignment), 10,004 writes in 11 s for 5,000 new partitions,
+        // with the control thread held all along.
+        let started = self.batched(|c| c.apply_topic_changes(name, &filter, &view, gone))?;
+        self.apply_topic_configs(name, answer.configs)?;
+        if started {
+            self.batched(|c| c.reconcile(name))?;
+        }
+        Ok(())
+    }
+
+    /// Fails the partitions whose source topic is gone and starts the ones that are new;
+    /// whether any started.
+    fn apply_topic_changes(
+        &mut self,
+        name: &MirrorName,
+        filter: &CompiledFilter,
+        view: &SourceView,
+        gone: Vec<TopicPartition>,
+    ) -> Result<bool, ControlError> {
         for tp in gone {
             if self.mirrors[name].partitions[&tp].machine.wants_fetcher() {
                 let _ = self.data.remove(&tp);
@@ -380,11 +402,7 @@ impl<S: SourceCatalog, D: DataPlane> Controller<S, D> {
                 started = true;
             }
         }
-        self.apply_topic_configs(name, answer.configs)?;
-        if started {
-            self.reconcile(name)?;
-        }
-        Ok(())
+        Ok(started)
     }
 
     /// Asks the source for the high watermarks of a mirror's partitions that have no fetcher

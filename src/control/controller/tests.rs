@@ -644,6 +644,46 @@ fn sync_follows_new_topics_added_partitions_and_deletions() {
     assert_eq!(state(&c, "orders-eu", 0), Some(StateName::Stopped));
 }
 
+// Goal: a source sync that finds thousands of new partitions (a topic grown with
+// `kafka-topics --alter`) and a deleted topic writes `__mirror_state` a few times, not once or
+// twice per partition, and every new partition's state is still on disk after a restart.
+// Method: grow a mirrored topic from 1 to N partitions and delete another, sync, count the
+// controller's appends, reopen and read the states back.
+#[test]
+fn a_sync_that_finds_many_new_partitions_writes_mirror_state_per_step_not_per_partition() {
+    const N: i32 = 600;
+    let rig = Rig::new();
+    *rig.source.0.lock().unwrap() = Ok(SourceView {
+        cluster_id: Some("c1".into()),
+        topics: vec![topic("big", 1), topic("gone", 1)],
+    });
+    let mut c = rig.open();
+    c.create("m1", &props()).unwrap();
+    c.start("m1", "big|gone", None).unwrap();
+    {
+        let mut v = rig.source.0.lock().unwrap();
+        let v = v.as_mut().unwrap();
+        v.topics[0].partitions = N;
+        v.topics.retain(|t| t.name != "gone");
+    }
+    let before = c.state_writes();
+    c.sync_now().unwrap();
+    let writes = c.state_writes() - before;
+    assert!(
+        (1..=3).contains(&writes),
+        "a sync adding {} partitions and failing one took {writes} __mirror_state writes",
+        N - 1
+    );
+    assert_eq!(state(&c, "big", N - 1), Some(StateName::Mirroring));
+    assert_eq!(rig.active().len(), N as usize);
+    drop(c);
+    let c = rig.open();
+    for p in 0..N {
+        assert_eq!(state(&c, "big", p), Some(StateName::Mirroring), "big-{p}");
+    }
+    assert_eq!(state(&c, "gone", 0), Some(StateName::Failed));
+}
+
 #[test]
 fn data_plane_failures_fail_the_partition_and_retry() {
     let rig = Rig::new();
