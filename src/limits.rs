@@ -229,6 +229,10 @@ pub const MAILBOX_TO_SHARD_CAPACITY: usize = 1024;
 /// Events one shard may queue to the control thread before it must wait.
 pub const MAILBOX_TO_CONTROL_CAPACITY: usize = 1024;
 
+/// Events a shard holds, in order, while its queue to the control thread is full (a few per
+/// partition: 16 per partition at `FETCHER_PARTITIONS_MAX`).
+pub const SHARD_EVENTS_HELD_MAX: usize = 16 * FETCHER_PARTITIONS_MAX;
+
 const _: () = assert!(ARENA_SLOT_BYTES_MIN <= ARENA_SLOT_BYTES_MAX);
 const _: () = assert!(ARENA_SLOT_BYTES_MAX <= ARENA_REGISTERED_CHUNK_BYTES_MAX);
 const _: () = assert!(ARENA_SLOTS_MAX <= u32::MAX as usize);

@@ -238,6 +238,7 @@ fn turn_loop<H: ShardHandler>(
     handler.start(cx);
     loop {
         cx.stats.heartbeat().beat();
+        cx.events.flush();
         if !beat_posted {
             beat_posted = cx.ring.timeout_reserved(HEARTBEAT_TAG, beat).is_ok();
         }
