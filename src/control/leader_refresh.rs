@@ -253,17 +253,25 @@ pub fn look_up(
             }
             f
         })?;
+    // Indexed once: looking each partition up in the answer's lists made a look-up of N
+    // partitions of one topic N²/2 comparisons (50 million at 10,000).
+    let known: HashMap<&str, _> = md
+        .topics
+        .iter()
+        .filter(|t| !crate::fetch::metadata::is_unknown_topic(t.error))
+        .map(|t| {
+            let parts: HashMap<i32, _> = t.partitions.iter().map(|p| (p.partition, p)).collect();
+            (t.name.as_str(), (t, parts))
+        })
+        .collect();
     let mut answers = Vec::with_capacity(tps.len());
     for tp in tps {
         let answer = (|| {
-            let t = md
-                .topic(&tp.topic)
-                .filter(|t| !crate::fetch::metadata::is_unknown_topic(t.error))
+            let (t, parts) = known
+                .get(tp.topic.as_str())
                 .ok_or_else(|| format!("topic {} is not on the source", tp.topic))?;
-            let p = t
-                .partitions
-                .iter()
-                .find(|p| p.partition == tp.partition)
+            let p = parts
+                .get(&tp.partition)
                 .ok_or_else(|| format!("{tp} is not on the source"))?;
             let leader = p
                 .leader

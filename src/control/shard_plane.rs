@@ -544,7 +544,19 @@ impl ShardDataPlane {
                     answer,
                 } => {
                     let now = Instant::now();
-                    for (found, access) in self.refresh.settle(&access, &tps, answer, now) {
+                    let found = self.refresh.settle(&access, &tps, answer, now);
+                    // One write of the epochs file for the whole answer (releader's own
+                    // raise then finds nothing higher).
+                    if let Err(e) = self
+                        .source_epochs
+                        .raise_all(found.iter().map(|(f, _)| (&f.tp, f.leader_epoch)))
+                    {
+                        tracing::error!(
+                            partitions = found.len(),
+                            "source leader epochs not persisted: {e}"
+                        );
+                    }
+                    for (found, access) in found {
                         self.releader(found, access, now);
                     }
                 }
@@ -580,6 +592,15 @@ impl ShardDataPlane {
         let now = Instant::now();
         match answer {
             Ok(answers) => {
+                // The epochs of every partition answered are persisted with one write before
+                // any of them goes to its shard (hand_to_shard's own raise then writes nothing).
+                // A failed write is left to hand_to_shard, which fails the partition.
+                let _ = self.source_epochs.raise_all(
+                    answers
+                        .iter()
+                        .flatten()
+                        .map(|(found, _)| (&found.tp, found.leader_epoch)),
+                );
                 for (tp, answer) in tps.into_iter().zip(answers) {
                     let Some(p) = self.pending.remove(&tp) else {
                         continue;
@@ -890,12 +911,16 @@ impl DataPlane for ShardDataPlane {
         } else {
             self.recovers.remove(tp);
         }
+        let resolving = JobKey::new(scope_of(&access), JobKind::Resolve);
         let mut pending = PendingAdd::new(access, topic_id, None);
         pending.start = start;
         self.pending.insert(tp.clone(), pending);
-        // Asked at once (on a worker); a look-up of the same source already out takes the
-        // rest at the next tick.
-        self.dispatch_look_ups();
+        // Asked at once (on a worker); while a look-up of the same source is out, the rest
+        // wait for the next tick, which asks for all of them together. (Trying anyway went
+        // over every pending partition per add: quadratic when a start adds thousands.)
+        if !self.workers.is_busy(&resolving) {
+            self.dispatch_look_ups();
+        }
         Ok(())
     }
 

@@ -1257,6 +1257,11 @@ impl Fetcher {
         self.conn.throttled_ms_total()
     }
 
+    /// The slot `tp` was added at, removed-but-not-yet-forgotten slots included.
+    pub fn slot_of(&self, tp: &TopicPartition) -> Option<Slot> {
+        self.by_name.get(&(topic_name(tp), tp.partition)).copied()
+    }
+
     fn lookup(&self, by_id: bool, name: &TopicName, id: Uuid, partition: i32) -> Option<Slot> {
         let slot = if by_id {
             self.by_id.get(&(id, partition))
