@@ -189,13 +189,28 @@ impl LeaderRefresh {
                                 found.push((f, access.clone()));
                             }
                         }
-                        Err(why) => self.postpone(tp, now, &why),
+                        Err(why) => {
+                            if let Some(wait) = self.postpone(tp, now) {
+                                tracing::warn!(
+                                    partition = %tp, %why, retry_in_ms = wait.as_millis() as u64,
+                                    "source leader not known yet; the partition waits"
+                                );
+                            }
+                        }
                     }
                 }
             }
             Err(why) => {
-                for tp in tps {
-                    self.postpone(tp, now, &why.message);
+                // The whole source did not answer: one line for all its partitions (one per
+                // partition was 16,384 lines per retry at that scale).
+                let waits: Vec<Duration> =
+                    tps.iter().filter_map(|tp| self.postpone(tp, now)).collect();
+                if let (Some(first), Some(longest)) = (tps.first(), waits.iter().max()) {
+                    tracing::warn!(
+                        partitions = waits.len(), %first, why = %why.message,
+                        retry_in_ms = longest.as_millis() as u64,
+                        "source leaders not known yet; the partitions wait"
+                    );
                 }
             }
         }
@@ -213,16 +228,13 @@ impl LeaderRefresh {
         found
     }
 
-    fn postpone(&mut self, tp: &TopicPartition, now: Instant, why: &str) {
-        if let Some(w) = self.wanted.get_mut(tp) {
-            let wait = delay(w.attempts);
-            w.attempts = w.attempts.saturating_add(1);
-            w.next = now + wait;
-            tracing::warn!(
-                partition = %tp, %why, retry_in_ms = wait.as_millis() as u64,
-                "source leader not known yet; the partition waits"
-            );
-        }
+    /// Asks for `tp` again after a growing delay; the delay, if it is still wanted.
+    fn postpone(&mut self, tp: &TopicPartition, now: Instant) -> Option<Duration> {
+        let w = self.wanted.get_mut(tp)?;
+        let wait = delay(w.attempts);
+        w.attempts = w.attempts.saturating_add(1);
+        w.next = now + wait;
+        Some(wait)
     }
 }
 

@@ -621,6 +621,9 @@ impl ShardDataPlane {
                 }
             }
             Err(fault) => {
+                // One line per look-up, not per partition: a source down with 16,384
+                // partitions waiting logged 16,384 lines per retry.
+                let (mut waiting, mut first, mut longest) = (0usize, None, 0u64);
                 for tp in tps {
                     let Some(p) = self.pending.get_mut(&tp) else {
                         continue;
@@ -636,7 +639,12 @@ impl ShardDataPlane {
                         .min(LEADER_REFRESH_MS_MAX);
                     p.attempts = p.attempts.saturating_add(1);
                     p.next = now + Duration::from_millis(wait);
-                    tracing::warn!(partition = %tp, %fault, retry_in_ms = wait, "source leader not known yet; the partition waits");
+                    waiting += 1;
+                    longest = longest.max(wait);
+                    first.get_or_insert(tp);
+                }
+                if let Some(first) = first {
+                    tracing::warn!(partitions = waiting, first = %first, %fault, retry_in_ms = longest, "source leaders not known yet; the partitions wait");
                 }
             }
         }
