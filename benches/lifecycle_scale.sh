@@ -70,29 +70,12 @@ state_batches() {
   "$BIN/kmirror" log dump "$dir" 2>/dev/null | grep -c '^baseOffset:' || true
 }
 
-# __mirror_state appends (one write and one sync each, whatever their batch count) so far,
-# from the admin API's /metrics.
-state_writes() {
-  curl -sf "http://$1/metrics" | awk '$1 == "kmirror_mirror_state_writes_total" { printf "%.0f\n", $2; found = 1 }
-    END { if (!found) print "?" }'
-}
+# shellcheck source=benches/control_plane.sh
+. "$ROOT/benches/control_plane.sh"
 
 for P in $PARTS; do
   TOPIC="lc-$P"
-  # Kafka's controller refuses a request that makes more than 10,000 metadata records
-  # ("Excessively large number of partitions per request", "Unable to perform excessively
-  # large batch operation"; the topic's own record counts too): bigger topics are created at
-  # 5,000 partitions and grown by 5,000 per --alter.
-  HAVE=$(( P < 5000 ? P : 5000 ))
-  java -Xmx256m -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" org.apache.kafka.tools.TopicCommand \
-    --bootstrap-server "127.0.0.1:$PORT" --create --topic "$TOPIC" \
-    --partitions "$HAVE" --replication-factor 1 >"$WORK/topic-$P.log" 2>&1 || { cat "$WORK/topic-$P.log" >&2; exit 1; }
-  while (( HAVE < P )); do
-    HAVE=$(( P - HAVE > 5000 ? HAVE + 5000 : P ))
-    java -Xmx256m -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" org.apache.kafka.tools.TopicCommand \
-      --bootstrap-server "127.0.0.1:$PORT" --alter --topic "$TOPIC" \
-      --partitions "$HAVE" >>"$WORK/topic-$P.log" 2>&1 || { cat "$WORK/topic-$P.log" >&2; exit 1; }
-  done
+  topic_with_partitions "$TOPIC" "$P" "$WORK/topic-$P.log"
   # Records spread over the partitions by the default partitioner (keyless: sticky batches,
   # so not every partition gets exactly RECORDS_PER_PART; describe's at_end counts compare
   # with the source's own end, whatever it is).
@@ -103,20 +86,7 @@ for P in $PARTS; do
 
   DATA="$WORK/data-$P"
   ADMIN="127.0.0.1:$(kraft_free_port)"
-  cat >"$WORK/kmirror-$P.toml" <<EOF
-[admin]
-listen = "$ADMIN"
-[storage]
-data_dir = "$DATA"
-[runtime]
-shards = $SHARDS
-arena_slot_bytes = 9437184
-arena_slots = 4
-[fetch]
-max_wait_ms = 500
-max_bytes = 8388608
-partition_max_bytes = 1048576
-EOF
+  control_plane_config "$WORK/kmirror-$P.toml" "$ADMIN" "$DATA" "$SHARDS"
   KMIRROR_LOG=warn "$BIN/kmirror" serve --config "$WORK/kmirror-$P.toml" >"$WORK/serve-$P.log" 2>&1 &
   SERVE_PID=$!
   mirrors() { "$BIN/kmirror" mirrors --admin "$ADMIN" "$@"; }
@@ -171,4 +141,8 @@ EOF
   stop_pid "$SERVE_PID"
   SERVE_PID=""
   rm -rf "$DATA"
+  # The broker keeps a file open per partition: 5,000 + 16,384 on one broker ran it out of
+  # this box's 20,000 descriptors ("Too many open files", all log dirs failed, broker down).
+  java -Xmx256m -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" org.apache.kafka.tools.TopicCommand \
+    --bootstrap-server "127.0.0.1:$PORT" --delete --topic "$TOPIC" >>"$WORK/topic-$P.log" 2>&1
 done

@@ -34,6 +34,11 @@
 #   ARENA_SLOTS      64 MiB arena slots per shard (default 4; each holds one 50 MB response)
 #   MAX_RATE         [fetch.source_load] max_rate_bytes_per_sec for kmirror (default 0: none)
 #   FROM_EMPTY       1: no phase 0, the catch-up is a first start (default 0: a restart)
+#   OUTAGE           restart (default): the outage is kmirror stopped (static mode, SIGTERM) and
+#                    the catch-up a restart; pause: the issue's own form, a control-plane mirror
+#                    (`kmirror mirrors create/start`) paused with `mirrors pause` while the backlog
+#                    builds and caught up by `mirrors resume`, timed from the resume call (the
+#                    process, its log dir and its shards stay up)
 #   KAFKA            Kafka release whose jars to use (default 4.4.0, ~/.cache/kmirror/kafka-X/libs)
 #   SERVE_LOG        KMIRROR_LOG of the catch-up's kmirror serve, kept in its serve.log (default warn; info
 #                    stamps the start-up steps: log dir opened, shards started, mirroring)
@@ -48,6 +53,9 @@ SHARDS=${SHARDS:-2}
 ARENA_SLOTS=${ARENA_SLOTS:-4}
 MAX_RATE=${MAX_RATE:-0}
 FROM_EMPTY=${FROM_EMPTY:-0}
+OUTAGE=${OUTAGE:-restart}
+case "$OUTAGE" in restart|pause) ;; *) echo "OUTAGE is restart or pause, not $OUTAGE" >&2; exit 1;; esac
+[ "$OUTAGE" = pause ] && [ "$FROM_EMPTY" = 1 ] && { echo "FROM_EMPTY=1 needs OUTAGE=restart" >&2; exit 1; }
 CHUNK_S=${CHUNK_S:-10}
 IDLE_CHUNKS=${IDLE_CHUNKS:-2}
 CATCHUP_LIMIT_S=${CATCHUP_LIMIT_S:-900}
@@ -100,12 +108,24 @@ steady_chunks() { # file: chunks of the steady producer until killed, one summar
 #    their metadata and first batches, which no later chunk does.
 perf "$CHUNK_RECORDS" "$STEADY_RPS" > "$WORK/warmup.txt"
 broker_bytes() { find "$WORK/broker-data" -path "*/$TOPIC-*" -name '*.log' -printf '%s\n' | awk '{s += $1} END {printf "%.0f\n", s}'; }
-ours_bytes() { find "$WORK/mirror" -name '*.log' -printf '%s\n' 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'; }
-cat > "$WORK/kmirror.toml" <<EOF
+ours_bytes() { find "$WORK/mirror" -path "*/$TOPIC-*" -name '*.log' -printf '%s\n' 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'; }
+ADMIN="127.0.0.1:$(kraft_free_port)"
+if [ "$OUTAGE" = pause ]; then
+  # Control-plane mode: the source and the topics come with `mirrors create` and `start`.
+  cat > "$WORK/kmirror.toml" <<EOF
+[admin]
+listen = "$ADMIN"
+EOF
+  printf 'bootstrap.servers=127.0.0.1:%s\n' "$PORT" > "$WORK/source.properties"
+else
+  cat > "$WORK/kmirror.toml" <<EOF
 [source]
 bootstrap_servers = ["127.0.0.1:$PORT"]
 [topics]
 names = ["$TOPIC"]
+EOF
+fi
+cat >> "$WORK/kmirror.toml" <<EOF
 [storage]
 data_dir = "$WORK/mirror"
 [runtime]
@@ -119,10 +139,17 @@ partition_max_bytes = 1048576
 [fetch.source_load]
 max_rate_bytes_per_sec = $MAX_RATE
 EOF
-# 0. (after the warm-up) kmirror mirrors the topic as it stands, then stops: the outage begins.
+mirrors() { "$BIN/kmirror" mirrors --admin "$ADMIN" "$@"; }
+# 0. (after the warm-up) kmirror mirrors the topic as it stands, then the outage begins: with
+#    OUTAGE=restart it stops, with OUTAGE=pause its mirror is paused and it keeps running.
 if [ "$FROM_EMPTY" != 1 ]; then
-  KMIRROR_LOG=warn "$BIN/kmirror" serve --config "$WORK/kmirror.toml" > "$WORK/serve0.log" 2>&1 &
+  KMIRROR_LOG=${SERVE_LOG:-warn} "$BIN/kmirror" serve --config "$WORK/kmirror.toml" > "$WORK/serve0.log" 2>&1 &
   SERVE_PID=$!
+  if [ "$OUTAGE" = pause ]; then
+    for _ in $(seq 1 300); do mirrors list > /dev/null 2>&1 && break; sleep 0.1; done
+    mirrors create --mirror outage --mirror-config "$WORK/source.properties" > /dev/null
+    mirrors start --mirror outage --topics "$TOPIC" > /dev/null
+  fi
   target=$(broker_bytes)
   for _ in $(seq 1 1200); do
     (( $(ours_bytes) >= target )) && break
@@ -130,11 +157,17 @@ if [ "$FROM_EMPTY" != 1 ]; then
     sleep 0.5
   done
   (( $(ours_bytes) >= target )) || { echo "phase 0: kmirror did not mirror the warm-up" >&2; exit 1; }
-  kill "$SERVE_PID"
-  wait "$SERVE_PID" || { echo "phase 0: kmirror serve exited with $? on SIGTERM" >&2; tail -5 "$WORK/serve0.log" >&2; exit 1; }
-  SERVE_PID=""
+  if [ "$OUTAGE" = pause ]; then
+    T0=$(date +%s.%N)
+    mirrors pause --mirror outage --topics "$TOPIC" > /dev/null
+    echo "# pause of $PARTITIONS partitions: $(python3 -c "import time; print(round(time.time() - $T0, 2))") s" >&2
+  else
+    kill "$SERVE_PID"
+    wait "$SERVE_PID" || { echo "phase 0: kmirror serve exited with $? on SIGTERM" >&2; tail -5 "$WORK/serve0.log" >&2; exit 1; }
+    SERVE_PID=""
+  fi
 fi
-# 1. idle: kmirror not running.
+# 1. idle: kmirror not running (OUTAGE=pause: running, its mirror paused).
 for _ in $(seq 1 "$IDLE_CHUNKS"); do perf "$CHUNK_RECORDS" "$STEADY_RPS" >> "$WORK/idle.txt"; done
 # 2. backlog, kmirror still stopped.
 BACKLOG_RECORDS=$(( BACKLOG_MB * 1000000 / RECORD_SIZE ))
@@ -149,8 +182,14 @@ OURS_AT_START=$(ours_bytes)
 START=$(date +%s.%N)
 BACKLOG_BYTES=$(broker_bytes)
 FIRST=""
-KMIRROR_LOG=${SERVE_LOG:-warn} "$BIN/kmirror" serve --config "$WORK/kmirror.toml" > "$WORK/serve.log" 2>&1 &
-SERVE_PID=$!
+if [ "$OUTAGE" = pause ]; then
+  mirrors resume --mirror outage --topics "$TOPIC" > /dev/null
+  echo "# resume of $PARTITIONS partitions: $(python3 -c "import time; print(round(time.time() - $START, 2))") s" >&2
+  ln -sf serve0.log "$WORK/serve.log"
+else
+  KMIRROR_LOG=${SERVE_LOG:-warn} "$BIN/kmirror" serve --config "$WORK/kmirror.toml" > "$WORK/serve.log" 2>&1 &
+  SERVE_PID=$!
+fi
 CHUNKS_AT_START=$(wc -l < "$WORK/catchup.txt")
 status=ok
 while :; do
@@ -217,9 +256,9 @@ stop_pid "$SRC_PID"; SRC_PID=""
 
 python3 - "$START" "$END" "$BACKLOG_BYTES" "$END_BYTES" "$status" "$RAW" "$WORK/idle.txt" "$WORK/during.txt" \
   "$PARTITIONS" "$RATE_MB_S" "$MAX_RATE" "$CODEC" "$KAFKA" "$KAFKA_READ" "$RECORDS_AT_START" "$RAW_BROKER" \
-  "$OURS_AT_START" "${FIRST:-$END}" "$FROM_EMPTY" "$RAW_BROKER_LOADED" <<'EOF'
+  "$OURS_AT_START" "${FIRST:-$END}" "$FROM_EMPTY" "$RAW_BROKER_LOADED" "$OUTAGE" <<'EOF'
 import re, sys
-start, end, backlog, end_bytes, status, raw, idle, during, parts, rate, cap, codec, kafka, kread, at_start, rawb, ours0, first, empty, rawl = sys.argv[1:]
+start, end, backlog, end_bytes, status, raw, idle, during, parts, rate, cap, codec, kafka, kread, at_start, rawb, ours0, first, empty, rawl, outage = sys.argv[1:]
 secs = float(end) - float(start)
 # What the catch-up moved: the broker's bytes at its end less what kmirror held before.
 moved = int(end_bytes) - int(ours0)
@@ -236,7 +275,8 @@ print(f"kafka={kafka} partitions={parts} codec={codec} steady_MBps={rate} max_ra
       f"backlog_bytes={int(backlog)} mirrored_bytes={moved} catchup_s={secs:.1f} "
       f"catchup_MBps={moved / secs / 1e6:.1f} raw_MBps={raw_mbps:.1f} ratio={moved / secs / 1e6 / raw_mbps:.2f} "
       f"p99_idle_ms={ip} (worst of {ni} chunks) p99_catchup_ms={dp} (worst of {nd} chunks)")
-print(f"{'first_start' if empty == '1' else 'restart'}: startup_s={startup:.1f} (exec to the first new byte, "
+kind = "first_start" if empty == "1" else outage
+print(f"{kind}: startup_s={startup:.1f} ({'resume call' if outage == 'pause' else 'exec'} to the first new byte, "
       f"within one poll) data_phase_MBps={moved / data_secs / 1e6:.1f} held_before_bytes={int(ours0)}")
 # ConsumerPerformance: start, end, MB (MiB of values), MB.sec, nMsg, nMsg.sec, rebalance ms,
 # fetch ms, fetch.MB.sec, fetch.nMsg.sec. Its records/s (group join excluded) times the on-disk
