@@ -82,11 +82,15 @@ fn unclean_election_fails_by_default_and_recovers_into_the_quarantine_when_enabl
     );
     produce(&b2, topic, 200, 1);
 
-    let off = ControlPlane::start(&c.bootstrap(), false, "");
+    // The integrity audit compares with the source every 100 ms, so it sees the rewritten
+    // offsets as early as the fetcher does: the outcome must still be the option's, not the
+    // audit's (a CI run once failed the partition from the audit before the fetcher looked).
+    let audit_often = "mirror.audit.interval.ms=100\n";
+    let off = ControlPlane::start(&c.bootstrap(), false, audit_often);
     let on = ControlPlane::start(
         &c.bootstrap(),
         false,
-        "mirror.support.unclean.leader.election=true\n",
+        &format!("{audit_often}mirror.support.unclean.leader.election=true\n"),
     );
     let (mut off_serve, mut on_serve) = (off.serve, on.serve);
     for admin in [&off.admin, &on.admin] {

@@ -15,7 +15,10 @@
 //! The round's answer is applied by the next tick on the control thread (`AuditPlane::apply`):
 //! marks advance, counters grow, and a mismatch or scrub fault becomes an event (kept for
 //! `kmirror audit report`, logged with both CRCs and offsets) and makes the partition FAILED,
-//! not retryable, with the reason. Mirroring at full speed outruns a small budget; the
+//! not retryable, with the reason. One mismatch is not the audit's to decide: offsets of our
+//! newest leader epoch rewritten under a newer source epoch (an unclean election) are what the
+//! fetcher's divergence check stops on at its next fetch, and it applies
+//! `mirror.support.unclean.leader.election`; the audit notes them and leaves it to it. Mirroring at full speed outruns a small budget; the
 //! verified mark then lags, and every mirrored range is still verified once, in order.
 
 pub mod compare;
@@ -80,6 +83,12 @@ pub struct PartResult {
     /// `PartJob::cuts`: a log truncated since (an unclean-election recovery) makes the
     /// round's marks stale, so they are not applied.
     pub cuts: u64,
+    /// The mismatch is a rewrite under a newer source leader epoch of our log's newest epoch:
+    /// the fetcher's own divergence check (DivergingEpoch / OffsetForLeaderEpoch) stops on it
+    /// at its next fetch and applies `mirror.support.unclean.leader.election` (FAILED, or the
+    /// recovery into the quarantine). The audit leaves that decision to it, so the outcome
+    /// does not depend on which of the two looked first.
+    pub fetcher_decides: bool,
 }
 
 impl PartResult {
@@ -95,6 +104,7 @@ impl PartResult {
             scrub_fault: None,
             note: None,
             cuts: 0,
+            fetcher_decides: false,
         }
     }
 }
@@ -115,8 +125,11 @@ impl RoundJob {
         let mut results = Vec::new();
         let mut asks = Vec::new();
         let mut locals = Vec::new();
+        // Each partition's newest leader epoch in the view its batches were read from.
+        let mut newest = Vec::new();
         for p in &self.parts {
             let view = p.handle.view();
+            newest.push(view.leader_epoch().0);
             let mut r = PartResult::new(p.tp.clone());
             r.cuts = p.cuts;
             if !p.compare {
@@ -174,7 +187,9 @@ impl RoundJob {
         } else {
             source_read::read(&self.def, &asks, by)
         };
-        for ((r, local), p) in results.iter_mut().zip(&locals).zip(&self.parts) {
+        for (((r, local), p), newest) in
+            results.iter_mut().zip(&locals).zip(&self.parts).zip(newest)
+        {
             if local.is_empty() || r.scrub_fault.is_some() {
                 continue;
             }
@@ -204,6 +219,7 @@ impl RoundJob {
                         p.topic_id
                     ));
                 }
+                r.fetcher_decides = fetcher_sees(&m, newest);
                 r.mismatch = Some(m);
             } else if c.matched == 0 {
                 r.note = s.error.clone().or_else(|| {
@@ -222,6 +238,16 @@ impl RoundJob {
             parts: results,
         }
     }
+}
+
+/// Whether the fetcher's divergence check is bound to stop on `m`: the source holds a newer
+/// leader epoch at offsets where our log has its newest epoch `newest`. Source epochs only
+/// grow with offsets, so the source's end of epoch `newest` is at or below `m`'s offsets,
+/// below our log end, and the next fetch (last fetched epoch `newest`) is told it diverged.
+/// A rewrite under an older epoch of ours is behind the fetcher's position: only the audit
+/// sees it.
+fn fetcher_sees(m: &Mismatch, newest: i32) -> bool {
+    m.source.leader_epoch > m.local.leader_epoch && m.local.leader_epoch == newest
 }
 
 /// Why a partition's verified mark does not move although the audit runs.
@@ -496,6 +522,18 @@ impl AuditPlane {
                 scrub: r.scrub_fault.clone(),
                 message,
             };
+            if let (Some(m), true) = (&r.mismatch, r.fetcher_decides) {
+                st.note = Some(format!(
+                    "batch {}..={} was rewritten at the source under leader epoch {} (ours {}): \
+                     left to the fetcher's divergence check",
+                    m.local.base_offset,
+                    m.local.last_offset,
+                    m.source.leader_epoch,
+                    m.local.leader_epoch
+                ));
+                tracing::warn!(mirror = %a.mirror, partition = %r.tp, "audit: {}; {}", m.why, "left to the fetcher's divergence check");
+                continue;
+            }
             let found = if let Some(m) = &r.mismatch {
                 let message = format!(
                     "audit: batch {}..={} differs from the source: {} (local crc {:#010x} epoch {}, source offsets {}..={} crc {:#010x} epoch {})",
@@ -747,5 +785,53 @@ mod tests {
         plane.apply(answer(fresh.parts[0].cuts), 0);
         assert_eq!(plane.verified(&tp).map(|v| v.next), Some(Offset(4)));
         drop(log);
+    }
+
+    // Goal: a rewrite under a newer source epoch of the log's newest epoch is left to the
+    // fetcher (which applies mirror.support.unclean.leader.election), not failed by the audit;
+    // one under an older epoch of ours, which the fetcher is already past, fails the partition.
+    #[test]
+    fn a_rewrite_the_fetcher_will_see_is_left_to_it_and_one_behind_it_fails() {
+        let id = |base, last, epoch, crc| BatchId {
+            base_offset: base,
+            last_offset: last,
+            leader_epoch: epoch,
+            crc,
+            max_timestamp_ms: 0,
+        };
+        let rewrite = Mismatch {
+            local: id(200, 201, 0, 1),
+            source: id(200, 229, 2, 2),
+            why: "rewritten".into(),
+        };
+        assert!(fetcher_sees(&rewrite, 0));
+        assert!(!fetcher_sees(&rewrite, 1), "ours moved on to epoch 1");
+        let damaged = Mismatch {
+            source: id(200, 201, 0, 2),
+            ..rewrite.clone()
+        };
+        assert!(!fetcher_sees(&damaged, 0), "same epoch, other bytes");
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut plane = AuditPlane::open(dir.path(), ReadCatalog::new()).unwrap();
+        let answer = |m: Mismatch, decides| {
+            let mut r = PartResult::new(TopicPartition::new("t", 0));
+            r.mismatch = Some(m);
+            r.fetcher_decides = decides;
+            RoundAnswer {
+                mirror: "m".into(),
+                parts: vec![r],
+            }
+        };
+        assert!(plane.apply(answer(rewrite.clone(), true), 0).is_empty());
+        let row = plane.partition("m", &TopicPartition::new("t", 0));
+        assert_eq!(row.mismatches, 0);
+        assert!(row.note.unwrap().contains("fetcher's divergence check"));
+        let failed = plane.apply(answer(rewrite, false), 0);
+        assert_eq!(failed.len(), 1);
+        assert!(
+            failed[0].1.contains("differs from the source"),
+            "{failed:?}"
+        );
     }
 }
