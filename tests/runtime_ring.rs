@@ -285,3 +285,87 @@ fn timeout_and_cancel() {
         "dropping the ring cancels the RECV and frees its slot"
     );
 }
+
+// Goal: a shard blocked on a write for longer than the stall bound is a slow disk, not a stuck
+// loop: its ring keeps the heartbeat moving and flags the wait, so the health check does not
+// fail it (it did: a shard waiting on write-back behind a busy broker was taken for stalled and
+// kmirror exited). Method: the "disk" is a socket whose buffer is full, drained by another
+// thread only after twice the stall bound; a health checker runs the real rule meanwhile.
+#[test]
+fn a_write_blocked_past_the_stall_bound_beats_the_heartbeat_and_flags_the_disk() {
+    use kmirror::ids::ShardId;
+    use kmirror::runtime::health::ShardHealth;
+    use kmirror::runtime::stats::ShardStats;
+    use std::os::unix::net::UnixStream;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    let stats = Arc::new(ShardStats::new(ShardId(0)));
+    let mut ring = Ring::new().expect("io_uring available");
+    ring.beat_while_on_disk(Arc::clone(&stats));
+    let (ours, mut reader) = UnixStream::pair().unwrap();
+    ours.set_nonblocking(true).unwrap();
+    let chunk = vec![7u8; 64 * 1024];
+    let mut filled = 0usize;
+    loop {
+        match (&ours).write(&chunk) {
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    ours.set_nonblocking(false).unwrap();
+    let file = std::fs::File::from(std::os::fd::OwnedFd::from(ours));
+
+    let stall = Duration::from_millis(1_000);
+    let done = Arc::new(AtomicBool::new(false));
+    let seen_on_disk = Arc::new(AtomicBool::new(false));
+    let checker = {
+        let (stats, done, seen) = (
+            Arc::clone(&stats),
+            Arc::clone(&done),
+            Arc::clone(&seen_on_disk),
+        );
+        std::thread::spawn(move || {
+            let mut health = ShardHealth::new(&[Arc::clone(&stats)], stall, Instant::now());
+            let mut failures = Vec::new();
+            while !done.load(Ordering::Acquire) {
+                failures.extend(health.check(Instant::now()));
+                if stats.heartbeat().waiting_on_disk() {
+                    seen.store(true, Ordering::Release);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            failures
+        })
+    };
+    let drainer = std::thread::spawn(move || {
+        std::thread::sleep(2 * stall);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut read = 0usize;
+        while read < filled + 4096 {
+            read += reader.read(&mut buf).unwrap();
+        }
+        read
+    });
+    let turns_before = stats.heartbeat().turns();
+    let wrote = ring.write_at(&file, 0, &[1u8; 4096]).unwrap();
+    assert_eq!(wrote, 4096);
+    done.store(true, Ordering::Release);
+    let failures = checker.join().unwrap();
+    assert!(drainer.join().unwrap() >= filled + 4096);
+    assert!(
+        failures.is_empty(),
+        "a slow write was taken for a stall: {failures:?}"
+    );
+    assert!(
+        stats.heartbeat().turns() > turns_before,
+        "the wait beat the heartbeat"
+    );
+    assert!(seen_on_disk.load(Ordering::Acquire), "the wait was flagged");
+    assert!(
+        !stats.heartbeat().waiting_on_disk(),
+        "the flag is cleared after the wait"
+    );
+}

@@ -7,6 +7,10 @@
 //! kmirror does not restart a shard in place (its partitions' logs died with it, and their
 //! state can only be rebuilt by recovery), so a failed shard is final for the process: the
 //! caller fails its partitions, stops the watchdog pings and exits non-zero.
+//!
+//! A shard blocked on its disk (`Ring`'s waits for writes and syncs) keeps beating for up to
+//! `SHARD_DISK_WAIT_MAX_MS` and flags the wait (`Heartbeat::on_disk`): a slow disk is not a
+//! stuck loop, and a stall found past that bound says it was the disk.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,6 +36,9 @@ pub struct Heartbeat {
     /// How often this shard was found failed (`kmirror_shard_failures_total`): 0 or 1, since a
     /// failed shard ends the process.
     failures: AtomicU64,
+    /// The shard is blocked waiting on its disk (set and cleared by its ring), so a stall
+    /// found now names the disk.
+    on_disk: AtomicBool,
 }
 
 impl Default for Heartbeat {
@@ -42,6 +49,7 @@ impl Default for Heartbeat {
             panic: Mutex::new(None),
             healthy: AtomicBool::new(true),
             failures: AtomicU64::new(0),
+            on_disk: AtomicBool::new(false),
         }
     }
 }
@@ -54,6 +62,15 @@ impl Heartbeat {
 
     pub fn turns(&self) -> u64 {
         self.turns.load(Ordering::Relaxed)
+    }
+
+    /// The shard starts (`true`) or ends (`false`) a wait on its disk.
+    pub fn on_disk(&self, waiting: bool) {
+        self.on_disk.store(waiting, Ordering::Relaxed);
+    }
+
+    pub fn waiting_on_disk(&self) -> bool {
+        self.on_disk.load(Ordering::Relaxed)
     }
 
     /// The shard left its loop because it was asked to stop.
@@ -151,8 +168,13 @@ impl ShardHealth {
                     } else {
                         let still = now.saturating_duration_since(w.moved_at);
                         (still >= self.stall).then(|| {
+                            let disk = if hb.waiting_on_disk() {
+                                " (it is waiting on its disk: a write or sync has not completed)"
+                            } else {
+                                ""
+                            };
                             format!(
-                                "shard {} stalled: its loop has not turned for {} ms",
+                                "shard {} stalled: its loop has not turned for {} ms{disk}",
                                 shard.0,
                                 still.as_millis()
                             )
@@ -257,6 +279,24 @@ mod tests {
                 shard: ShardId(0),
                 why: "shard 0 panicked: boom".into()
             }]
+        );
+    }
+
+    // Goal: a stall found while the shard is blocked on its disk (past the disk-wait bound, so
+    // its ring stopped beating) says so, and one found in a stuck loop does not.
+    #[test]
+    fn a_stall_during_a_disk_wait_names_the_disk() {
+        let stats = shards(2);
+        let t0 = Instant::now();
+        let mut h = ShardHealth::new(&stats, Duration::from_secs(5), t0);
+        stats[1].heartbeat().on_disk(true);
+        let failed = h.check(t0 + Duration::from_secs(5));
+        assert_eq!(failed.len(), 2);
+        assert!(!failed[0].why.contains("disk"), "{}", failed[0].why);
+        assert!(
+            failed[1].why.contains("waiting on its disk"),
+            "{}",
+            failed[1].why
         );
     }
 }

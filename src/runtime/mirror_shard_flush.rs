@@ -17,11 +17,11 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{notice, Cx, Loc, MirrorShard};
 use crate::ids::TopicPartition;
-use crate::limits::{SHARD_FSYNCS_IN_FLIGHT_MAX, SHARD_HEARTBEAT_MS, SHARD_SETTLE_BEAT_MAX_MS};
+use crate::limits::SHARD_FSYNCS_IN_FLIGHT_MAX;
 use crate::log::flush_plan::FlushPlan;
 use crate::log::partition_log::PartitionLog;
 use crate::log::LogError;
@@ -231,7 +231,7 @@ impl MirrorShard {
     /// Before `log` leaves the shard: finishes its flush in flight, if any. Its syncs still
     /// queued go to the ring at once, and all of them are waited for (other completions that
     /// arrive meanwhile stay queued for the shard's loop; the heartbeat goes on for up to
-    /// `SHARD_SETTLE_BEAT_MAX_MS`, so a long write-back is not taken for a stall but a wait
+    /// `SHARD_DISK_WAIT_MAX_MS`, so a long write-back is not taken for a stall but a wait
     /// that never ends is). Then the log's flushes are handed back to synchronous owners.
     pub(super) fn settle_flush(&mut self, cx: &mut Cx<'_>, log: &mut PartitionLog) {
         if log.flush_in_flight() {
@@ -263,7 +263,7 @@ impl MirrorShard {
                 }
             }
             // The heartbeat goes on while the disk writes back, but not for ever: a wait
-            // that outlasts SHARD_SETTLE_BEAT_MAX_MS lets the health check fail the shard.
+            // that outlasts SHARD_DISK_WAIT_MAX_MS lets the health check fail the shard.
             let waiting_since = Instant::now();
             let flight = loop {
                 for c in cx
@@ -275,12 +275,9 @@ impl MirrorShard {
                 if let Some(flight) = self.flushes.take_done(id) {
                     break flight;
                 }
-                if waiting_since.elapsed() < Duration::from_millis(SHARD_SETTLE_BEAT_MAX_MS) {
-                    cx.stats.heartbeat().beat();
-                }
-                cx.ring
-                    .submit_and_wait_new_for(Duration::from_millis(SHARD_HEARTBEAT_MS));
+                cx.ring.disk_wait_step(waiting_since);
             };
+            cx.ring.disk_wait_end();
             cx.stats.flush_finished(flight.began.elapsed());
             let synced = flight.error.map_or(Ok(()), Err);
             if let Err(e) = log.finish_flush(&mut RingIo::new(cx.ring), flight.plan, synced) {

@@ -17,16 +17,17 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use socket2::SockAddr;
 
 use super::arena::{Arena, RegisteredChunk, SlotBuf};
+use super::stats::ShardStats;
 use crate::limits::{
     RING_CQ_ENTRIES, RING_OPS_IN_FLIGHT_MAX, RING_OPS_RESERVED, RING_SQ_ENTRIES,
-    RING_WRITE_BATCH_MAX,
+    RING_WRITE_BATCH_MAX, SHARD_DISK_WAIT_MAX_MS, SHARD_HEARTBEAT_MS,
 };
 use crate::log::io::{OwnedWriteOp, WriteOp};
 
@@ -181,6 +182,8 @@ pub struct Ring {
     /// kernel copies it when the op is prepared).
     wake_posted: bool,
     wake_ts: types::Timespec,
+    /// The shard whose heartbeat this ring's disk waits keep beating (`disk_wait_step`).
+    shard: Option<Arc<ShardStats>>,
 }
 
 impl std::fmt::Debug for Ring {
@@ -254,6 +257,36 @@ impl Ring {
             arena: None,
             wake_posted: false,
             wake_ts: types::Timespec::new(),
+            shard: None,
+        }
+    }
+
+    /// From now on this ring's disk waits beat `stats`' heartbeat and flag themselves in it
+    /// (`disk_wait_step`): a shard blocked on a slow disk is alive, up to a bound.
+    pub fn beat_while_on_disk(&mut self, stats: Arc<ShardStats>) {
+        self.shard = Some(stats);
+    }
+
+    /// One step of a wait on the disk that began at `since`: submits, waits at most a
+    /// heartbeat period for a new completion, reaps, and beats the shard's heartbeat while the
+    /// wait is younger than `SHARD_DISK_WAIT_MAX_MS` (past it the health check fails the shard,
+    /// naming the disk). `disk_wait_end` clears the flag when the caller's wait is over.
+    pub fn disk_wait_step(&mut self, since: Instant) {
+        if let Some(s) = &self.shard {
+            s.heartbeat().on_disk(true);
+        }
+        self.submit_and_wait_new_for(Duration::from_millis(SHARD_HEARTBEAT_MS));
+        if let Some(s) = &self.shard {
+            if since.elapsed() < Duration::from_millis(SHARD_DISK_WAIT_MAX_MS) {
+                s.heartbeat().beat();
+            }
+        }
+    }
+
+    /// The wait `disk_wait_step` was part of is over.
+    pub fn disk_wait_end(&mut self) {
+        if let Some(s) = &self.shard {
+            s.heartbeat().on_disk(false);
         }
     }
 
@@ -589,10 +622,11 @@ impl Ring {
     fn run_sync(&mut self, sqe: squeue::Entry) -> i32 {
         assert!(self.sync_result.is_none(), "one blocking op at a time");
         self.push(sqe.user_data(SYNC_KEY));
+        let since = Instant::now();
         loop {
-            self.submit_retrying(1);
-            self.reap();
+            self.disk_wait_step(since);
             if let Some(r) = self.sync_result.take() {
+                self.disk_wait_end();
                 return r;
             }
         }
@@ -708,11 +742,12 @@ impl Ring {
                 i = range.end;
                 // `ops` stays borrowed until every CQE of the window is in: only then may the
                 // kernel no longer read the memory the SQEs point at.
+                let since = Instant::now();
                 while self.batch_outstanding > 0 {
                     self.stats.write_batch_waits += 1;
-                    self.submit_retrying(1);
-                    self.reap();
+                    self.disk_wait_step(since);
                 }
+                self.disk_wait_end();
                 self.settle_window(ops, range);
             }
         }

@@ -130,6 +130,7 @@ fn prepare<H: ShardHandler>(
     // Ring and arena are created after pinning: SINGLE_ISSUER binds the ring to this thread, and
     // the arena's pages are first touched here, on the local NUMA node.
     let mut ring = Ring::new().map_err(|source| ShardStartError::Ring { shard, source })?;
+    ring.beat_while_on_disk(Arc::clone(&seed.stats));
     let arena = Arena::new(seed.slot_bytes, seed.slots)
         .map_err(|source| ShardStartError::Arena { shard, source })?;
     ring.register_arena(&arena)
