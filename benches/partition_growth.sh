@@ -17,6 +17,7 @@
 # Usage (build first: cargo build --release --bin kmirror):
 #   benches/partition_growth.sh                      # P0=10000 P1=16384
 #   P0=1000 P1=4000 benches/partition_growth.sh
+#   SERVE_LOG=info  kmirror's log level (prints the start's directory creation steps)
 #   PERF=40   also `perf record -g` kmirror serve for that many seconds from the start call
 #             (perf.data is kept in the printed work dir: KEEP=1)
 set -euo pipefail
@@ -61,7 +62,7 @@ produce $(( P0 * RECORDS_PER_PART ))
 
 ADMIN="127.0.0.1:$(kraft_free_port)"
 control_plane_config "$WORK/kmirror.toml" "$ADMIN" "$WORK/data" "$SHARDS"
-KMIRROR_LOG=warn "$BIN/kmirror" serve --config "$WORK/kmirror.toml" >"$WORK/serve.log" 2>&1 &
+KMIRROR_LOG=${SERVE_LOG:-warn} "$BIN/kmirror" serve --config "$WORK/kmirror.toml" >"$WORK/serve.log" 2>&1 &
 SERVE_PID=$!
 mirrors() { "$BIN/kmirror" mirrors --admin "$ADMIN" "$@"; }
 for _ in $(seq 1 300); do mirrors list >/dev/null 2>&1 && break; sleep 0.1; done
@@ -96,9 +97,14 @@ wait_all() { # label partitions t0
 }
 
 [ -n "${PERF:-}" ] && { perf record -F 499 -g -p "$SERVE_PID" -o "$WORK/perf.data" -- sleep "$PERF" >"$WORK/perf.log" 2>&1 & }
+# Dirty page cache before the start (the broker's writes not yet on disk): the start's
+# syncfs writes it all back, since it shares the filesystem.
+echo "dirty_before_start_kb=$(awk '/^Dirty:/{print $2}' /proc/meminfo)"
 T0=$(now)
 mirrors start --mirror g --topics "$TOPIC" >/dev/null
 echo "partitions=$P0 start seconds=$(secs_since "$T0")"
+# With SERVE_LOG=info: the start's directory creation, split into its steps.
+grep -h "partition directories created" "$WORK/serve.log" | sed 's/^/  /' || true
 wait_all every_partition_fetched "$P0" "$T0"
 W0=$(state_writes "$ADMIN")
 topic_grow_to "$TOPIC" "$P0" "$P1" "$WORK/topic.log"

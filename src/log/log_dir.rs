@@ -321,6 +321,7 @@ impl LogDir {
         } else {
             Some(std::fs::File::open(&self.root).map_err(|e| LogError::io(&self.root, e))?)
         };
+        let began = std::time::Instant::now();
         let created = open_all(
             work,
             threads,
@@ -331,13 +332,25 @@ impl LogDir {
             },
         )?;
         if let (false, Some(root)) = (created.is_empty(), &root) {
+            let files = began.elapsed();
             self.syncfs(root)?;
+            let synced = began.elapsed();
             for (tp, log) in &created {
                 if ids[tp].is_some() {
                     crate::log::partition_meta::publish_staged(log.dir())?;
                 }
             }
             self.syncfs(root)?;
+            // syncfs writes back every dirty page of the filesystem, other processes' too (a
+            // broker sharing the disk): how long it took says how much of a start was that.
+            tracing::info!(
+                partitions = created.len(),
+                threads,
+                files_ms = files.as_millis() as u64,
+                first_syncfs_ms = (synced - files).as_millis() as u64,
+                total_ms = began.elapsed().as_millis() as u64,
+                "partition directories created and made durable"
+            );
         }
         let n = created.len();
         let mut views = Vec::with_capacity(n);
