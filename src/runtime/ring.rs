@@ -742,12 +742,14 @@ impl Ring {
                 i = range.end;
                 // `ops` stays borrowed until every CQE of the window is in: only then may the
                 // kernel no longer read the memory the SQEs point at.
-                let since = Instant::now();
-                while self.batch_outstanding > 0 {
-                    self.stats.write_batch_waits += 1;
-                    self.disk_wait_step(since);
+                if self.batch_outstanding > 0 {
+                    let since = Instant::now();
+                    while self.batch_outstanding > 0 {
+                        self.stats.write_batch_waits += 1;
+                        self.disk_wait_step(since);
+                    }
+                    self.disk_wait_end();
                 }
-                self.disk_wait_end();
                 self.settle_window(ops, range);
             }
         }

@@ -18,8 +18,9 @@
 //! not retryable, with the reason. One mismatch is not the audit's to decide: offsets of our
 //! newest leader epoch rewritten under a newer source epoch (an unclean election) are what the
 //! fetcher's divergence check stops on at its next fetch, and it applies
-//! `mirror.support.unclean.leader.election`; the audit notes them and leaves it to it. Mirroring at full speed outruns a small budget; the
-//! verified mark then lags, and every mirrored range is still verified once, in order.
+//! `mirror.support.unclean.leader.election`; the audit notes them and leaves it to it.
+//! Mirroring at full speed outruns a small budget; the verified mark then lags, and every
+//! mirrored range is still verified once, in order.
 
 pub mod compare;
 pub mod scrub;
@@ -531,7 +532,7 @@ impl AuditPlane {
                     m.source.leader_epoch,
                     m.local.leader_epoch
                 ));
-                tracing::warn!(mirror = %a.mirror, partition = %r.tp, "audit: {}; {}", m.why, "left to the fetcher's divergence check");
+                tracing::warn!(mirror = %a.mirror, partition = %r.tp, "audit: {}; left to the fetcher's divergence check", m.why);
                 continue;
             }
             let found = if let Some(m) = &r.mismatch {
