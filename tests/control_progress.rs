@@ -8,7 +8,9 @@
 //!   only records produced afterwards arrive (our `.log` is exactly the tail of the broker's
 //!   from that offset); a timestamp starts at the first record at or after it (the offset
 //!   Kafka's ListOffsets gives, known here by construction: the first record of a second
-//!   produce run whose timestamps all follow the first run's).
+//!   produce run whose timestamps all follow the first run's). Several `latest` partitions
+//!   each start at their own end, and a resume goes on from the local end: records produced
+//!   while paused arrive, none are skipped to the source's new end.
 
 mod harness;
 
@@ -37,6 +39,30 @@ fn wait_row(
         let rows = describe_rows(admin, mirror);
         if want(&rows[0]) {
             return rows[0].clone();
+        }
+        assert!(
+            start.elapsed() < PROGRESS_LIMIT,
+            "describe never showed the expected progress: {rows:?}\n{}",
+            serve.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Waits until describe shows `n` partitions of `mirror`, each satisfying `want`.
+fn wait_rows(
+    serve: &mut Serve,
+    admin: &str,
+    mirror: &str,
+    n: usize,
+    want: impl Fn(&serde_json::Value) -> bool,
+) {
+    let start = Instant::now();
+    loop {
+        serve.assert_running();
+        let rows = describe_rows(admin, mirror);
+        if rows.len() == n && rows.iter().all(&want) {
+            return;
         }
         assert!(
             start.elapsed() < PROGRESS_LIMIT,
@@ -139,6 +165,59 @@ fn describe_lag_and_start_positions() {
         "our log is not the broker's tail"
     );
     assert_eq!(first_offset_and_last_timestamp(&ours).0, 100);
+
+    // Several partitions from latest (their start offsets asked of the leader together), then
+    // paused, produced to and resumed: a resume goes on from the local end, so what was
+    // produced while paused arrives and nothing is skipped to the source's new latest.
+    let wide = harness::unique_topic("progress-latest-wide");
+    k.create_topic(&wide, 3, &[]);
+    for p in 0..3 {
+        k.produce(&wide, p, 40 + 10 * p as usize, &ProduceOpts::default());
+    }
+    create_mirror(
+        &admin,
+        work.path(),
+        "wide",
+        &k.bootstrap(),
+        "mirror.start.from=latest\n",
+    );
+    cli_ok(&admin, &["start", "--mirror", "wide", "--topics", &wide]);
+    let at_latest = |r: &serde_json::Value| {
+        let p = r["partition"].as_i64().expect("partition in describe");
+        caught_up(40 + 10 * p)(r)
+    };
+    wait_rows(&mut serve, &admin, "wide", 3, at_latest);
+    for p in 0..3 {
+        let dir = data_dir.join(format!("{wide}-{p}"));
+        assert!(
+            log_bytes(&dir).is_empty(),
+            "partition {p}: records from before the start were mirrored"
+        );
+    }
+    cli_ok(&admin, &["pause", "--mirror", "wide", "--topics", &wide]);
+    wait_rows(&mut serve, &admin, "wide", 3, |r| r["state"] == "PAUSED");
+    for p in 0..3 {
+        k.produce(&wide, p, 5, &ProduceOpts::default());
+    }
+    cli_ok(&admin, &["resume", "--mirror", "wide", "--topics", &wide]);
+    wait_rows(&mut serve, &admin, "wide", 3, |r| {
+        let p = r["partition"].as_i64().expect("partition in describe");
+        caught_up(45 + 10 * p)(r)
+    });
+    for p in 0..3 {
+        let ours = data_dir.join(format!("{wide}-{p}"));
+        let theirs = log_bytes(&k.partition_dir(&wide, p));
+        let mine = log_bytes(&ours);
+        assert!(
+            !mine.is_empty() && theirs.ends_with(&mine),
+            "partition {p}: our log is not the broker's tail"
+        );
+        // Starts where the start found the source's end: the paused records are all here.
+        assert_eq!(
+            first_offset_and_last_timestamp(&ours).0,
+            40 + 10 * i64::from(p)
+        );
+    }
 
     // Start from a timestamp: the first record at or after it.
     let timed = harness::unique_topic("progress-ts");

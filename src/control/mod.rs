@@ -55,6 +55,7 @@ pub mod source_catalog;
 pub mod source_epochs;
 pub mod source_security;
 pub mod source_worker;
+pub mod start_offsets;
 pub mod state;
 pub mod state_log;
 pub mod topic_configs;

@@ -24,11 +24,10 @@ use crate::control::source_catalog::Deadline;
 use crate::control::source_epochs::{promoted_epoch, SourceEpochs};
 use crate::control::source_security::security_of;
 use crate::control::source_worker::{JobKey, JobKind, SourceWorkers};
+use crate::control::start_offsets;
 use crate::control::state_log;
 use crate::control::unclean_recovery::{self, UncleanRecoveries};
-use crate::fetch::blocking::BlockingClient;
 use crate::fetch::fetcher::{FetchConfig, PartitionStart};
-use crate::fetch::list_offsets::{Listed, OffsetQuery};
 use crate::fetch::security::AUTHENTICATION_FAILED;
 use crate::ids::{LeaderEpoch, Offset, ShardId, TopicPartition};
 use crate::limits::{
@@ -800,8 +799,9 @@ impl ShardDataPlane {
     }
 }
 
-/// On a source worker: the leaders of `wanted` (one metadata request), then each new
-/// partition's start offset from its leader, all within the source's request timeout.
+/// On a source worker: the leaders of `wanted` (one metadata request), then the start offsets
+/// of those that need one (one ListOffsets per leader and start position), all within the
+/// source's request timeout.
 fn resolve(
     fetch: FetchConfig,
     versions: &leader_refresh::VersionsCache,
@@ -811,24 +811,48 @@ fn resolve(
     let tps: Vec<TopicPartition> = wanted.iter().map(|(tp, _)| tp.clone()).collect();
     let found = leader_refresh::look_up(fetch, versions, access, &tps)?;
     let by = Deadline::after_ms(u64::from(access.request_timeout_ms));
+    // Partitions to ask about, by leader and start position (a source has few leaders, and
+    // one resolve usually one start position, so a list beats a map here).
+    let mut asks: Vec<(&str, StartFrom, Vec<usize>)> = Vec::new();
+    for (i, (f, (_, start))) in found.iter().zip(wanted).enumerate() {
+        let Ok(f) = f else { continue };
+        if *start == StartFrom::Earliest {
+            continue;
+        }
+        let addr = f.source.addr.as_str();
+        match asks.iter_mut().find(|(a, s, _)| *a == addr && s == start) {
+            Some((_, _, members)) => members.push(i),
+            None => asks.push((addr, *start, vec![i])),
+        }
+    }
+    let mut starts: Vec<start_offsets::Start> = vec![Ok(None); wanted.len()];
+    for (addr, start, members) in asks {
+        let asked: Vec<TopicPartition> = members.iter().map(|&i| tps[i].clone()).collect();
+        let answers = by
+            .connect(addr, &access.client_id, &access.security)
+            .map_err(|e| by.fault(addr, &e).message)
+            .and_then(|mut client| {
+                start_offsets::start_offsets(&mut client, &asked, start)
+                    .map_err(|e| format!("{addr}: ListOffsets: {e}"))
+            });
+        match answers {
+            Ok(answers) => {
+                for (&i, answer) in members.iter().zip(answers) {
+                    starts[i] =
+                        answer.map_err(|e| format!("{addr}: ListOffsets for {}: {e}", tps[i]));
+                }
+            }
+            Err(why) => {
+                for &i in &members {
+                    starts[i] = Err(why.clone());
+                }
+            }
+        }
+    }
     Ok(found
         .into_iter()
-        .zip(wanted)
-        .map(|(f, (tp, start))| {
-            let f = f?;
-            let start_offset = match start {
-                StartFrom::Earliest => None,
-                _ => {
-                    let addr = f.source.addr.clone();
-                    let mut client = by
-                        .connect(&addr, &access.client_id, &access.security)
-                        .map_err(|e| by.fault(&addr, &e).message)?;
-                    start_offset(&mut client, tp, *start)
-                        .map_err(|e| format!("{addr}: ListOffsets for {tp}: {e}"))?
-                }
-            };
-            Ok((f, start_offset))
-        })
+        .zip(starts)
+        .map(|(f, start)| Ok((f?, start?)))
         .collect())
 }
 
@@ -846,39 +870,6 @@ pub fn open_log_dir(data_dir: &Path) -> Result<LogDir, LogError> {
         &mut StdIo,
         &opened,
     )
-}
-
-/// Where a new partition starts on the source: `None` for earliest (the fetcher starts at the
-/// log start), the high watermark for latest, the ListOffsets answer for a timestamp (the high
-/// watermark when no record is that new).
-fn start_offset(
-    client: &mut BlockingClient,
-    tp: &TopicPartition,
-    start: StartFrom,
-) -> Result<Option<Offset>, String> {
-    let query = match start {
-        StartFrom::Earliest => return Ok(None),
-        StartFrom::Latest => OffsetQuery::Latest,
-        StartFrom::Timestamp(t) => OffsetQuery::Timestamp(t),
-    };
-    let mut ask = |q| -> Result<Listed, String> {
-        let answers = client
-            .list_offsets(std::slice::from_ref(tp), q)
-            .map_err(|e| e.to_string())?;
-        Ok(answers
-            .into_iter()
-            .next()
-            .map_or(Listed::Error(3), |(_, l)| l))
-    };
-    let listed = match ask(query)? {
-        Listed::NoneAfter => ask(OffsetQuery::Latest)?,
-        other => other,
-    };
-    match listed {
-        Listed::At(o) => Ok(Some(o)),
-        Listed::NoneAfter => Err("no offset".into()),
-        Listed::Error(code) => Err(format!("error code {code}")),
-    }
 }
 
 impl DataPlane for ShardDataPlane {
@@ -902,9 +893,11 @@ impl DataPlane for ShardDataPlane {
         // The log exists from now on (describe shows its end, a pause or stop finds it).
         let id = (!topic_id.is_nil()).then_some(topic_id);
         let config = self.configs.get(&tp.topic).cloned();
-        self.logs()
+        let log_end = self
+            .logs()
             .get_or_create(tp, id, config)
-            .map_err(|e| Fault::from(e.to_string()))?;
+            .map_err(|e| Fault::from(e.to_string()))?
+            .log_end_offset();
         // Lag is unknown until this fetcher's first response: the high watermark seen before
         // a pause is stale (describe showed lag 0 for partitions still behind).
         self.progress.cell(tp).forget_high_watermark();
@@ -921,7 +914,12 @@ impl DataPlane for ShardDataPlane {
         }
         let resolving = JobKey::new(scope_of(&access), JobKind::Resolve);
         let mut pending = PendingAdd::new(access, topic_id, None);
-        pending.start = start;
+        // Only a log with nothing in it starts at the start position (`hand_to_shard`); one
+        // with records goes on from its own end, so a resume or restart of a `latest` or
+        // timestamp mirror asks the source for no start offsets.
+        if log_end == Offset::ZERO {
+            pending.start = start;
+        }
         self.pending.insert(tp.clone(), pending);
         // Asked at once (on a worker); while a look-up of the same source is out, the rest
         // wait for the next tick, which asks for all of them together. (Trying anyway went

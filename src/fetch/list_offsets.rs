@@ -73,15 +73,20 @@ pub fn answers(
     asked: &[TopicPartition],
     resp: &ListOffsetsResponse,
 ) -> Vec<(TopicPartition, Listed)> {
+    // Indexed once: a start of thousands of partitions asks about all of them in one request.
+    let by_partition: std::collections::HashMap<(&str, i32), _> = resp
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| ((t.name.as_str(), p.partition_index), p))
+        })
+        .collect();
     asked
         .iter()
         .map(|tp| {
-            let found = resp
-                .topics
-                .iter()
-                .filter(|t| t.name.as_str() == tp.topic)
-                .flat_map(|t| &t.partitions)
-                .find(|p| p.partition_index == tp.partition);
+            let found = by_partition.get(&(tp.topic.as_str(), tp.partition));
             let listed = match found {
                 None => Listed::Error(3),
                 Some(p) if p.error_code != 0 => Listed::Error(p.error_code),
