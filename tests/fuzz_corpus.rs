@@ -74,7 +74,7 @@ fn request_frame_seeds_cover_every_served_api_and_version() {
 /// Writes the `request_frame` seeds (one default request per served API and version); run by
 /// hand when the served APIs change.
 #[test]
-#[ignore]
+#[ignore = "writes the checked-in seed corpus; run by hand"]
 fn write_request_frame_seeds() {
     use kmirror::fuzz_entry::request_frame::{default_body, input, served_versions};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/request_frame");
