@@ -12,6 +12,8 @@
 #                                    # three runs per cell, medians per cell
 #   SESSIONS="on off" PARTS=4096 ... benches/mirror_matrix.sh   # kmirror with and without
 #                                    # KIP-227 fetch sessions ([fetch.source_load] sessions)
+#   GROUPS_PER_CONN=2 PARTS=16 ... benches/mirror_matrix.sh   # kmirror with two fetch groups
+#                                    # (requests in flight) per connection
 #
 # Per cell it prints one line of key=value figures:
 #   raw_MBps / raw_cpu_s_per_GB      raw-copy: record-batch bytes per second (responses' framing
@@ -58,6 +60,8 @@ SLOTS=${SLOTS:-8}
 REPEAT=${REPEAT:-1}
 RAW=${RAW:-1}                            # RAW=0 skips the raw-copy half
 SESSIONS=${SESSIONS:-on}                 # "on off": each cell once per setting, each with its raw copy
+GROUPS_PER_CONN=${GROUPS_PER_CONN:-1}    # kmirror's fetch.sessions_per_connection (requests in flight
+                                         # per connection); the raw copy keeps one
 for b in kmirror kmirror-synth-source kmirror-raw-copy; do
     [[ -x $BIN/$b ]] || {
         echo "build first: cargo build --release --bin kmirror --bin kmirror-synth-source --bin kmirror-raw-copy" >&2
@@ -126,7 +130,7 @@ for codec in $CODECS; do
                 bb=$(kv batch_bytes "$layout")
                 bpp=$(kv batches_per_partition "$layout")
                 expected=$((parts * bpp * bb))
-                cell="codec=$codec batch=$bb partitions=$parts shards=$shards sessions=$sess rep=$rep batches_per_partition=$bpp total_bytes=$expected"
+                cell="codec=$codec batch=$bb partitions=$parts shards=$shards sessions=$sess groups=$GROUPS_PER_CONN rep=$rep batches_per_partition=$bpp total_bytes=$expected"
                 if ((expected > MAX_CELL_MB * 1000000)); then
                     echo "$cell skipped: whole batches need more than MAX_CELL_MB=$MAX_CELL_MB"
                     stop "$src_pid"; src_pid=""
@@ -171,6 +175,7 @@ arena_slots = $SLOTS
 [fetch]
 max_bytes = $MAX_BYTES
 partition_max_bytes = $PARTITION_MAX
+sessions_per_connection = $GROUPS_PER_CONN
 [fetch.source_load]
 sessions = $([[ $sess == off ]] && echo false || echo true)
 EOF

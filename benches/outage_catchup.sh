@@ -16,7 +16,11 @@
 #                kmirror's .log bytes reach the broker's .log bytes of a moment before (within
 #                one poll); the chunks that ended before catch-up give the P99 produce latency
 #                during catch-up. Also printed: the seconds from exec to the first new byte
-#                (start-up) and the rate after it (data phase).
+#                (start-up) and the rate after it (data phase); the MB mirrored in each second
+#                (the catch-up's shape); and when the backlog as it stood at the start was in
+#                (`backlog_at_start_mirrored_s`), the end the raw copy's own figure has: each of
+#                its partitions ends at the high watermark it last saw, without waiting for
+#                what the steady producer adds after that.
 # Then three limits for the same data: the raw copy from the same broker (kmirror-raw-copy
 # --from-broker: the same Fetch requests, only batch headers read), which is what this broker
 # can serve, alone and again while the steady producer writes (as it did during catch-up); Kafka's own ConsumerPerformance from the same broker; and the raw copy against the
@@ -42,6 +46,7 @@
 #   KAFKA            Kafka release whose jars to use (default 4.4.0, ~/.cache/kmirror/kafka-X/libs)
 #   SERVE_LOG        KMIRROR_LOG of the catch-up's kmirror serve, kept in its serve.log (default warn; info
 #                    stamps the start-up steps: log dir opened, shards started, mirroring)
+#   KEEP_SERVE_LOG   copy serve.log there before the work dir is deleted
 set -euo pipefail
 
 PARTITIONS=${PARTITIONS:-5000}
@@ -78,6 +83,7 @@ BROKER_PID="" SERVE_PID="" PRODUCER_PID="" SRC_PID=""
 stop_pid() { [ -n "$1" ] && kill "$1" 2>/dev/null && wait "$1" 2>/dev/null || true; }
 cleanup() {
   stop_pid "$PRODUCER_PID"; stop_pid "$SERVE_PID"; stop_pid "$SRC_PID"; stop_pid "$BROKER_PID"
+  [ -n "${KEEP_SERVE_LOG:-}" ] && cp -L "$WORK/serve.log" "$KEEP_SERVE_LOG" 2>/dev/null
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -181,7 +187,7 @@ PRODUCER_PID=$!
 OURS_AT_START=$(ours_bytes)
 START=$(date +%s.%N)
 BACKLOG_BYTES=$(broker_bytes)
-FIRST=""
+FIRST="" BACKLOG_AT=""
 if [ "$OUTAGE" = pause ]; then
   mirrors resume --mirror outage --topics "$TOPIC" > /dev/null
   echo "# resume of $PARTITIONS partitions: $(python3 -c "import time; print(round(time.time() - $START, 2))") s" >&2
@@ -196,7 +202,12 @@ while :; do
   target=$(broker_bytes)
   sleep "$POLL_S"
   ours=$(ours_bytes)
+  echo "$(date +%s.%N) $ours" >> "$WORK/progress.txt"
   [ -z "$FIRST" ] && (( ours > OURS_AT_START )) && FIRST=$(date +%s.%N)
+  # The backlog as it stood at the start is in: what the raw copy's end means too (each of its
+  # partitions ends at the high watermark it last saw), while the catch-up's end below also
+  # waits for what the steady producer added meanwhile.
+  [ -z "$BACKLOG_AT" ] && (( ours >= BACKLOG_BYTES )) && BACKLOG_AT=$(date +%s.%N)
   (( ours >= target )) && break
   kill -0 "$SERVE_PID" 2>/dev/null || { status=serve-exited; break; }
   if python3 -c "import sys,time; sys.exit(0 if time.time() - $START > $CATCHUP_LIMIT_S else 1)"; then status=timeout; break; fi
@@ -209,12 +220,21 @@ sed -n "$((CHUNKS_AT_START + 2)),${CHUNKS_DONE}p" "$WORK/catchup.txt" > "$WORK/d
 stop_pid "$PRODUCER_PID"; PRODUCER_PID=""
 stop_pid "$SERVE_PID"; SERVE_PID=""
 [ "$status" = ok ] || { echo "catch-up $status"; tail -5 "$WORK/serve.log" >&2; }
+# The catch-up's shape: MB/s mirrored in each whole second from the start (a ramp as partitions
+# join their shards reads differently from a rate that is low throughout).
+awk -v t0="$START" -v b0="$OURS_AT_START" '
+  { s = int($1 - t0); last[s] = $2; if (s > n) n = s }
+  END { prev = b0; line = ""; for (i = 0; i <= n; i++) { if (i in last) { line = line sprintf(" %.0f", (last[i] - prev) / 1e6); prev = last[i] } else line = line " -" }
+        print "# catch-up MB per second from the start:" line }' "$WORK/progress.txt" >&2
 # With SERVE_LOG=info, the start-up steps as serve logged them, beside the exec and first-byte
 # instants (all UTC), so a start-up can be read step by step.
 if [ "${SERVE_LOG:-warn}" != warn ]; then
   echo "# serve exec $(date -u -d "@$START" +%H:%M:%S.%N), first new byte $(date -u -d "@${FIRST:-$END}" +%H:%M:%S.%N) (poll every $POLL_S s)" >&2
   { grep -E 'source answered|log dir opened|directories created|shard started|mirroring' "$WORK/serve.log" | head -8
-    grep -m 1 'partition added' "$WORK/serve.log"; } | sed 's/^/# serve: /' >&2 || true
+    grep -m 1 'partition added' "$WORK/serve.log"
+    # The last partition handed to its shard: when the whole catch-up was under way.
+    grep 'partition added' "$WORK/serve.log" | tail -1; } | sed 's/^/# serve: /' >&2 || true
+  echo "# serve: $(grep -c 'partition added' "$WORK/serve.log" || true) 'partition added' lines in all" >&2
 fi
 
 # The source's own serve limit for the same data: Kafka's ConsumerPerformance reading the whole
@@ -256,9 +276,9 @@ stop_pid "$SRC_PID"; SRC_PID=""
 
 python3 - "$START" "$END" "$BACKLOG_BYTES" "$END_BYTES" "$status" "$RAW" "$WORK/idle.txt" "$WORK/during.txt" \
   "$PARTITIONS" "$RATE_MB_S" "$MAX_RATE" "$CODEC" "$KAFKA" "$KAFKA_READ" "$RECORDS_AT_START" "$RAW_BROKER" \
-  "$OURS_AT_START" "${FIRST:-$END}" "$FROM_EMPTY" "$RAW_BROKER_LOADED" "$OUTAGE" <<'EOF'
+  "$OURS_AT_START" "${FIRST:-$END}" "$FROM_EMPTY" "$RAW_BROKER_LOADED" "$OUTAGE" "${BACKLOG_AT:-$END}" <<'EOF'
 import re, sys
-start, end, backlog, end_bytes, status, raw, idle, during, parts, rate, cap, codec, kafka, kread, at_start, rawb, ours0, first, empty, rawl, outage = sys.argv[1:]
+start, end, backlog, end_bytes, status, raw, idle, during, parts, rate, cap, codec, kafka, kread, at_start, rawb, ours0, first, empty, rawl, outage, backlog_at = sys.argv[1:]
 secs = float(end) - float(start)
 # What the catch-up moved: the broker's bytes at its end less what kmirror held before.
 moved = int(end_bytes) - int(ours0)
@@ -297,4 +317,8 @@ kl = dict(x.split("=", 1) for x in rawl.split() if "=" in x)
 rawl_mbps = float(kl["MB/s"])
 print(f"raw_copy_from_broker_with_producer_MBps={rawl_mbps:.1f} cpu_s_per_GB={kl['cpu_s_per_GB']} "
       f"ratio_to_it={moved / secs / 1e6 / rawl_mbps:.2f} data_phase_ratio_to_it={moved / data_secs / 1e6 / rawl_mbps:.2f}")
+held = int(backlog) - int(ours0)
+backlog_secs = max(float(backlog_at) - float(start), 1e-9)
+print(f"backlog_at_start_mirrored_s={backlog_secs:.1f} (first poll holding it) bytes={held} "
+      f"MBps={held / backlog_secs / 1e6:.1f} ratio_to_raw_copy_with_producer={held / backlog_secs / 1e6 / rawl_mbps:.2f}")
 EOF
