@@ -27,18 +27,19 @@ use kmirror::wire::batch::Batches;
 /// Failure guard for describe to show the expected progress, not a performance claim.
 const PROGRESS_LIMIT: Duration = Duration::from_secs(120);
 
-fn wait_row(
+/// Polls describe for `mirror` until `want` holds for its rows; returns them.
+fn wait_describe(
     serve: &mut Serve,
     admin: &str,
     mirror: &str,
-    want: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
+    want: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
     let start = Instant::now();
     loop {
         serve.assert_running();
         let rows = describe_rows(admin, mirror);
-        if want(&rows[0]) {
-            return rows[0].clone();
+        if want(&rows) {
+            return rows;
         }
         assert!(
             start.elapsed() < PROGRESS_LIMIT,
@@ -49,6 +50,17 @@ fn wait_row(
     }
 }
 
+/// Waits until the first partition of `mirror` satisfies `want`; returns its row.
+fn wait_row(
+    serve: &mut Serve,
+    admin: &str,
+    mirror: &str,
+    want: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let rows = wait_describe(serve, admin, mirror, |rows| rows.first().is_some_and(&want));
+    rows[0].clone()
+}
+
 /// Waits until describe shows `n` partitions of `mirror`, each satisfying `want`.
 fn wait_rows(
     serve: &mut Serve,
@@ -57,20 +69,9 @@ fn wait_rows(
     n: usize,
     want: impl Fn(&serde_json::Value) -> bool,
 ) {
-    let start = Instant::now();
-    loop {
-        serve.assert_running();
-        let rows = describe_rows(admin, mirror);
-        if rows.len() == n && rows.iter().all(&want) {
-            return;
-        }
-        assert!(
-            start.elapsed() < PROGRESS_LIMIT,
-            "describe never showed the expected progress: {rows:?}\n{}",
-            serve.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    wait_describe(serve, admin, mirror, |rows| {
+        rows.len() == n && rows.iter().all(&want)
+    });
 }
 
 /// Base offset of the first batch and max timestamp of the last one in a partition dir.
