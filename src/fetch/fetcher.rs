@@ -1323,6 +1323,10 @@ impl Fetcher {
             },
             // The broker did not grant a session (cache full): keep asking with full fetches.
             Session::Opening { .. } => Session::Opening { close: None },
+            // The broker answered without the session: it closes a session whose last
+            // partitions were just forgotten (a mirror paused whole). Without this the next
+            // request, after a resume, would name a session the broker no longer has.
+            Session::Open { .. } if resp.session_id == 0 => Session::Opening { close: None },
             Session::Open { id, epoch } => {
                 debug_assert!(!full);
                 Session::Open {
@@ -1332,10 +1336,9 @@ impl Fetcher {
             }
         };
         if matches!(self.session, Session::Opening { .. }) {
-            for p in self.slots.iter_mut().flatten() {
-                p.in_session = None;
-            }
-            self.in_session = 0;
+            // Nothing is in a session now (removed partitions included, which were only kept
+            // to be forgotten).
+            self.reset_session(None);
         }
         let by_id = version >= 13;
         for topic in resp.responses {

@@ -312,6 +312,35 @@ fn removed_partition_in_session_can_be_added_again() {
     assert_eq!(b.f.fetch_offset(again), Some(Offset(40)));
 }
 
+// Goal: a pause of every partition, then a resume. The request that forgets the last partitions
+// empties the session, which Kafka then closes and answers without (session id 0). The next
+// request, once partitions are added again, opens a new session with a full fetch instead of
+// naming the closed one (which the broker would refuse with FETCH_SESSION_ID_NOT_FOUND).
+#[test]
+fn a_session_the_broker_closed_when_it_emptied_is_opened_again() {
+    let mut b = Broker::new(12);
+    let s0 = b.add(0, 0, -1);
+    let (h, _) = b.fetch_request();
+    b.respond(&h, &fetch_response(9, vec![], false));
+    assert_eq!(b.f.session(), Some((9, 1)));
+    b.f.remove_partition(s0).unwrap();
+    let (h, req) = b.fetch_request();
+    assert_eq!((req.session_id, req.session_epoch), (9, 1));
+    assert_eq!(req.forgotten_topics_data[0].partitions, vec![0]);
+    b.respond(&h, &fetch_response(0, vec![], false));
+    assert!(b.events.is_empty(), "{:?}", b.events);
+    assert_eq!(b.f.partitions(), 0);
+    b.add(0, 7, -1);
+    let (_, req) = b.fetch_request();
+    assert_eq!(
+        (req.session_id, req.session_epoch),
+        (0, 0),
+        "a full request asking for a new session"
+    );
+    assert_eq!(sent_partitions(&req), vec![(0, 7)]);
+    assert!(req.forgotten_topics_data.is_empty());
+}
+
 #[test]
 fn sessionless_source_sends_full_fetches() {
     let mut b = Broker::new(6);
