@@ -37,6 +37,11 @@
 #   SHARDS           kmirror shards (default 2)
 #   ARENA_SLOTS      64 MiB arena slots per shard (default 4; each holds one 50 MB response)
 #   MAX_RATE         [fetch.source_load] max_rate_bytes_per_sec for kmirror (default 0: none)
+#   MIRROR_S         seconds kmirror mirrors the steady producer before the outage, so the source
+#                    serves fetches when it begins, as a real one does (default 20; 0 before session 16)
+#   CATCHUP_BY       kmirror (default), or raw: phase 3 is the raw copy from the broker instead (kmirror
+#                    stays paused), so the copy limit is measured at the same moment as the catch-up;
+#                    alternate the two for the ratio (only the raw copy's line is printed)
 #   FROM_EMPTY       1: no phase 0, the catch-up is a first start (default 0: a restart)
 #   OUTAGE           restart (default): the outage is kmirror stopped (static mode, SIGTERM) and
 #                    the catch-up a restart; pause: the issue's own form, a control-plane mirror
@@ -66,6 +71,11 @@ IDLE_CHUNKS=${IDLE_CHUNKS:-2}
 CATCHUP_LIMIT_S=${CATCHUP_LIMIT_S:-900}
 KAFKA=${KAFKA:-4.4.0}
 POLL_S=${POLL_S:-0.5}
+MIRROR_S=${MIRROR_S:-20}
+CATCHUP_BY=${CATCHUP_BY:-kmirror}
+case "$CATCHUP_BY" in kmirror|raw) ;; *) echo "CATCHUP_BY is kmirror or raw, not $CATCHUP_BY" >&2; exit 1;; esac
+[ "$CATCHUP_BY" = raw ] && [ "$OUTAGE" != pause ] && { echo "CATCHUP_BY=raw needs OUTAGE=pause" >&2; exit 1; }
+[ "$FROM_EMPTY" = 1 ] && MIRROR_S=0
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=tests/kafka/kraft.sh
@@ -163,6 +173,17 @@ if [ "$FROM_EMPTY" != 1 ]; then
     sleep 0.5
   done
   (( $(ours_bytes) >= target )) || { echo "phase 0: kmirror did not mirror the warm-up" >&2; exit 1; }
+  # A real outage hits a mirror that was running: the source has been serving its fetches.
+  # MIRROR_S seconds of the steady producer mirrored before the outage give the broker that
+  # state. Without them (session 16) the first responses after the resume took 2-3 s while
+  # kmirror's shards waited on their sockets and the broker's request handlers and JIT
+  # compiler threads took most of the CPU (perf -a, /proc wchan).
+  if (( MIRROR_S > 0 )); then
+    perf $(( STEADY_RPS * MIRROR_S )) "$STEADY_RPS" > "$WORK/mirrored.txt"
+    target=$(broker_bytes)
+    for _ in $(seq 1 600); do (( $(ours_bytes) >= target )) && break; sleep 0.5; done
+    (( $(ours_bytes) >= target )) || { echo "phase 0: kmirror did not keep up with the steady producer" >&2; exit 1; }
+  fi
   if [ "$OUTAGE" = pause ]; then
     T0=$(date +%s.%N)
     mirrors pause --mirror outage --topics "$TOPIC" > /dev/null
@@ -184,10 +205,32 @@ echo "# backlog: $(cat "$WORK/backlog.txt") in $(python3 -c "import time; print(
 # 3. catch-up with the steady producer running.
 steady_chunks "$WORK/catchup.txt" &
 PRODUCER_PID=$!
+if [ "$CATCHUP_BY" = raw ]; then
+  # The same moment caught up by the raw copy instead of kmirror (kmirror stays paused): the
+  # broker as it is right after the backlog, with the steady producer, which the raw copies
+  # after kmirror's catch-up below never see. It copies the whole topic from offset 0 (the
+  # backlog and the ~5 % before it) and ends at the high watermarks it saw.
+  mkdir -p "$WORK/raw-catchup"
+  T0=$(date +%s.%N)
+  RAW_CATCHUP=$("$BIN/kmirror-raw-copy" --from-broker --bootstrap "127.0.0.1:$PORT" --topic "$TOPIC" \
+    --partitions "$PARTITIONS" --out-dir "$WORK/raw-catchup" --connections "$SHARDS" --seconds 600 \
+    --max-bytes 52428800 --partition-max-bytes 1048576)
+  T1=$(date +%s.%N)
+  stop_pid "$PRODUCER_PID"; PRODUCER_PID=""
+  python3 - "$T0" "$T1" "$RAW_CATCHUP" "$PARTITIONS" "$KAFKA" <<'EOF'
+import sys
+t0, t1, out, parts, kafka = sys.argv[1:]
+kv = dict(x.split("=", 1) for x in out.split() if "=" in x)
+secs = float(t1) - float(t0)
+print(f"kafka={kafka} partitions={parts} catchup_by=raw exec_to_exit_s={secs:.1f} "
+      f"exec_to_exit_MBps={int(kv['record_bytes']) / secs / 1e6:.1f} own_MBps={kv['MB/s']} "
+      f"cpu_s_per_GB={kv['cpu_s_per_GB']} responses={kv['responses']}")
+EOF
+  exit 0
+fi
 OURS_AT_START=$(ours_bytes)
 START=$(date +%s.%N)
 BACKLOG_BYTES=$(broker_bytes)
-FIRST="" BACKLOG_AT=""
 if [ "$OUTAGE" = pause ]; then
   mirrors resume --mirror outage --topics "$TOPIC" > /dev/null
   echo "# resume of $PARTITIONS partitions: $(python3 -c "import time; print(round(time.time() - $START, 2))") s" >&2
@@ -197,21 +240,65 @@ else
   SERVE_PID=$!
 fi
 CHUNKS_AT_START=$(wc -l < "$WORK/catchup.txt")
-status=ok
-while :; do
-  target=$(broker_bytes)
-  sleep "$POLL_S"
-  ours=$(ours_bytes)
-  echo "$(date +%s.%N) $ours" >> "$WORK/progress.txt"
-  [ -z "$FIRST" ] && (( ours > OURS_AT_START )) && FIRST=$(date +%s.%N)
-  # The backlog as it stood at the start is in: what the raw copy's end means too (each of its
-  # partitions ends at the high watermark it last saw), while the catch-up's end below also
-  # waits for what the steady producer added meanwhile.
-  [ -z "$BACKLOG_AT" ] && (( ours >= BACKLOG_BYTES )) && BACKLOG_AT=$(date +%s.%N)
-  (( ours >= target )) && break
-  kill -0 "$SERVE_PID" 2>/dev/null || { status=serve-exited; break; }
-  if python3 -c "import sys,time; sys.exit(0 if time.time() - $START > $CATCHUP_LIMIT_S else 1)"; then status=timeout; break; fi
-done
+# The catch-up's end, polled by one Python process that keeps the .log paths and stats only
+# them (both trees are walked again every 2 s, for new segments). A `find` over both trees per
+# poll took ~9 % of this 2-core box during catch-up (perf -a, session 16): CPU that the raw
+# copy it is compared with never paid.
+eval "$(python3 - "$WORK/broker-data" "$WORK/mirror" "$TOPIC" "$POLL_S" "$OURS_AT_START" "$BACKLOG_BYTES" \
+  "${SERVE_PID:-0}" "$START" "$CATCHUP_LIMIT_S" "$WORK/progress.txt" <<'POLL'
+import os, sys, time
+broker, mirror, topic, poll, ours0, backlog, pid, start, limit, progress = sys.argv[1:]
+poll, ours0, backlog, pid = float(poll), int(ours0), int(backlog), int(pid)
+start, limit = float(start), float(limit)
+
+class Tree:
+    """Bytes of the .log files in the root's topic-* dirs (find -path '*/topic-*' -name '*.log')."""
+    def __init__(self, root):
+        self.root, self.paths, self.walked = root, [], 0.0
+    def walk(self):
+        self.paths = [os.path.join(d, f) for d, _, files in os.walk(self.root)
+                      if f"/{topic}-" in d for f in files if f.endswith(".log")]
+        self.walked = time.time()
+    def total(self):
+        if time.time() - self.walked > 2.0:
+            self.walk()
+        try:
+            return sum(os.stat(p).st_size for p in self.paths)
+        except FileNotFoundError:  # a segment deleted or renamed meanwhile: walk again
+            self.walk()
+            return self.total()
+
+theirs, ours_tree = Tree(broker), Tree(mirror)
+first = backlog_at = ""
+status = "ok"
+with open(progress, "a") as out:
+    while True:
+        target = theirs.total()
+        time.sleep(poll)
+        ours = ours_tree.total()
+        now = time.time()
+        out.write(f"{now:.6f} {ours}\n")
+        if not first and ours > ours0:
+            first = f"{now:.6f}"
+        # The backlog as it stood at the start is in: what the raw copy's end means too (each
+        # of its partitions ends at the high watermark it last saw), while the catch-up's end
+        # also waits for what the steady producer added meanwhile.
+        if not backlog_at and ours >= backlog:
+            backlog_at = f"{now:.6f}"
+        if ours >= target:
+            break
+        if pid:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                status = "serve-exited"
+                break
+        if now - start > limit:
+            status = "timeout"
+            break
+print(f"FIRST={first} BACKLOG_AT={backlog_at} status={status}")
+POLL
+)"
 END=$(date +%s.%N)
 CHUNKS_DONE=$(wc -l < "$WORK/catchup.txt")
 END_BYTES=$(broker_bytes)
@@ -239,7 +326,7 @@ fi
 
 # The source's own serve limit for the same data: Kafka's ConsumerPerformance reading the whole
 # topic from the broker (no group join: --num-records the topic's records, a fresh group).
-RECORDS_AT_START=$(( BACKLOG_RECORDS + (IDLE_CHUNKS + 1) * CHUNK_RECORDS ))
+RECORDS_AT_START=$(( BACKLOG_RECORDS + (IDLE_CHUNKS + 1) * CHUNK_RECORDS + STEADY_RPS * MIRROR_S ))
 KAFKA_READ=$(java -Xmx1g -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" org.apache.kafka.tools.ConsumerPerformance \
   --bootstrap-server "127.0.0.1:$PORT" --topic "$TOPIC" --num-records "$BACKLOG_RECORDS" \
   --group outage-read-limit --timeout 120000 --hide-header 2>/dev/null | tail -1)
