@@ -202,6 +202,17 @@ T0=$(date +%s.%N)
 perf "$BACKLOG_RECORDS" -1 > "$WORK/backlog.txt"
 echo "# backlog: $(cat "$WORK/backlog.txt") in $(python3 -c "import time; print(round(time.time() - $T0, 1))") s" >&2
 
+# The same broker's copy limit: the raw copy from the broker itself (`--from-broker`: the same
+# Fetch requests as kmirror's, incremental sessions, one connection per shard, responses written
+# to a file, only batch headers read), the whole topic from offset 0 to its high watermark.
+# Its output files are left for the caller to delete, after its clock stops.
+broker_raw_copy() {
+  mkdir -p "$WORK/raw-broker"
+  "$BIN/kmirror-raw-copy" --from-broker --bootstrap "127.0.0.1:$PORT" --topic "$TOPIC" \
+    --partitions "$PARTITIONS" --out-dir "$WORK/raw-broker" --connections "$SHARDS" --seconds 600 \
+    --max-bytes 52428800 --partition-max-bytes 1048576
+}
+
 # 3. catch-up with the steady producer running.
 steady_chunks "$WORK/catchup.txt" &
 PRODUCER_PID=$!
@@ -210,11 +221,8 @@ if [ "$CATCHUP_BY" = raw ]; then
   # broker as it is right after the backlog, with the steady producer, which the raw copies
   # after kmirror's catch-up below never see. It copies the whole topic from offset 0 (the
   # backlog and the ~5 % before it) and ends at the high watermarks it saw.
-  mkdir -p "$WORK/raw-catchup"
   T0=$(date +%s.%N)
-  RAW_CATCHUP=$("$BIN/kmirror-raw-copy" --from-broker --bootstrap "127.0.0.1:$PORT" --topic "$TOPIC" \
-    --partitions "$PARTITIONS" --out-dir "$WORK/raw-catchup" --connections "$SHARDS" --seconds 600 \
-    --max-bytes 52428800 --partition-max-bytes 1048576)
+  RAW_CATCHUP=$(broker_raw_copy)
   T1=$(date +%s.%N)
   stop_pid "$PRODUCER_PID"; PRODUCER_PID=""
   python3 - "$T0" "$T1" "$RAW_CATCHUP" "$PARTITIONS" "$KAFKA" <<'EOF'
@@ -330,23 +338,16 @@ RECORDS_AT_START=$(( BACKLOG_RECORDS + (IDLE_CHUNKS + 1) * CHUNK_RECORDS + STEAD
 KAFKA_READ=$(java -Xmx1g -XX:+UseSerialGC "${QUIET[@]}" -cp "$CP" org.apache.kafka.tools.ConsumerPerformance \
   --bootstrap-server "127.0.0.1:$PORT" --topic "$TOPIC" --num-records "$BACKLOG_RECORDS" \
   --group outage-read-limit --timeout 120000 --hide-header 2>/dev/null | tail -1)
-# The same broker's copy limit: the raw copy from the broker itself (`--from-broker`: the same
-# Fetch requests as kmirror's, incremental sessions, one connection per shard, responses written
-# to a file, only batch headers read), the whole topic from offset 0 to its high watermark.
-broker_raw_copy() {
-  mkdir -p "$WORK/raw-broker"
-  "$BIN/kmirror-raw-copy" --from-broker --bootstrap "127.0.0.1:$PORT" --topic "$TOPIC" \
-    --partitions "$PARTITIONS" --out-dir "$WORK/raw-broker" --connections "$SHARDS" --seconds 600 \
-    --max-bytes 52428800 --partition-max-bytes 1048576
-  rm -rf "$WORK/raw-broker"
-}
+# The broker's copy limit (broker_raw_copy, above), alone.
 RAW_BROKER=$(broker_raw_copy)
+rm -rf "$WORK/raw-broker"
 # The same copy while the steady producer writes, as during kmirror's catch-up: the broker and
 # the producer's JVM then share the cores with the copy, as they did with kmirror.
 steady_chunks "$WORK/loaded.txt" &
 PRODUCER_PID=$!
 sleep "$CHUNK_S"
 RAW_BROKER_LOADED=$(broker_raw_copy)
+rm -rf "$WORK/raw-broker"
 stop_pid "$PRODUCER_PID"; PRODUCER_PID=""
 # The copy limit for the same partitions: raw copy from the synthetic source.
 PBYTES=$(( END_BYTES / PARTITIONS ))
