@@ -22,7 +22,7 @@ use crate::control::mirror_def::{MirrorDefinition, StartFrom};
 use crate::control::mirror_run::shard_for;
 use crate::control::source_catalog::Deadline;
 use crate::control::source_epochs::{promoted_epoch, SourceEpochs};
-use crate::control::source_security::security_of;
+use crate::control::source_security::SecurityCache;
 use crate::control::source_worker::{JobKey, JobKind, SourceWorkers};
 use crate::control::start_offsets;
 use crate::control::state_log;
@@ -142,6 +142,8 @@ pub struct ShardDataPlane {
     truncations: Vec<(TopicPartition, Offset)>,
     /// Failed-over partitions, written by clients through the Kafka endpoint.
     leaders: Arc<LeaderStore>,
+    /// Each mirror's source security, built once per start or resume, not once per partition.
+    securities: SecurityCache,
     /// Latency collection and interval logs; stopped after the shards.
     telemetry: Option<TelemetryThread>,
     /// The endpoint's catalog, where drill clones are announced (`control::drill`).
@@ -248,6 +250,7 @@ impl ShardDataPlane {
             failures: Vec::new(),
             truncations: Vec::new(),
             leaders,
+            securities: SecurityCache::default(),
             refresh: LeaderRefresh::new(fetch),
             configs: HashMap::new(),
             retention_every: Duration::from_millis(RETENTION_CHECK_INTERVAL_MS_DEFAULT),
@@ -889,7 +892,7 @@ impl DataPlane for ShardDataPlane {
         if let Some(log) = self.leaders.release(tp) {
             self.logs().restore(log);
         }
-        let security = Arc::new(security_of(&mirror.source)?);
+        let security = self.securities.get(&mirror.name, &mirror.source)?;
         // The log exists from now on (describe shows its end, a pause or stop finds it).
         let id = (!topic_id.is_nil()).then_some(topic_id);
         let config = self.configs.get(&tp.topic).cloned();
