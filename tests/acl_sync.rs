@@ -17,7 +17,7 @@ mod harness;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use harness::mirrors_cli::{
     cli_ok, create_mirror, describe_rows, free_loopback_port, serve_admin_with_listener,
@@ -125,20 +125,12 @@ fn wait_sync(
     what: &str,
     done: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let start = Instant::now();
-    loop {
-        serve.assert_running();
-        let status = acl_sync(admin);
-        if done(&status) {
-            return status;
-        }
-        assert!(
-            start.elapsed() < SYNC_LIMIT,
-            "{what}: not within {SYNC_LIMIT:?}; last status {status}\n{}",
-            serve.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    serve.poll(
+        what,
+        (SYNC_LIMIT, Duration::from_millis(200)),
+        || acl_sync(admin),
+        done,
+    )
 }
 
 fn principals(lines: &[String]) -> Vec<String> {

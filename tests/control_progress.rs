@@ -15,7 +15,7 @@
 mod harness;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use harness::mirrors_cli::{
     cli_ok, create_mirror, describe_rows, free_loopback_port, wait_admin, write_admin_config,
@@ -34,20 +34,12 @@ fn wait_describe(
     mirror: &str,
     want: impl Fn(&[serde_json::Value]) -> bool,
 ) -> Vec<serde_json::Value> {
-    let start = Instant::now();
-    loop {
-        serve.assert_running();
-        let rows = describe_rows(admin, mirror);
-        if want(&rows) {
-            return rows;
-        }
-        assert!(
-            start.elapsed() < PROGRESS_LIMIT,
-            "describe never showed the expected progress: {rows:?}\n{}",
-            serve.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    serve.poll(
+        "describe showing the expected progress",
+        (PROGRESS_LIMIT, Duration::from_millis(300)),
+        || describe_rows(admin, mirror),
+        |rows| want(rows),
+    )
 }
 
 /// Waits until the first partition of `mirror` satisfies `want`; returns its row.

@@ -303,6 +303,32 @@ impl Serve {
         }
     }
 
+    /// Calls `probe` every `every` until `done` holds for its answer, and returns that answer.
+    /// Fails, with the last answer and the log, when kmirror exits or `limit` passes (a failure
+    /// guard, not a performance claim).
+    pub fn poll<T: std::fmt::Debug>(
+        &mut self,
+        what: &str,
+        (limit, every): (Duration, Duration),
+        mut probe: impl FnMut() -> T,
+        done: impl Fn(&T) -> bool,
+    ) -> T {
+        let start = Instant::now();
+        loop {
+            self.assert_running();
+            let last = probe();
+            if done(&last) {
+                return last;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{what}: not within {limit:?}; last answer {last:?}\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(every);
+        }
+    }
+
     /// Waits until `done` (checked every 300 ms); fails with the log after `limit` (a failure
     /// guard, not a performance claim).
     pub fn wait_for(&self, what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
