@@ -14,6 +14,7 @@
 #                                    # KIP-227 fetch sessions ([fetch.source_load] sessions)
 #   GROUPS_PER_CONN=2 PARTS=16 ... benches/mirror_matrix.sh   # kmirror with two fetch groups
 #                                    # (requests in flight) per connection
+#   ALTERNATE=1 REPEAT=4 ... benches/mirror_matrix.sh   # even runs: kmirror first, raw copy after
 #
 # Per cell it prints one line of key=value figures:
 #   raw_MBps / raw_cpu_s_per_GB      raw-copy: record-batch bytes per second (responses' framing
@@ -60,6 +61,10 @@ SLOTS=${SLOTS:-8}
 REPEAT=${REPEAT:-1}
 RAW=${RAW:-1}                            # RAW=0 skips the raw-copy half
 SESSIONS=${SESSIONS:-on}                 # "on off": each cell once per setting, each with its raw copy
+# ALTERNATE=1: even repetitions run kmirror first and the raw copy after it, so neither half
+# always meets the page cache the other just freed (on this VM freed memory goes back to the
+# host, and the next half refaults it: benches/RESULTS.md, session 17).
+ALTERNATE=${ALTERNATE:-0}
 GROUPS_PER_CONN=${GROUPS_PER_CONN:-1}    # kmirror's fetch.sessions_per_connection (requests in flight
                                          # per connection); the raw copy keeps one
 for b in kmirror kmirror-synth-source kmirror-raw-copy; do
@@ -119,6 +124,18 @@ kv() { # key line -> value of key=... in line
     sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $2"
 }
 
+raw_half() { # the raw copy of the cell from the source running now; sets raw_mbps, raw_cpu
+    mkdir -p "$WORK/raw"
+    raw_line=$("$BIN/kmirror-raw-copy" --bootstrap "$addr" "${data[@]}" \
+        --out-dir "$WORK/raw" --connections "$shards" --seconds "$CELL_TIMEOUT" \
+        --max-bytes "$MAX_BYTES" --partition-max-bytes "$PARTITION_MAX")
+    rm -rf "$WORK/raw"
+    raw_batches=$(kv batches "$raw_line")
+    raw_secs=$(kv seconds "$raw_line")
+    raw_mbps=$(awk -v n="$raw_batches" -v b="$bb" -v s="$raw_secs" 'BEGIN {printf "%.1f", n * b / 1e6 / s}')
+    raw_cpu=$(kv cpu_s_per_GB "$raw_line")
+}
+
 echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) bin=$BIN total_mb=$TOTAL_MB max_bytes=$MAX_BYTES partition_max_bytes=$PARTITION_MAX slots=${SLOTS}x$SLOT_BYTES"
 for codec in $CODECS; do
     for batch in $BATCHES; do
@@ -145,20 +162,15 @@ for codec in $CODECS; do
                     continue
                 fi
 
-                raw_mbps="" raw_line=""
-                if [[ $RAW == 1 ]]; then
-                    mkdir -p "$WORK/raw"
-                    raw_line=$("$BIN/kmirror-raw-copy" --bootstrap "$addr" "${data[@]}" \
-                        --out-dir "$WORK/raw" --connections "$shards" --seconds "$CELL_TIMEOUT" \
-                        --max-bytes "$MAX_BYTES" --partition-max-bytes "$PARTITION_MAX")
-                    rm -rf "$WORK/raw"
-                    raw_batches=$(kv batches "$raw_line")
-                    raw_secs=$(kv seconds "$raw_line")
-                    raw_mbps=$(awk -v n="$raw_batches" -v b="$bb" -v s="$raw_secs" 'BEGIN {printf "%.1f", n * b / 1e6 / s}')
-                    raw_cpu=$(kv cpu_s_per_GB "$raw_line")
+                raw_mbps="" raw_line="" raw_cpu="" order=raw-first
+                [[ $RAW == 1 ]] || order=kmirror-only
+                if [[ $RAW == 1 && $ALTERNATE == 1 ]] && ((rep % 2 == 0)); then
+                    order=kmirror-first
+                elif [[ $RAW == 1 ]]; then
+                    raw_half
+                    stop "$src_pid"
+                    start_source "${data[@]}"
                 fi
-                stop "$src_pid"
-                start_source "${data[@]}"
 
                 data_dir="$WORK/data"
                 cat >"$WORK/kmirror.toml" <<EOF
@@ -222,10 +234,15 @@ EOF
                 # The last segment write, rather than the poll that noticed it, ends the window.
                 t1=$(find "$data_dir" -name '*.log' -printf '%T@\n' | sort -n | tail -1)
                 set_aside "$data_dir"
+                if [[ $order == kmirror-first ]]; then
+                    start_source "${data[@]}"
+                    raw_half
+                    stop "$src_pid"; src_pid=""
+                fi
                 awk -v t0="$t0" -v t1="$t1" -v tl="$t_launch" -v b0="$b0" -v b1="$b1" -v c0="$c0" -v c1="$c1" \
                     -v hz="$HZ" -v bb="$bb" -v hwm="$hwm" -v parts="$parts" -v shards="$shards" \
                     -v slots="$SLOTS" -v slot="$SLOT_BYTES" -v raw="$raw_mbps" -v rawcpu="${raw_cpu:-}" \
-                    -v cell="$cell" -v load="$load" 'BEGIN {
+                    -v cell="$cell order=$order" -v load="$load" 'BEGIN {
                         s = t1 - t0; mb = (b1 - b0) / 1e6
                         if (s <= 0) { s = 1e-9 }
                         mbps = mb / s
