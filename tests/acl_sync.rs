@@ -128,7 +128,7 @@ fn wait_sync(
     serve.poll(
         what,
         (SYNC_LIMIT, Duration::from_millis(200)),
-        || acl_sync(admin),
+        |_| acl_sync(admin),
         done,
     )
 }

@@ -37,7 +37,7 @@ fn wait_describe(
     serve.poll(
         "describe showing the expected progress",
         (PROGRESS_LIMIT, Duration::from_millis(300)),
-        || describe_rows(admin, mirror),
+        |_| describe_rows(admin, mirror),
         |rows| want(rows),
     )
 }

@@ -276,22 +276,19 @@ impl Serve {
     /// Waits up to `limit` for the "partition stopped" log line naming `partition` (a
     /// topic-partition, or a topic) and returns it.
     pub fn wait_partition_stopped(&mut self, partition: &str, limit: Duration) -> String {
-        let start = Instant::now();
-        loop {
-            self.assert_running();
-            let text = self.log_text();
-            if let Some(line) = text
-                .lines()
-                .find(|l| l.contains("partition stopped") && l.contains(partition))
-            {
-                return line.to_string();
-            }
-            assert!(
-                start.elapsed() < limit,
-                "{partition} never reported stopped:\n{text}"
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        let line = self.poll(
+            &format!("{partition} reported stopped"),
+            (limit, Duration::from_millis(250)),
+            |serve| {
+                serve
+                    .log_text()
+                    .lines()
+                    .find(|l| l.contains("partition stopped") && l.contains(partition))
+                    .map(str::to_string)
+            },
+            Option::is_some,
+        );
+        line.expect("poll returns only an answer `done` accepted")
     }
 
     pub fn assert_running(&mut self) {
@@ -303,20 +300,21 @@ impl Serve {
         }
     }
 
-    /// Calls `probe` every `every` until `done` holds for its answer, and returns that answer.
+    /// Calls `probe` (given this `Serve`, to read its log) every `every` until `done` holds for
+    /// its answer, and returns that answer.
     /// Fails, with the last answer and the log, when kmirror exits or `limit` passes (a failure
     /// guard, not a performance claim).
     pub fn poll<T: std::fmt::Debug>(
         &mut self,
         what: &str,
         (limit, every): (Duration, Duration),
-        mut probe: impl FnMut() -> T,
+        mut probe: impl FnMut(&Serve) -> T,
         done: impl Fn(&T) -> bool,
     ) -> T {
         let start = Instant::now();
         loop {
             self.assert_running();
-            let last = probe();
+            let last = probe(self);
             if done(&last) {
                 return last;
             }
