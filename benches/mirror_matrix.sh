@@ -162,11 +162,12 @@ for codec in $CODECS; do
                     continue
                 fi
 
-                raw_mbps="" raw_line="" raw_cpu="" order=raw-first
-                [[ $RAW == 1 ]] || order=kmirror-only
-                if [[ $RAW == 1 && $ALTERNATE == 1 ]] && ((rep % 2 == 0)); then
-                    order=kmirror-first
-                elif [[ $RAW == 1 ]]; then
+                raw_mbps="" raw_line="" raw_cpu="" order=kmirror-only
+                if [[ $RAW == 1 ]]; then
+                    order=raw-first
+                    [[ $ALTERNATE == 1 ]] && ((rep % 2 == 0)) && order=kmirror-first
+                fi
+                if [[ $order == raw-first ]]; then
                     raw_half
                     stop "$src_pid"
                     start_source "${data[@]}"
