@@ -15,6 +15,8 @@
 #   GROUPS_PER_CONN=2 PARTS=16 ... benches/mirror_matrix.sh   # kmirror with two fetch groups
 #                                    # (requests in flight) per connection
 #   ALTERNATE=1 REPEAT=4 ... benches/mirror_matrix.sh   # even runs: kmirror first, raw copy after
+#   KM_MAX_BYTES=2097152 GROUPS_PER_CONN=4 ... benches/mirror_matrix.sh   # kmirror with 2 MiB
+#                                    # responses, four in flight per connection; raw copy unchanged
 #
 # Per cell it prints one line of key=value figures:
 #   raw_MBps / raw_cpu_s_per_GB      raw-copy: record-batch bytes per second (responses' framing
@@ -53,8 +55,9 @@ MAX_CELL_MB=${MAX_CELL_MB:-3000} # skip cells whose whole-batch rounding needs m
 CELL_TIMEOUT=${CELL_TIMEOUT:-180}
 POLL=${POLL:-0.2}
 MAX_BYTES=${MAX_BYTES:-8388608}          # fetch max_bytes, kmirror and raw copy alike
+KM_MAX_BYTES=${KM_MAX_BYTES:-$MAX_BYTES} # kmirror's fetch.max_bytes alone (the raw copy keeps MAX_BYTES)
 PARTITION_MAX=${PARTITION_MAX:-1048576}  # fetch partition_max_bytes
-SLOT_BYTES=${SLOT_BYTES:-$((MAX_BYTES + 1048576))}
+SLOT_BYTES=${SLOT_BYTES:-$(( (KM_MAX_BYTES > MAX_BYTES ? KM_MAX_BYTES : MAX_BYTES) + 1048576 ))}
 SLOTS=${SLOTS:-8}
 # Runs per cell, each a raw copy then kmirror; benches/matrix_summary.sh takes the medians.
 # Single cells move by ±30 % on this 2-core VM (benches/RESULTS.md, session 9).
@@ -136,7 +139,7 @@ raw_half() { # the raw copy of the cell from the source running now; sets raw_mb
     raw_cpu=$(kv cpu_s_per_GB "$raw_line")
 }
 
-echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) bin=$BIN total_mb=$TOTAL_MB max_bytes=$MAX_BYTES partition_max_bytes=$PARTITION_MAX slots=${SLOTS}x$SLOT_BYTES"
+echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) bin=$BIN total_mb=$TOTAL_MB max_bytes=$MAX_BYTES kmirror_max_bytes=$KM_MAX_BYTES groups_per_conn=$GROUPS_PER_CONN partition_max_bytes=$PARTITION_MAX slots=${SLOTS}x$SLOT_BYTES"
 for codec in $CODECS; do
     for batch in $BATCHES; do
         for parts in $PARTS; do
@@ -186,7 +189,7 @@ shards = $shards
 arena_slot_bytes = $SLOT_BYTES
 arena_slots = $SLOTS
 [fetch]
-max_bytes = $MAX_BYTES
+max_bytes = $KM_MAX_BYTES
 partition_max_bytes = $PARTITION_MAX
 sessions_per_connection = $GROUPS_PER_CONN
 [fetch.source_load]
