@@ -3,9 +3,9 @@
 //! non-zero when anything failed.
 //!
 //! Checks: io_uring and each ring setup flag set; RLIMIT_MEMLOCK against the arenas; allowed
-//! CPUs against shards (and `runtime.cores`); the data dir's filesystem and free space; the
-//! sources answering ApiVersions: the static `[source]`, or with `[admin]` every mirror the
-//! running admin API lists.
+//! CPUs against shards (and `runtime.cores`); the data dir's filesystem (on ext4, whether it
+//! keeps a journal) and free space; the sources answering ApiVersions: the static `[source]`,
+//! or with `[admin]` every mirror the running admin API lists.
 
 use std::io::Write;
 use std::path::Path;
@@ -209,6 +209,43 @@ fn cores_check(config: &ServeConfig) -> Finding {
     )
 }
 
+/// Whether the ext4 filesystem holding `at` keeps a journal, from the kernel's
+/// `<sys>/fs/ext4/<device>/journal_task` (the journal thread's pid, or `<none>`); the device is
+/// found through `<sys>/dev/block/<major>:<minor>`. `None` when the kernel does not say.
+fn ext4_has_journal(sys: &Path, at: &Path) -> Option<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(at).ok()?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let link = std::fs::read_link(sys.join(format!("dev/block/{major}:{minor}"))).ok()?;
+    let name = link.file_name()?;
+    let task = std::fs::read_to_string(sys.join("fs/ext4").join(name).join("journal_task")).ok()?;
+    Some(task.trim() != "<none>")
+}
+
+/// The filesystem line for an ext4 data dir. Without a journal, ext4 passes over inodes freed
+/// in the last minutes when it creates files (it cannot tell whether their old contents were
+/// overwritten yet), so a start right after many partitions were deleted spends 10-20 s
+/// finding free inodes (benches/RESULTS.md, session 19), and a power loss leaves metadata
+/// that only fsck repairs.
+fn ext4_journal_finding(where_: String, journal: Option<bool>) -> Finding {
+    match journal {
+        Some(true) => pass("filesystem", format!("{where_} with a journal")),
+        Some(false) => bad(
+            Level::Warn,
+            "filesystem",
+            format!(
+                "{where_} without a journal: starts after mass deletions are slow \
+                 (recently freed inodes are skipped) and a power loss needs fsck"
+            ),
+            "put storage.data_dir on ext4 with a journal (mkfs.ext4's default) or XFS".to_owned(),
+        ),
+        None => pass(
+            "filesystem",
+            format!("{where_} (journal not reported by the kernel)"),
+        ),
+    }
+}
+
 /// Filesystem magic numbers (statfs f_type) of the filesystems worth naming.
 fn fs_name(magic: u64) -> &'static str {
     match magic {
@@ -248,7 +285,11 @@ fn data_dir_checks(dir: &Path) -> Vec<Finding> {
     let fs = fs_name(stat.f_type as u64);
     let where_ = format!("{} ({fs})", dir.display());
     match fs {
-        "xfs" | "ext4" => out.push(pass("filesystem", where_)),
+        "ext4" => out.push(ext4_journal_finding(
+            where_,
+            ext4_has_journal(Path::new("/sys"), at),
+        )),
+        "xfs" => out.push(pass("filesystem", where_)),
         "tmpfs" | "overlayfs" | "nfs" => out.push(bad(
             Level::Warn,
             "filesystem",
@@ -465,6 +506,52 @@ mod tests {
         assert_eq!(fs_name(0x5846_5342), "xfs");
         assert_eq!(fs_name(0xEF53), "ext4");
         assert_eq!(fs_name(1), "other");
+    }
+
+    // Goal: the data dir's ext4 journal is read from the kernel's own sysfs entries. Method: a
+    // copy of the two sysfs entries the check reads, for this file's device, once with a
+    // journal thread and once with `<none>`; and the real /sys on this host, which must answer
+    // whenever the test's own directory is on ext4.
+    #[test]
+    fn ext4_journal_is_read_from_sysfs() {
+        use std::os::unix::fs::MetadataExt;
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dev = std::fs::metadata(here).unwrap().dev();
+        let sys = tempfile::tempdir().unwrap();
+        let block = sys.path().join("dev/block");
+        std::fs::create_dir_all(&block).unwrap();
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        std::os::unix::fs::symlink(
+            "../../devices/virtual/block/testdisk",
+            block.join(format!("{major}:{minor}")),
+        )
+        .unwrap();
+        assert_eq!(
+            ext4_has_journal(sys.path(), here),
+            None,
+            "no ext4 entry yet"
+        );
+        let fs = sys.path().join("fs/ext4/testdisk");
+        std::fs::create_dir_all(&fs).unwrap();
+        std::fs::write(fs.join("journal_task"), "<none>\n").unwrap();
+        assert_eq!(ext4_has_journal(sys.path(), here), Some(false));
+        let finding = ext4_journal_finding("d (ext4)".into(), Some(false));
+        assert_eq!(finding.level, Level::Warn);
+        assert!(finding.fix.unwrap().contains("journal"));
+        std::fs::write(fs.join("journal_task"), "812\n").unwrap();
+        assert_eq!(ext4_has_journal(sys.path(), here), Some(true));
+        assert_eq!(
+            ext4_journal_finding("d (ext4)".into(), Some(true)).level,
+            Level::Pass
+        );
+
+        let on_ext4 = rustix::fs::statfs(here).unwrap().f_type as u64 == 0xEF53;
+        if on_ext4 && Path::new("/sys/fs/ext4").exists() {
+            assert!(
+                ext4_has_journal(Path::new("/sys"), here).is_some(),
+                "this host's ext4 did not say whether it has a journal"
+            );
+        }
     }
 
     #[test]
