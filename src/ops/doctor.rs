@@ -545,7 +545,7 @@ mod tests {
             Level::Pass
         );
 
-        let on_ext4 = rustix::fs::statfs(here).unwrap().f_type as u64 == 0xEF53;
+        let on_ext4 = fs_name(rustix::fs::statfs(here).unwrap().f_type as u64) == "ext4";
         if on_ext4 && Path::new("/sys/fs/ext4").exists() {
             assert!(
                 ext4_has_journal(Path::new("/sys"), here).is_some(),
