@@ -3,5 +3,6 @@
 pub mod api;
 pub mod batch;
 pub mod batch_builder;
+pub mod fetch_parts;
 pub mod frame;
 pub mod records;
