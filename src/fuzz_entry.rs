@@ -184,7 +184,40 @@ pub fn fetch_response_events(
     let index = |slot: Slot| slots.iter().position(|s| *s == slot).expect("harness slot");
     let mut events = Vec::new();
     let frame = response_frame(version, correlation_id, body);
-    if f.handle_response(frame, now, &mut events).is_err() {
+    let whole = f.handle_response(frame.clone(), now, &mut events);
+    // The same response read in prefixes, as a shard reads one while it arrives: the same
+    // outcome, event for event, whatever the split points.
+    let (mut g, _, _, _) = fetch_harness(version, log_end);
+    let mut streamed = Vec::new();
+    let step = 1 + body.first().map_or(0, |b| usize::from(*b) % 97);
+    let mut prefix_failed = false;
+    for cut in (1..frame.len()).step_by(step) {
+        if g.handle_response_prefix(frame.slice(..cut), frame.len(), now, &mut streamed)
+            .is_err()
+        {
+            prefix_failed = true;
+            break;
+        }
+    }
+    if !prefix_failed {
+        let streamed_whole = g.handle_response(frame, now, &mut streamed);
+        assert_eq!(
+            whole.is_err(),
+            streamed_whole.is_err(),
+            "poisoned one way only"
+        );
+        assert_eq!(
+            format!("{events:?}"),
+            format!("{streamed:?}"),
+            "streamed events differ"
+        );
+        for slot in slots {
+            assert_eq!(f.fetch_offset(slot), g.fetch_offset(slot));
+        }
+    } else {
+        assert!(whole.is_err(), "a prefix poisoned what the whole did not");
+    }
+    if whole.is_err() {
         return None;
     }
     // A response may name a partition more than once (the fuzzer found it): each Records

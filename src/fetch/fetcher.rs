@@ -56,12 +56,14 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
-    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, TopicName,
+    BrokerId, FetchRequest, ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
+
+mod answer;
 
 use crate::fetch::backoff::Backoff;
 use crate::fetch::conn::{ConnError, Connection, InFlight};
@@ -74,6 +76,7 @@ use crate::limits::{
     SOURCE_THROTTLE_MS_MAX,
 };
 use crate::wire::batch::ValidatedBatches;
+use answer::FetchAnswer;
 
 /// Fetch sizing and waiting, from the mirror's configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -428,6 +431,8 @@ pub struct Fetcher {
     session: Session,
     session_version: Option<i16>,
     pending: Option<Pending>,
+    /// How far the answer to the Fetch in flight has been read, once its header was.
+    answer: Option<FetchAnswer>,
     backoff: Backoff,
     request: FetchRequest,
     spare_topics: Vec<FetchTopic>,
@@ -497,6 +502,7 @@ impl Fetcher {
             session,
             session_version: None,
             pending: None,
+            answer: None,
             backoff: Backoff::default(),
             request,
             spare_topics: Vec::new(),
@@ -821,6 +827,7 @@ impl Fetcher {
     pub fn connection_lost(&mut self, now: Instant) {
         self.conn.reset();
         self.pending = None;
+        self.answer = None;
         self.reset_session(None);
         self.backoff.fail(now);
     }
@@ -1197,19 +1204,15 @@ impl Fetcher {
         now: Instant,
         events: &mut Vec<FetchEvent>,
     ) -> Result<(), FetcherError> {
+        if let Some(Pending::Fetch { .. }) = self.pending {
+            let whole_len = frame.len();
+            return self.read_fetch_answer(&frame, whole_len, true, now, events);
+        }
         let Some(pending) = self.pending.take() else {
             return Err(ConnError::UnexpectedResponse.into());
         };
         let result = match pending {
-            Pending::Fetch {
-                version,
-                full,
-                session_id,
-            } => {
-                let (_, body) = self.conn.accept::<FetchRequest>(frame)?;
-                crate::wire::frame::decode_response_body::<FetchRequest>(body, version)
-                    .map(|resp| self.on_fetch(resp, version, full, session_id, now, events))
-            }
+            Pending::Fetch { .. } => unreachable!("read above"),
             Pending::ListOffsets { version } => {
                 let (_, body) = self.conn.accept::<ListOffsetsRequest>(frame)?;
                 crate::wire::frame::decode_response_body::<ListOffsetsRequest>(body, version)
@@ -1271,29 +1274,25 @@ impl Fetcher {
         slot.copied().filter(|s| self.partition(*s).is_some())
     }
 
-    fn on_fetch(
+    /// The fields before a Fetch response's topics: throttle, errors, the session. Whether the
+    /// partitions that follow are to be read (not after a response-level error).
+    #[allow(clippy::too_many_arguments)]
+    fn on_fetch_head(
         &mut self,
-        resp: FetchResponse,
+        throttle_time_ms: i32,
+        error_code: i16,
+        session_id: i32,
         version: i16,
         full: bool,
         sent_session_id: i32,
         now: Instant,
         events: &mut Vec<FetchEvent>,
-    ) {
+    ) -> bool {
         if version >= 8 {
-            self.throttle(resp.throttle_time_ms, now);
+            self.throttle(throttle_time_ms, now);
         }
-        if let Some(cap) = &self.cap {
-            let bytes: usize = resp
-                .responses
-                .iter()
-                .flat_map(|t| &t.partitions)
-                .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
-                .sum();
-            cap.charge(bytes as u64, now);
-        }
-        if resp.error_code != 0 {
-            let code = resp.error_code;
+        if error_code != 0 {
+            let code = error_code;
             // An unknown session or one fetched with mixed topic identification cannot be
             // closed by id; a wrong epoch can (Kafka's client does the same).
             let close = if code == ResponseError::InvalidFetchSessionEpoch.code() {
@@ -1312,13 +1311,13 @@ impl Fetcher {
             events.push(FetchEvent::RequestFailed {
                 error: format!("fetch error code {code}"),
             });
-            return;
+            return false;
         }
         self.backoff.succeed();
         self.session = match self.session {
             Session::None => Session::None,
-            Session::Opening { .. } if resp.session_id != 0 => Session::Open {
-                id: resp.session_id,
+            Session::Opening { .. } if session_id != 0 => Session::Open {
+                id: session_id,
                 epoch: 1,
             },
             // The broker did not grant a session (cache full): keep asking with full fetches.
@@ -1326,7 +1325,7 @@ impl Fetcher {
             // The broker answered without the session: it closes a session whose last
             // partitions were just forgotten (a mirror paused whole). Without this the next
             // request, after a resume, would name a session the broker no longer has.
-            Session::Open { .. } if resp.session_id == 0 => Session::Opening { close: None },
+            Session::Open { .. } if session_id == 0 => Session::Opening { close: None },
             Session::Open { id, epoch } => {
                 debug_assert!(!full);
                 Session::Open {
@@ -1340,18 +1339,7 @@ impl Fetcher {
             // to be forgotten).
             self.reset_session(None);
         }
-        let by_id = version >= 13;
-        for topic in resp.responses {
-            for pd in topic.partitions {
-                let Some(slot) =
-                    self.lookup(by_id, &topic.topic, topic.topic_id, pd.partition_index)
-                else {
-                    continue;
-                };
-                self.on_partition(slot, pd, now, events);
-                self.touch(slot);
-            }
-        }
+        true
     }
 
     fn on_partition(

@@ -167,6 +167,13 @@ pub fn strip_response_header<R: Request>(
     Ok(())
 }
 
+/// Whether `prefix`, the first bytes of a response frame's body, holds the whole response
+/// header (so `strip_response_header` can judge it).
+pub fn response_header_whole<R: Request>(prefix: &Bytes, version: i16) -> bool {
+    let header_version = <R::Response as HeaderVersion>::header_version(version);
+    ResponseHeader::decode(&mut prefix.clone(), header_version).is_ok()
+}
+
 /// Decode a response body (what `strip_response_header` left). A body that does not use up
 /// every byte is an error: it means we and the broker disagree on the layout.
 pub fn decode_response_body<R: Request>(
