@@ -12,6 +12,7 @@
 
 use std::io;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -67,6 +68,18 @@ struct Shared {
     slot_bytes: usize,
     slots: usize,
     free: ArrayQueue<u32>,
+    /// Per slot: its `SlotBuf` plus the prefixes shared out of it (`share_filled`) still alive.
+    /// The last one to go returns the slot to `free`.
+    holders: Box<[AtomicU32]>,
+}
+
+impl Shared {
+    fn release(&self, index: u32) {
+        if self.holders[index as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+            let pushed = self.free.push(index);
+            assert!(pushed.is_ok(), "a slot returned twice to its arena");
+        }
+    }
 }
 
 /// A registered-buffer arena: `slots` slots of `slot_bytes` each. Owned by one shard.
@@ -153,6 +166,7 @@ impl Arena {
                 slot_bytes,
                 slots,
                 free,
+                holders: (0..slots).map(|_| AtomicU32::new(0)).collect(),
             }),
         })
     }
@@ -177,10 +191,13 @@ impl Arena {
     /// Takes a free slot, or `None` when every slot is in use (the caller backs off).
     pub fn take(&self) -> Option<SlotBuf> {
         let index = self.shared.free.pop()?;
+        let was = self.shared.holders[index as usize].swap(1, Ordering::AcqRel);
+        assert_eq!(was, 0, "a free slot has no holders");
         Some(SlotBuf {
             shared: Arc::clone(&self.shared),
             index,
             len: 0,
+            shared_len: 0,
         })
     }
 
@@ -207,6 +224,8 @@ pub struct SlotBuf {
     shared: Arc<Shared>,
     index: u32,
     len: usize,
+    /// The first bytes handed out by `share_filled`: never written again.
+    shared_len: usize,
 }
 
 impl std::fmt::Debug for SlotBuf {
@@ -266,6 +285,10 @@ impl SlotBuf {
 
     /// Forgets the filled bytes (the slot is reused for another frame).
     pub fn clear(&mut self) {
+        assert_eq!(
+            self.shared_len, 0,
+            "a slot whose bytes were shared is never refilled"
+        );
         self.len = 0;
     }
 
@@ -285,6 +308,22 @@ impl SlotBuf {
         unsafe { std::slice::from_raw_parts(self.base(), self.len) }
     }
 
+    /// Hands the bytes filled so far out as `Bytes` without copying, while the rest of the
+    /// slot goes on being filled: a response's first partitions are read while its last ones
+    /// arrive. The shared bytes are never written again (only bytes past `len` are, and
+    /// `clear` refuses); the slot returns to the free list when this `SlotBuf` and every
+    /// shared prefix (and its slices) are gone.
+    pub fn share_filled(&mut self) -> Bytes {
+        self.shared.holders[self.index as usize].fetch_add(1, Ordering::AcqRel);
+        self.shared_len = self.len;
+        Bytes::from_owner(SharedPrefix {
+            shared: Arc::clone(&self.shared),
+            index: self.index,
+            ptr: self.base(),
+            len: self.len,
+        })
+    }
+
     /// Hands the filled bytes out as `Bytes` without copying; the slot returns to the free list
     /// when the last clone (or slice) is dropped.
     pub fn freeze(self) -> Bytes {
@@ -294,8 +333,35 @@ impl SlotBuf {
 
 impl Drop for SlotBuf {
     fn drop(&mut self) {
-        let pushed = self.shared.free.push(self.index);
-        assert!(pushed.is_ok(), "a slot returned twice to its arena");
+        self.shared.release(self.index);
+    }
+}
+
+/// The `Bytes` owner of a prefix shared out of a slot still being filled.
+struct SharedPrefix {
+    shared: Arc<Shared>,
+    index: u32,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the prefix is read-only for as long as it lives (`SlotBuf` writes only past it), and
+// the mapping it points into lives as long as `shared`.
+unsafe impl Send for SharedPrefix {}
+// SAFETY: see `Send`: shared references only read.
+unsafe impl Sync for SharedPrefix {}
+
+impl AsRef<[u8]> for SharedPrefix {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr+len` is the filled start of a slot inside the mapping `shared`
+        // keeps alive; no writer touches it again (see `SlotBuf::share_filled`).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for SharedPrefix {
+    fn drop(&mut self) {
+        self.shared.release(self.index);
     }
 }
 
@@ -332,6 +398,35 @@ mod tests {
         assert_eq!(&tail[..], b"world");
         drop(tail);
         assert_eq!(arena.free_slots(), 2);
+    }
+
+    // Goal: a prefix shared while the slot is still filled keeps its bytes, the slot goes on
+    // filling after it, and the slot is free only once the SlotBuf, its frozen whole and every
+    // shared prefix are gone, in any order.
+    #[test]
+    fn shared_prefixes_hold_the_slot_until_the_last_goes() {
+        let arena = Arena::new(ARENA_SLOT_BYTES_MIN, 1).unwrap();
+        let mut slot = arena.take().unwrap();
+        slot.extend_from_slice(b"hello ");
+        let first = slot.share_filled();
+        slot.extend_from_slice(b"world");
+        let second = slot.share_filled().slice(6..);
+        assert_eq!((&first[..], &second[..]), (&b"hello "[..], &b"world"[..]));
+        assert_eq!(
+            first.as_ptr(),
+            slot.filled().as_ptr(),
+            "sharing must not copy"
+        );
+        let whole = slot.freeze();
+        drop(whole);
+        assert_eq!(arena.free_slots(), 0);
+        drop(second);
+        assert_eq!(arena.free_slots(), 0);
+        assert_eq!(&first[..], b"hello ");
+        drop(first);
+        assert_eq!(arena.free_slots(), 1);
+        let mut again = arena.take().unwrap();
+        again.clear();
     }
 
     // Goal: an exhausted arena says so instead of handing out a slot twice.
