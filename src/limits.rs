@@ -72,6 +72,12 @@ pub const SYNTH_MAX_WAIT_MS_MAX: u64 = 1_000;
 /// Most partitions (over all topics) one synthetic source serves.
 pub const SYNTH_PARTITIONS_MAX: usize = 65_536;
 
+/// A response still arriving is read on (its whole partition entries validated and written)
+/// each time this many more of its bytes came in: often enough that an entry is copied to the
+/// page cache while its bytes are still in the core's cache, seldom enough that the retries of
+/// an entry not yet whole cost nothing.
+pub const FETCH_READ_EARLY_STEP_BYTES: usize = 128 * 1024;
+
 /// Read size of the raw-copy bench client: big enough to amortise syscalls, small enough to
 /// stay in L2/L3 between the socket read and the file write.
 pub const RAW_COPY_CHUNK_BYTES: usize = 1024 * 1024;

@@ -48,7 +48,8 @@ use crate::fetch::security::SourceSecurity;
 use crate::fetch::versions::Versions;
 use crate::ids::{LeaderEpoch, Offset, TopicPartition};
 use crate::limits::{
-    ARENA_RETRY_MS, SHARD_SOURCES_MAX, SOURCE_FETCH_SESSIONS_MAX, SOURCE_RECONNECT_MS,
+    ARENA_RETRY_MS, FETCH_READ_EARLY_STEP_BYTES, SHARD_SOURCES_MAX, SOURCE_FETCH_SESSIONS_MAX,
+    SOURCE_RECONNECT_MS,
 };
 use crate::log::config::LogConfig;
 use crate::log::partition_log::PartitionLog;
@@ -213,6 +214,8 @@ struct Group {
     /// The group's last response carried records (true until its first response): it is
     /// catching up, so its next request will most likely be answered at once.
     streaming: bool,
+    /// Records of the response being received were handed out before it was whole.
+    records_read_early: bool,
 }
 
 /// A request on the wire, oldest first in `Source::in_flight`.
@@ -245,6 +248,8 @@ struct Source {
     recv_unbounded: bool,
     /// A partly received frame waiting for its next RECV.
     partial: Option<SlotBuf>,
+    /// Bytes of `partial` its fetcher has read (`read_prefix`).
+    partial_read_to: usize,
     timer_armed: bool,
     /// The requests on the wire, oldest first. The oldest must be answered within
     /// `max_wait_ms + request_timeout_ms` of its turn (`turn_since`) or the connection is
@@ -350,6 +355,7 @@ impl MirrorShard {
             receiving: false,
             recv_unbounded: false,
             partial: None,
+            partial_read_to: 0,
             timer_armed: false,
             in_flight: VecDeque::with_capacity(SOURCE_FETCH_SESSIONS_MAX),
             turn_since: Instant::now(),
@@ -382,6 +388,7 @@ impl MirrorShard {
                 throttle_seen_ms: 0,
                 requests_seen: FetchRequestCounts::default(),
                 streaming: true,
+                records_read_early: false,
             });
             return Ok(src.groups.len() - 1);
         }
@@ -648,6 +655,7 @@ impl MirrorShard {
         src.receiving = false;
         src.recv_unbounded = false;
         src.partial = None;
+        src.partial_read_to = 0;
         src.out.clear();
         let now = Instant::now();
         let answered = std::mem::replace(&mut src.answered, false);
@@ -1008,15 +1016,61 @@ impl MirrorShard {
             return self.disconnect(cx, i, "source sent bytes beyond the response".to_string());
         }
         if slot.len() < total {
+            let mut slot = slot;
+            if slot.len() >= self.sources[i].partial_read_to + FETCH_READ_EARLY_STEP_BYTES {
+                self.sources[i].partial_read_to = slot.len();
+                let prefix = slot.share_filled().slice(LENGTH_PREFIX_BYTES..);
+                let generation = self.sources[i].generation;
+                if let Err(why) = self.read_prefix(cx, i, prefix, total - LENGTH_PREFIX_BYTES) {
+                    return self.disconnect(cx, i, why);
+                }
+                if self.sources[i].generation != generation {
+                    return;
+                }
+            }
             self.sources[i].partial = Some(slot);
             self.ensure_recv(cx, i);
             return;
         }
+        self.sources[i].partial_read_to = 0;
         let body = slot.freeze().slice(LENGTH_PREFIX_BYTES..);
         match self.handle_frame(cx, i, body) {
             Ok(()) => self.drive(cx, i),
             Err(why) => self.disconnect(cx, i, why),
         }
+    }
+
+    /// The first bytes of a response frame (without its length prefix; `whole_len` is its
+    /// body's full length): the oldest request's group reads the partitions whose entries are
+    /// whole in it, and their appends are staged and submitted now, while the rest of the
+    /// response arrives, so their validation and page-cache copy read bytes the socket copy
+    /// has just written (benches/RESULTS.md, session 20).
+    fn read_prefix(
+        &mut self,
+        cx: &mut Cx<'_>,
+        i: usize,
+        prefix: Bytes,
+        whole_len: usize,
+    ) -> Result<(), String> {
+        let Some(g) = self.sources[i].in_flight.front().map(|r| r.group) else {
+            return Ok(());
+        };
+        // The previous writes first, as for a whole response: one batch on the ring at a
+        // time, and the fetcher learns of each append before it reads further.
+        self.complete_staged(cx);
+        let mut events = std::mem::take(&mut self.events);
+        let handled = self.sources[i].groups[g].fetcher.handle_response_prefix(
+            prefix,
+            whole_len,
+            Instant::now(),
+            &mut events,
+        );
+        if events.iter().any(|e| matches!(e, FetchEvent::Records(_))) {
+            self.sources[i].groups[g].records_read_early = true;
+        }
+        self.apply_events(cx, i, g, &mut events);
+        self.events = events;
+        handled.map_err(|e| e.to_string())
     }
 
     /// One whole response frame (without its length prefix): it answers the oldest request on
@@ -1053,7 +1107,8 @@ impl MirrorShard {
         let handled = self.sources[i].groups[g]
             .fetcher
             .handle_response(body, now, &mut events);
-        let streaming = events.iter().any(|e| matches!(e, FetchEvent::Records(_)));
+        let streaming = events.iter().any(|e| matches!(e, FetchEvent::Records(_)))
+            || std::mem::take(&mut self.sources[i].groups[g].records_read_early);
         self.apply_events(cx, i, g, &mut events);
         self.events = events;
         let group = &mut self.sources[i].groups[g];
