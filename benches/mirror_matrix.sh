@@ -17,6 +17,8 @@
 #   ALTERNATE=1 REPEAT=4 ... benches/mirror_matrix.sh   # even runs: kmirror first, raw copy after
 #   KM_MAX_BYTES=2097152 GROUPS_PER_CONN=4 ... benches/mirror_matrix.sh   # kmirror with 2 MiB
 #                                    # responses, four in flight per connection; raw copy unchanged
+#   SOURCE_FLAGS="--link-rtt-ms 20 --link-mb-s 1250" ... benches/mirror_matrix.sh   # both halves
+#                                    # across an emulated 20 ms, 10 Gb/s link
 #
 # Per cell it prints one line of key=value figures:
 #   raw_MBps / raw_cpu_s_per_GB      raw-copy: record-batch bytes per second (responses' framing
@@ -63,6 +65,7 @@ SLOTS=${SLOTS:-8}
 # Single cells move by ±30 % on this 2-core VM (benches/RESULTS.md, session 9).
 REPEAT=${REPEAT:-1}
 RAW=${RAW:-1}                            # RAW=0 skips the raw-copy half
+SOURCE_FLAGS=${SOURCE_FLAGS:-}           # extra synth-source flags, e.g. "--link-rtt-ms 20 --link-mb-s 1250"
 SESSIONS=${SESSIONS:-on}                 # "on off": each cell once per setting, each with its raw copy
 # ALTERNATE=1: even repetitions run kmirror first and the raw copy after it, so neither half
 # always meets the page cache the other just freed (on this VM freed memory goes back to the
@@ -102,7 +105,8 @@ start_source() { # args: data flags; sets src_pid, addr, layout
     # Removed first: the background child truncates it only once it runs, and the previous
     # source's line must not be read in the meantime.
     rm -f "$WORK/source.out"
-    "$BIN/kmirror-synth-source" --listen 127.0.0.1:0 --announce-progress "$@" >"$WORK/source.out" 2>"$WORK/source.err" &
+    # shellcheck disable=SC2086 # SOURCE_FLAGS is a list of flags
+    "$BIN/kmirror-synth-source" --listen 127.0.0.1:0 --announce-progress "$@" $SOURCE_FLAGS >"$WORK/source.out" 2>"$WORK/source.err" &
     src_pid=$!
     for _ in $(seq 1 600); do
         grep -q '^listening on' "$WORK/source.out" 2>/dev/null && break

@@ -50,6 +50,15 @@ pub struct SynthServer {
     catalog: Arc<Catalog>,
     advertised: SocketAddr,
     sessions: SynthSessions,
+    link: Option<Link>,
+}
+
+/// A long-distance link between the source and its client, emulated by the source: every Fetch
+/// answer leaves a round trip after its request came in, at most at the link's rate.
+#[derive(Debug, Clone, Copy)]
+pub struct Link {
+    pub rtt: Duration,
+    pub bytes_per_s: u64,
 }
 
 impl SynthServer {
@@ -63,7 +72,14 @@ impl SynthServer {
             catalog,
             advertised,
             sessions: SynthSessions::granted(),
+            link: None,
         })
+    }
+
+    /// Answers Fetch requests as if across `link` (loopback has no delay tc can add here).
+    pub fn over_link(mut self, link: Link) -> SynthServer {
+        self.link = Some(link);
+        self
     }
 
     /// Refuse fetch sessions (session id 0 to full fetches, FETCH_SESSION_ID_NOT_FOUND to
@@ -99,11 +115,14 @@ impl SynthServer {
             let catalog = Arc::clone(&self.catalog);
             let advertised = self.advertised;
             let sessions = self.sessions.clone();
+            let link = self.link;
             thread::Builder::new()
                 .name("synth-conn".into())
                 .spawn(move || {
                     let peer = stream.peer_addr().ok();
-                    if let Err(e) = Connection::new(stream, catalog, advertised, sessions).serve() {
+                    let mut conn = Connection::new(stream, catalog, advertised, sessions);
+                    conn.link = link;
+                    if let Err(e) = conn.serve() {
                         tracing::info!("connection {peer:?} closed: {e}");
                     }
                 })?;
@@ -134,6 +153,7 @@ struct Connection {
     served: Vec<fetch_response::Served>,
     planned: Vec<Planned>,
     out: Vec<u8>,
+    link: Option<Link>,
 }
 
 /// Reads one length-prefixed frame; `None` on a clean close between frames.
@@ -187,6 +207,7 @@ impl Connection {
             served: Vec::new(),
             planned: Vec::new(),
             out: Vec::new(),
+            link: None,
         }
     }
 
@@ -521,8 +542,15 @@ impl Connection {
                 &mut self.frame,
             )?,
         }
-        self.frame
-            .write_to(&mut self.stream, self.catalog.template.body_after_offset())?;
+        let body = self.catalog.template.body_after_offset();
+        match self.link {
+            None => self.frame.write_to(&mut self.stream, body)?,
+            Some(link) => {
+                thread::sleep(link.rtt);
+                let mut paced = Paced::new(&mut self.stream, link.bytes_per_s);
+                self.frame.write_to(&mut paced, body)?;
+            }
+        }
         for p in &self.planned {
             p.report_served(&self.catalog);
         }
@@ -536,4 +564,41 @@ fn api_version<M: Message>(key: ApiKey, cap: Option<i16>) -> ApiVersion {
         .with_api_key(key as i16)
         .with_min_version(M::VERSIONS.min)
         .with_max_version(max)
+}
+
+/// A writer that holds its rate to `bytes_per_s`, in chunks of `PACED_CHUNK_BYTES`.
+struct Paced<'w, W: Write> {
+    inner: &'w mut W,
+    bytes_per_s: u64,
+    started: Instant,
+    sent: u64,
+}
+
+const PACED_CHUNK_BYTES: usize = 64 * 1024;
+
+impl<'w, W: Write> Paced<'w, W> {
+    fn new(inner: &'w mut W, bytes_per_s: u64) -> Paced<'w, W> {
+        Paced {
+            inner,
+            bytes_per_s: bytes_per_s.max(1),
+            started: Instant::now(),
+            sent: 0,
+        }
+    }
+}
+
+impl<W: Write> Write for Paced<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let due = Duration::from_secs_f64(self.sent as f64 / self.bytes_per_s as f64);
+        if let Some(wait) = due.checked_sub(self.started.elapsed()) {
+            thread::sleep(wait);
+        }
+        let n = self.inner.write(&buf[..buf.len().min(PACED_CHUNK_BYTES)])?;
+        self.sent += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }

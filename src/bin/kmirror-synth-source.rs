@@ -19,6 +19,12 @@ struct Cli {
     /// client then sends full fetches.
     #[arg(long)]
     no_fetch_sessions: bool,
+    /// Emulate a long-distance link: answer each Fetch this many ms after it came in...
+    #[arg(long)]
+    link_rtt_ms: Option<u64>,
+    /// ...and send at most this many MB/s (10^6 bytes) over it.
+    #[arg(long, requires = "link_rtt_ms")]
+    link_mb_s: Option<f64>,
     #[command(flatten)]
     synth: SynthArgs,
 }
@@ -32,6 +38,12 @@ fn main() -> anyhow::Result<()> {
     let mut server = SynthServer::bind(&cli.listen, cli.synth.to_spec())?;
     if cli.no_fetch_sessions {
         server = server.without_fetch_sessions();
+    }
+    if let Some(rtt) = cli.link_rtt_ms {
+        server = server.over_link(kmirror::bench::server::Link {
+            rtt: std::time::Duration::from_millis(rtt),
+            bytes_per_s: cli.link_mb_s.map_or(u64::MAX, |r| (r * 1e6) as u64),
+        });
     }
     let c = server.catalog();
     if cli.announce_progress {
