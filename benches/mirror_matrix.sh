@@ -71,6 +71,7 @@ SESSIONS=${SESSIONS:-on}                 # "on off": each cell once per setting,
 # always meets the page cache the other just freed (on this VM freed memory goes back to the
 # host, and the next half refaults it: benches/RESULTS.md, session 17).
 ALTERNATE=${ALTERNATE:-0}
+CONNS_PER_SOURCE=${CONNS_PER_SOURCE:-1}  # kmirror's fetch.connections_per_source (connections per source broker and shard)
 GROUPS_PER_CONN=${GROUPS_PER_CONN:-1}    # kmirror's fetch.sessions_per_connection (requests in flight
                                          # per connection); the raw copy keeps one
 for b in kmirror kmirror-synth-source kmirror-raw-copy; do
@@ -143,7 +144,7 @@ raw_half() { # the raw copy of the cell from the source running now; sets raw_mb
     raw_cpu=$(kv cpu_s_per_GB "$raw_line")
 }
 
-echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) bin=$BIN total_mb=$TOTAL_MB max_bytes=$MAX_BYTES kmirror_max_bytes=$KM_MAX_BYTES groups_per_conn=$GROUPS_PER_CONN partition_max_bytes=$PARTITION_MAX slots=${SLOTS}x$SLOT_BYTES"
+echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) bin=$BIN total_mb=$TOTAL_MB max_bytes=$MAX_BYTES kmirror_max_bytes=$KM_MAX_BYTES groups_per_conn=$GROUPS_PER_CONN conns_per_source=$CONNS_PER_SOURCE partition_max_bytes=$PARTITION_MAX slots=${SLOTS}x$SLOT_BYTES"
 for codec in $CODECS; do
     for batch in $BATCHES; do
         for parts in $PARTS; do
@@ -154,7 +155,7 @@ for codec in $CODECS; do
                 bb=$(kv batch_bytes "$layout")
                 bpp=$(kv batches_per_partition "$layout")
                 expected=$((parts * bpp * bb))
-                cell="codec=$codec batch=$bb partitions=$parts shards=$shards sessions=$sess groups=$GROUPS_PER_CONN rep=$rep batches_per_partition=$bpp total_bytes=$expected"
+                cell="codec=$codec batch=$bb partitions=$parts shards=$shards sessions=$sess groups=$GROUPS_PER_CONN conns=$CONNS_PER_SOURCE rep=$rep batches_per_partition=$bpp total_bytes=$expected"
                 if ((expected > MAX_CELL_MB * 1000000)); then
                     echo "$cell skipped: whole batches need more than MAX_CELL_MB=$MAX_CELL_MB"
                     stop "$src_pid"; src_pid=""
@@ -196,6 +197,7 @@ arena_slots = $SLOTS
 max_bytes = $KM_MAX_BYTES
 partition_max_bytes = $PARTITION_MAX
 sessions_per_connection = $GROUPS_PER_CONN
+connections_per_source = $CONNS_PER_SOURCE
 [fetch.source_load]
 sessions = $([[ $sess == off ]] && echo false || echo true)
 EOF

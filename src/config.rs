@@ -9,8 +9,8 @@ use serde::Deserialize;
 use crate::fetch::fetcher::FetchConfig;
 use crate::limits::{
     ARENA_SLOTS_MAX, ARENA_SLOT_BYTES_MAX, ARENA_SLOT_BYTES_MIN, FETCH_RESPONSE_BYTES_MAX,
-    FETCH_WAIT_MS_MAX, RESPONSE_OVERHEAD_BYTES_MAX, SHARDS_MAX, SOURCE_FETCH_SESSIONS_MAX,
-    SOURCE_REQUEST_TIMEOUT_MS_MAX, SOURCE_REQUEST_TIMEOUT_MS_MIN,
+    FETCH_WAIT_MS_MAX, RESPONSE_OVERHEAD_BYTES_MAX, SHARDS_MAX, SOURCE_CONNECTIONS_MAX,
+    SOURCE_FETCH_SESSIONS_MAX, SOURCE_REQUEST_TIMEOUT_MS_MAX, SOURCE_REQUEST_TIMEOUT_MS_MIN,
 };
 use crate::runtime::RuntimeConfig;
 
@@ -135,6 +135,10 @@ pub struct FetchSection {
     /// split between them); 1 gives Kafka's replica-fetcher behaviour.
     #[serde(default = "default_sessions_per_connection")]
     pub sessions_per_connection: u8,
+    /// Connections per source broker and shard, the broker's partitions split between them;
+    /// each pipelines with the others without holding idle partitions back.
+    #[serde(default = "default_connections_per_source")]
+    pub connections_per_source: u8,
     /// `[fetch.source_load]`: fetch sessions on/off and the per-mirror rate cap.
     #[serde(default)]
     pub source_load: crate::fetch::source_load::SourceLoadSection,
@@ -142,6 +146,10 @@ pub struct FetchSection {
 
 fn default_sessions_per_connection() -> u8 {
     crate::limits::SOURCE_FETCH_SESSIONS_DEFAULT
+}
+
+fn default_connections_per_source() -> u8 {
+    crate::limits::SOURCE_CONNECTIONS_DEFAULT
 }
 
 fn default_request_timeout_ms() -> u32 {
@@ -170,6 +178,7 @@ impl Default for FetchSection {
             partition_max_bytes: default_partition_max_bytes(),
             request_timeout_ms: default_request_timeout_ms(),
             sessions_per_connection: default_sessions_per_connection(),
+            connections_per_source: default_connections_per_source(),
             source_load: Default::default(),
         }
     }
@@ -629,6 +638,13 @@ impl ServeConfig {
                 format!("must be in 1..={SOURCE_FETCH_SESSIONS_MAX}"),
             ));
         }
+        let connections = usize::from(f.connections_per_source);
+        if !(1..=SOURCE_CONNECTIONS_MAX).contains(&connections) {
+            return Err(invalid(
+                "fetch.connections_per_source",
+                format!("must be in 1..={SOURCE_CONNECTIONS_MAX}"),
+            ));
+        }
         f.source_load
             .validate()
             .map_err(|e| invalid("fetch.source_load", e))?;
@@ -670,6 +686,7 @@ impl ServeConfig {
             sessions: self.fetch.source_load.sessions,
             max_rate_bytes_per_sec: self.fetch.source_load.max_rate_bytes_per_sec,
             sessions_per_connection: self.fetch.sessions_per_connection,
+            connections_per_source: self.fetch.connections_per_source,
         }
     }
 }
@@ -733,6 +750,14 @@ data_dir = "/tmp/kmirror"
             (
                 format!("{GOOD}[fetch]\nsessions_per_connection = 9\n"),
                 "fetch.sessions_per_connection",
+            ),
+            (
+                format!("{GOOD}[fetch]\nconnections_per_source = 0\n"),
+                "fetch.connections_per_source",
+            ),
+            (
+                format!("{GOOD}[fetch]\nconnections_per_source = 9\n"),
+                "fetch.connections_per_source",
             ),
         ];
         for (text, key) in cases {

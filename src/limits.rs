@@ -272,6 +272,19 @@ const _: () = assert!(
         && SOURCE_FETCH_SESSIONS_DEFAULT as usize <= SOURCE_FETCH_SESSIONS_MAX
 );
 
+/// Connections one shard may open to one source broker (`fetch.connections_per_source`): its
+/// partitions there are split between them, each connection with its own fetch groups. A
+/// broker parks each connection's long poll on its own, so unlike several groups on one
+/// connection, several connections pipeline without holding idle partitions back.
+pub const SOURCE_CONNECTIONS_MAX: usize = 8;
+/// Default `fetch.connections_per_source`: one, as Kafka's replica fetcher (per fetcher thread).
+pub const SOURCE_CONNECTIONS_DEFAULT: u8 = 1;
+
+const _: () = assert!(
+    SOURCE_CONNECTIONS_DEFAULT >= 1
+        && SOURCE_CONNECTIONS_DEFAULT as usize <= SOURCE_CONNECTIONS_MAX
+);
+
 /// Delay before reconnecting to a source broker after the connection failed or broke.
 pub const SOURCE_RECONNECT_MS: u64 = SOURCE_BACKOFF_MS_MIN;
 

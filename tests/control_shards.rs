@@ -86,6 +86,7 @@ fn open_controller(data: &std::path::Path) -> Ctl {
         partition_max_bytes: 1024 * 1024,
         sessions: true,
         sessions_per_connection: 1,
+        connections_per_source: 1,
         max_rate_bytes_per_sec: 0,
     };
     let plane = ShardDataPlane::start(

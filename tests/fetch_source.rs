@@ -36,6 +36,7 @@ fn small_config() -> FetchConfig {
         partition_max_bytes: 16 * 1024,
         sessions: true,
         sessions_per_connection: 1,
+        connections_per_source: 1,
         max_rate_bytes_per_sec: 0,
     }
 }

@@ -4,6 +4,10 @@
 //! proxy of `harness::proxy`, which counts the requests outstanding on each connection; one
 //! shard, so all 12 partitions share one connection; `sessions_per_connection = 4`.
 //!
+//! A second test: `connections_per_source = 3` splits the partitions between three connections
+//! to the broker, each with one request in flight, and still mirrors every partition
+//! byte-for-byte.
+//!
 //! Then idle: with nothing new on the source, the groups must not spin on empty answers
 //! (requests queued behind another one ask for `max_wait_ms = 0`, so a careless client would
 //! resend them back to back). The bound below is an upper bound on the number of Fetches, not
@@ -94,6 +98,75 @@ sessions_per_connection = 4
     assert!(
         (2..=4).contains(&max),
         "expected 2..=4 requests in flight on the shard's connection, saw {max}"
+    );
+    let text = serve.sigterm_and_wait();
+    assert!(!text.contains("partition stopped"), "{text}");
+    assert!(
+        !text.contains("reconnecting"),
+        "no connection was dropped:\n{text}"
+    );
+    assert_valid(&pairs.iter().map(|(_, o)| o.clone()).collect::<Vec<_>>());
+}
+
+#[test]
+fn several_connections_per_source() {
+    let k = harness::shared();
+    let topic = harness::unique_topic("conns");
+    let partitions = 6;
+    k.create_topic(&topic, partitions, &[]);
+    for p in 0..partitions {
+        let opts = ProduceOpts {
+            seed: 100 + p as u64,
+            ..Default::default()
+        };
+        k.produce(&topic, p, 200, &opts);
+    }
+    let proxy = FaultProxy::start(k.bootstrap().parse().unwrap(), Fault::None);
+    let work = tempfile::tempdir().unwrap();
+    let data_dir = work.path().join("data");
+    let config = work.path().join("kmirror.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[source]
+bootstrap_servers = ["{bootstrap}"]
+[topics]
+names = ["{topic}"]
+[storage]
+data_dir = "{data}"
+[runtime]
+shards = 1
+arena_slot_bytes = 4194304
+arena_slots = 6
+[fetch]
+max_wait_ms = 200
+max_bytes = 2097152
+partition_max_bytes = 16384
+connections_per_source = 3
+"#,
+            bootstrap = proxy.bootstrap(),
+            data = data_dir.display()
+        ),
+    )
+    .unwrap();
+    let pairs = k.mirror_pairs(&topic, partitions, &data_dir);
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    wait_all_mirrored(&mut serve, &pairs);
+    for p in 0..partitions {
+        k.produce(&topic, p, 100, &ProduceOpts::default());
+    }
+    wait_all_mirrored(&mut serve, &pairs);
+    let connections = proxy.fetch_connections.load(Ordering::Relaxed);
+    let max = proxy.max_in_flight.load(Ordering::Relaxed);
+    println!("connections that fetched: {connections}, most requests on one: {max}");
+    assert_eq!(
+        connections, 3,
+        "one shard, one broker, connections_per_source = 3: three fetching connections"
+    );
+    assert_eq!(
+        max, 1,
+        "one fetch group per connection: one request in flight each"
     );
     let text = serve.sigterm_and_wait();
     assert!(!text.contains("partition stopped"), "{text}");

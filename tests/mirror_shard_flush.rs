@@ -143,6 +143,7 @@ fn rig_of(partitions: i32, batches: u64, config_of: fn(i32) -> LogConfig) -> Rig
             partition_max_bytes: 4 * 1024,
             sessions: true,
             sessions_per_connection: 1,
+            connections_per_source: 1,
             max_rate_bytes_per_sec: 0,
         },
         client_id: "flush-test".to_string(),

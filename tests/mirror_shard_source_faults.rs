@@ -74,6 +74,7 @@ fn start_shard_with(
             partition_max_bytes: 256 * 1024,
             sessions: true,
             sessions_per_connection: 1,
+            connections_per_source: 1,
             max_rate_bytes_per_sec: 0,
         },
         client_id: "test".to_string(),

@@ -94,6 +94,9 @@ pub struct FetchConfig {
     /// shard splits one source connection's partitions into; read by the shard, not by the
     /// fetcher.
     pub sessions_per_connection: u8,
+    /// Connections a shard opens to one source broker, its partitions there split between
+    /// them; read by the shard, not by the fetcher.
+    pub connections_per_source: u8,
 }
 
 impl Default for FetchConfig {
@@ -106,6 +109,7 @@ impl Default for FetchConfig {
             sessions: true,
             max_rate_bytes_per_sec: 0,
             sessions_per_connection: crate::limits::SOURCE_FETCH_SESSIONS_DEFAULT,
+            connections_per_source: crate::limits::SOURCE_CONNECTIONS_DEFAULT,
         }
     }
 }

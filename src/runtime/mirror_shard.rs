@@ -48,8 +48,8 @@ use crate::fetch::security::SourceSecurity;
 use crate::fetch::versions::Versions;
 use crate::ids::{LeaderEpoch, Offset, TopicPartition};
 use crate::limits::{
-    ARENA_RETRY_MS, FETCH_READ_EARLY_STEP_BYTES, SHARD_SOURCES_MAX, SOURCE_FETCH_SESSIONS_MAX,
-    SOURCE_RECONNECT_MS,
+    ARENA_RETRY_MS, FETCH_READ_EARLY_STEP_BYTES, SHARD_SOURCES_MAX, SOURCE_CONNECTIONS_MAX,
+    SOURCE_FETCH_SESSIONS_MAX, SOURCE_RECONNECT_MS,
 };
 use crate::log::config::LogConfig;
 use crate::log::partition_log::PartitionLog;
@@ -322,12 +322,21 @@ fn notice(cx: &mut Cx<'_>, what: String) {
 }
 
 impl MirrorShard {
+    /// The connection a partition of the broker `spec` names joins: an empty one, a new one
+    /// while there are fewer than `fetch.connections_per_source`, else the one with fewest
+    /// partitions.
     fn source_index(&mut self, cx: &mut Cx<'_>, spec: SourceSpec) -> Option<usize> {
-        if let Some(i) = self
-            .sources
-            .iter()
-            .position(|s| secure::same_connection(&s.spec, &spec))
-        {
+        let same = || {
+            self.sources
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| secure::same_connection(&s.spec, &spec))
+                .map(|(i, s)| (i, s.groups.iter().map(|g| g.fetcher.partitions()).sum()))
+        };
+        let max = usize::from(spec.fetch.connections_per_source).clamp(1, SOURCE_CONNECTIONS_MAX);
+        let open = same().count();
+        let fewest = same().min_by_key(|&(_, partitions): &(usize, usize)| partitions);
+        if let Some((i, _)) = fewest.filter(|&(_, n)| n == 0 || open >= max) {
             secure::reconnect_if_refused(self, cx, i);
             return Some(i);
         }

@@ -51,6 +51,8 @@ pub struct FaultProxy {
     pub max_in_flight: Arc<AtomicUsize>,
     /// Fetch requests forwarded, on all connections.
     pub fetches: Arc<AtomicUsize>,
+    /// Connections that carried at least one Fetch request.
+    pub fetch_connections: Arc<AtomicUsize>,
 }
 
 /// (api key, version) of each request on one connection, oldest first: Kafka answers a
@@ -68,6 +70,8 @@ impl FaultProxy {
         let max2 = Arc::clone(&max_in_flight);
         let fetches = Arc::new(AtomicUsize::new(0));
         let fetches2 = Arc::clone(&fetches);
+        let fetch_connections = Arc::new(AtomicUsize::new(0));
+        let fetch_connections2 = Arc::clone(&fetch_connections);
         let (stop2, applied2) = (Arc::clone(&stop), Arc::clone(&applied));
         let truncated = Arc::new(AtomicBool::new(false));
         let frozen = Arc::new(AtomicBool::new(false));
@@ -96,7 +100,11 @@ impl FaultProxy {
                 let pending: Pending = Arc::default();
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let p2 = Arc::clone(&pending);
-                let counters = (Arc::clone(&max2), Arc::clone(&fetches2));
+                let counters = (
+                    Arc::clone(&max2),
+                    Arc::clone(&fetches2),
+                    Arc::clone(&fetch_connections2),
+                );
                 let hole = Hole {
                     frozen: Arc::clone(&frozen2),
                     severed: Arc::clone(&severed2),
@@ -121,6 +129,7 @@ impl FaultProxy {
             applied,
             max_in_flight,
             fetches,
+            fetch_connections,
         }
     }
 
@@ -204,10 +213,11 @@ fn requests(
     mut client: TcpStream,
     mut server: TcpStream,
     pending: Pending,
-    counters: (Arc<AtomicUsize>, Arc<AtomicUsize>),
+    counters: (Arc<AtomicUsize>, Arc<AtomicUsize>, Arc<AtomicUsize>),
     hole: Hole,
 ) {
-    let (max, fetches) = counters;
+    let (max, fetches, fetch_connections) = counters;
+    let mut fetched = false;
     while let Some(body) = read_frame(&mut client) {
         if hole.severed() {
             break;
@@ -220,6 +230,9 @@ fn requests(
             let version = i16::from_be_bytes([body[2], body[3]]);
             if key == ApiKey::Fetch as i16 {
                 fetches.fetch_add(1, Ordering::Relaxed);
+                if !std::mem::replace(&mut fetched, true) {
+                    fetch_connections.fetch_add(1, Ordering::Relaxed);
+                }
             }
             let mut p = pending.lock().unwrap();
             p.push_back((key, version));
