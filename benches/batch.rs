@@ -16,6 +16,7 @@ use kmirror::bench::records::{BatchTemplate, Catalog};
 use kmirror::bench::{SynthCodec, SynthSpec};
 use kmirror::ids::Offset;
 use kmirror::wire::batch::{crc32c, Batch, Batches, Peek};
+use kmirror::wire::crc32c::Kernel;
 use std::hint::black_box;
 
 const SIZES: [(&str, usize); 2] = [("16KiB", 16 * 1024), ("1MiB", 1024 * 1024)];
@@ -37,8 +38,21 @@ fn crc_baseline(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::from_parameter(name), &data, |b, d| {
             b.iter(|| crc32c(black_box(d)))
         });
+        // Each kernel on its own (`wire::crc32c`): the one above is whichever was faster at start.
+        for k in Kernel::ALL {
+            g.bench_with_input(BenchmarkId::new(k.name(), name), &data, |b, d| {
+                b.iter(|| k.checksum(black_box(d)))
+            });
+        }
     }
     g.finish();
+    let chosen = kmirror::wire::crc32c::choice();
+    eprintln!(
+        "crc32c kernel chosen: {} (calibration: fusion {:?}, folding {:?})",
+        chosen.kernel.name(),
+        chosen.best[0],
+        chosen.best[1]
+    );
 }
 
 fn batch_validate(c: &mut Criterion) {

@@ -27,6 +27,14 @@ pub const BATCH_BYTES_MIN: usize = 26;
 /// every sane configuration while keeping a corrupt length from claiming gigabytes.
 pub const BATCH_BYTES_MAX: usize = 64 * 1024 * 1024;
 
+/// Bytes each CRC-32C kernel checksums per calibration round (`wire::crc32c`): big enough to run
+/// at streaming speed (a record batch is 16 KiB to 1 MiB), small enough for a core's L2, so the
+/// kernels are compared on compute rather than on memory.
+pub const CRC_CALIBRATION_BYTES: usize = 256 * 1024;
+
+/// Calibration rounds; the best of each kernel counts. 8 rounds of 256 KiB take ~0.6 ms.
+pub const CRC_CALIBRATION_ROUNDS: usize = 8;
+
 /// Largest Kafka protocol frame (request or response) we will read. A fetch response is bounded
 /// by `fetch.max.bytes` plus per-partition overhead.
 pub const FRAME_BYTES_MAX: usize = 128 * 1024 * 1024;

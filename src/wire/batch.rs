@@ -155,10 +155,7 @@ fn be_i16(b: &[u8], at: usize) -> i16 {
     i16::from_be_bytes(b[at..at + 2].try_into().expect("2 bytes"))
 }
 
-/// CRC-32C (Castagnoli), the checksum of v2 record batches and producer snapshots.
-pub fn crc32c(data: &[u8]) -> u32 {
-    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
-}
+pub use crate::wire::crc32c::crc32c;
 
 /// Moves a complete v2 batch's timestamps so that its maxTimestamp becomes `max_timestamp`
 /// (baseTimestamp moves by the same amount, so the records' deltas stay right) and recomputes

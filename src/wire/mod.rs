@@ -3,6 +3,7 @@
 pub mod api;
 pub mod batch;
 pub mod batch_builder;
+pub mod crc32c;
 pub mod fetch_parts;
 pub mod frame;
 pub mod records;
