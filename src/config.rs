@@ -12,6 +12,7 @@ use crate::limits::{
     FETCH_WAIT_MS_MAX, RESPONSE_OVERHEAD_BYTES_MAX, SHARDS_MAX, SOURCE_CONNECTIONS_MAX,
     SOURCE_FETCH_SESSIONS_MAX, SOURCE_REQUEST_TIMEOUT_MS_MAX, SOURCE_REQUEST_TIMEOUT_MS_MIN,
 };
+use crate::runtime::inline_writes::LogWrites;
 use crate::runtime::RuntimeConfig;
 
 /// Why a configuration was refused.
@@ -94,6 +95,10 @@ pub struct RuntimeSection {
     pub arena_slot_bytes: usize,
     #[serde(default = "default_slots")]
     pub arena_slots: usize,
+    /// Where the shards' log writes run: "shard_when_fast" (default: on the shard thread
+    /// while they stay fast, `runtime::inline_writes`) or "io_worker" (always ring WRITEs).
+    #[serde(default)]
+    pub log_writes: LogWrites,
 }
 
 fn default_shards() -> usize {
@@ -113,6 +118,7 @@ impl Default for RuntimeSection {
             cores: None,
             arena_slot_bytes: default_slot_bytes(),
             arena_slots: default_slots(),
+            log_writes: LogWrites::default(),
         }
     }
 }
@@ -674,6 +680,7 @@ impl ServeConfig {
             cores: self.runtime.cores.clone(),
             arena_slot_bytes: self.runtime.arena_slot_bytes,
             arena_slots: self.runtime.arena_slots,
+            log_writes: self.runtime.log_writes,
         }
     }
 

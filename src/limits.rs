@@ -35,6 +35,29 @@ pub const CRC_CALIBRATION_BYTES: usize = 256 * 1024;
 /// Calibration rounds; the best of each kernel counts. 8 rounds of 256 KiB take ~0.6 ms.
 pub const CRC_CALIBRATION_ROUNDS: usize = 8;
 
+/// A log write on the shard thread (`runtime::inline_writes`) is slow when it takes longer than
+/// this floor plus its bytes at `INLINE_WRITE_SLOW_BYTES_PER_SEC`: a page-cache copy runs at
+/// 1–4 GB/s here (a 1 MiB `.log` write in well under 1 ms), while a writer the kernel throttles
+/// for dirtying too much memory sleeps 10–200 ms per write.
+pub const INLINE_WRITE_SLOW_FLOOR: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// See `INLINE_WRITE_SLOW_FLOOR`: 256 MB/s, a quarter of the slowest page-cache copy measured.
+pub const INLINE_WRITE_SLOW_BYTES_PER_SEC: u64 = 256_000_000;
+
+/// The shard writes itself only while the kernel's dirty plus writeback pages stay below this
+/// share (numerator, denominator) of the free-run line past which writers are throttled
+/// (`runtime::inline_writes`): 7/8 leaves room for what a shard dirties between two checks.
+pub const INLINE_WRITE_FREE_RUN_SHARE: (u64, u64) = (7, 8);
+
+/// How often a shard writing itself rereads `/proc/vmstat` (~30 µs a read): at 2 GB/s a shard
+/// dirties 100 MB in 50 ms, well inside the 1/8 margin above on any host with a few GB of RAM.
+pub const INLINE_WRITE_DIRTY_CHECK_INTERVAL: std::time::Duration =
+    std::time::Duration::from_millis(50);
+
+/// After a slow inline write, a shard's writes go to the ring (an io-wq worker) for this long
+/// before the shard tries writing itself again: one possible stall per second at most.
+pub const INLINE_WRITE_BACKOFF: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Largest Kafka protocol frame (request or response) we will read. A fetch response is bounded
 /// by `fetch.max.bytes` plus per-partition overhead.
 pub const FRAME_BYTES_MAX: usize = 128 * 1024 * 1024;

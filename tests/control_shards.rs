@@ -78,6 +78,7 @@ fn open_controller(data: &std::path::Path) -> Ctl {
         cores: None,
         arena_slot_bytes: 4 * 1024 * 1024,
         arena_slots: 4,
+        log_writes: Default::default(),
     };
     let fetch = FetchConfig {
         max_wait_ms: 200,

@@ -120,6 +120,7 @@ fn rig_of(partitions: i32, batches: u64, config_of: fn(i32) -> LogConfig) -> Rig
             cores: None,
             arena_slot_bytes: 1024 * 1024,
             arena_slots: 4,
+            log_writes: Default::default(),
         },
         move |_| MirrorShard::new(Arc::clone(&shard_returned)),
     )

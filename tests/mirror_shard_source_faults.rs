@@ -50,6 +50,7 @@ fn start_shard_with(
         cores: None,
         arena_slot_bytes: 1024 * 1024,
         arena_slots: 2,
+        log_writes: Default::default(),
     };
     let returned: ReturnedLogs = Arc::new(Mutex::new(Vec::new()));
     let shard_returned = Arc::clone(&returned);

@@ -202,6 +202,11 @@ fn assert_partition_truth(
     assert!(total(s, "kmirror_shard_written_bytes_total") >= on_disk);
     assert!(total(s, "kmirror_shard_uring_submissions_total") > 0.0);
     assert!(total(s, "kmirror_shard_uring_completions_total") > 0.0);
+    // The default runtime.log_writes writes on the shard thread while writes stay fast.
+    assert!(total(s, "kmirror_shard_log_writes_inline_total") > 0.0);
+    assert!(s
+        .keys()
+        .any(|k| k.starts_with("kmirror_shard_log_writes_inline_slow_total{")));
     assert!(total(s, "kmirror_shard_arena_slots") > 0.0);
     assert!(total(s, "kmirror_shard_fetch_round_trip_seconds_count") > 0.0);
     assert!(total(s, "kmirror_shard_append_seconds_count") > 0.0);

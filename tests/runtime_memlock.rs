@@ -31,6 +31,7 @@ fn child() {
         cores: None,
         arena_slot_bytes: 64 * 1024,
         arena_slots: 16,
+        log_writes: Default::default(),
     };
     match Runtime::start(&config, |_| Idle) {
         Ok(rt) => {

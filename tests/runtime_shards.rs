@@ -48,6 +48,7 @@ fn config(shards: usize) -> RuntimeConfig {
         cores: None,
         arena_slot_bytes: 64 * 1024,
         arena_slots: 4,
+        log_writes: Default::default(),
     }
 }
 

@@ -576,6 +576,17 @@ impl Scrape {
             "CQEs reaped from the shard's io_uring.",
             &rows(|s| s.ring_completed),
         )?;
+        f.counter(
+            "kmirror_shard_log_writes_inline",
+            "Log writes performed on the shard thread (runtime.log_writes = shard_when_fast).",
+            &rows(|s| s.log_writes_inline),
+        )?;
+        f.counter(
+            "kmirror_shard_log_writes_inline_slow",
+            "Shard-thread log writes slower than their size explains (typically dirty-page \
+             throttling); each sends the shard's writes to io_uring workers for a second.",
+            &rows(|s| s.log_writes_inline_slow),
+        )?;
         f.gauge(
             "kmirror_shard_arena_slots_in_use",
             "Registered arena slots holding a receive or records not yet written.",

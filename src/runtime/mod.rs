@@ -16,6 +16,7 @@
 
 pub mod arena;
 pub mod health;
+pub mod inline_writes;
 pub mod mailbox;
 pub mod memlock;
 pub mod mirror_shard;

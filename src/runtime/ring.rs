@@ -24,6 +24,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use socket2::SockAddr;
 
 use super::arena::{Arena, RegisteredChunk, SlotBuf};
+use super::inline_writes::{Inline, InlineWrites, LogWrites};
 use super::stats::ShardStats;
 use crate::limits::{
     RING_CQ_ENTRIES, RING_OPS_IN_FLIGHT_MAX, RING_OPS_RESERVED, RING_SQ_ENTRIES,
@@ -156,6 +157,11 @@ pub struct RingStats {
     pub submitted: u64,
     /// CQEs reaped.
     pub completed: u64,
+    /// Batch writes performed on the shard thread (`inline_writes`).
+    pub writes_inline: u64,
+    /// Inline writes slower than their size explains, each of which sent the rest of its batch
+    /// and the next `INLINE_WRITE_BACKOFF` of writes to the ring.
+    pub writes_inline_slow: u64,
 }
 
 /// One io_uring with its op slab. Owned by one shard thread; never shared.
@@ -174,6 +180,8 @@ pub struct Ring {
     batch_begun: Option<std::ops::Range<usize>>,
     /// The ops of a batch begun with `write_batch_begin`, owned until its CQEs are in.
     owned_batch: Vec<OwnedWriteOp>,
+    /// Whether batch writes start on this thread (`inline_writes`).
+    inline: InlineWrites,
     stats: RingStats,
     fixed: Vec<RegisteredChunk>,
     /// Keeps registered memory mapped for as long as the ring may reference it.
@@ -190,6 +198,7 @@ impl std::fmt::Debug for Ring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ring")
             .field("mode", &self.mode)
+            .field("log_writes", &self.inline.mode())
             .field("in_flight", &self.in_flight())
             .finish()
     }
@@ -252,6 +261,7 @@ impl Ring {
             batch_outstanding: 0,
             batch_begun: None,
             owned_batch: Vec::new(),
+            inline: InlineWrites::new(LogWrites::IoWorker),
             stats: RingStats::default(),
             fixed: Vec::new(),
             arena: None,
@@ -259,6 +269,24 @@ impl Ring {
             wake_ts: types::Timespec::new(),
             shard: None,
         }
+    }
+
+    /// How batch writes are performed from now on (`runtime.log_writes`). A new ring uses
+    /// `IoWorker`; the shard sets its configured mode.
+    pub fn set_log_writes(&mut self, mode: LogWrites) {
+        self.inline = InlineWrites::new(mode);
+    }
+
+    /// For tests: inline writes regardless of the host's dirty memory, and (`slow`) every one
+    /// of them slow.
+    #[cfg(test)]
+    pub(crate) fn inline_writes_for_tests(&mut self, slow: bool) {
+        let inline = InlineWrites::new(self.inline.mode()).ignoring_dirty_memory();
+        self.inline = if slow {
+            inline.every_write_slow()
+        } else {
+            inline
+        };
     }
 
     /// From now on this ring's disk waits beat `stats`' heartbeat and flag themselves in it
@@ -708,6 +736,7 @@ impl Ring {
             },
             cqe: None,
         }));
+        self.write_inline_while_fast(ops);
         let end = self.submit_window(ops, 0);
         if self.batch_outstanding > 0 {
             self.submit_retrying(0);
@@ -759,6 +788,42 @@ impl Ring {
             BatchState::Failed(errno) => Err(io::Error::from_raw_os_error(errno)),
             BatchState::Pending => unreachable!("the loop above ends with no op pending"),
         }));
+    }
+
+    /// Performs the batch's writes on this thread, in order, while the policy wants them here
+    /// and they stay fast (`inline_writes`); what is left stays pending for the ring. A failed
+    /// write cancels the rest of its link chain with ECANCELED, as the kernel does for linked
+    /// SQEs, so both paths report a batch alike.
+    fn write_inline_while_fast(&mut self, ops: &[WriteOp<'_>]) {
+        if !self.inline.wanted(Instant::now()) {
+            return;
+        }
+        let mut chain_failed = false;
+        for (k, op) in ops.iter().enumerate() {
+            if !op.after_previous {
+                chain_failed = false;
+            }
+            if self.batch[k].state != BatchState::Pending {
+                continue;
+            }
+            if chain_failed {
+                self.batch[k].state = BatchState::Failed(libc::ECANCELED);
+                continue;
+            }
+            self.stats.writes_inline += 1;
+            match self.inline.write(op.file, op.pos, op.data) {
+                Inline::Written => self.batch[k].state = BatchState::Done,
+                Inline::Failed(errno) => {
+                    self.batch[k].state = BatchState::Failed(errno);
+                    chain_failed = true;
+                }
+                Inline::WrittenSlowly => {
+                    self.batch[k].state = BatchState::Done;
+                    self.stats.writes_inline_slow += 1;
+                    return;
+                }
+            }
+        }
     }
 
     /// Queues the pending ops from `start` on, whole link chains only, until the window is

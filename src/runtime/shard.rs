@@ -75,6 +75,7 @@ pub(crate) struct ShardSeed<H: ShardHandler> {
     pub core: core_affinity::CoreId,
     pub slot_bytes: usize,
     pub slots: usize,
+    pub log_writes: super::inline_writes::LogWrites,
     pub inbox: rtrb::Consumer<H::Msg>,
     pub events: ControlSender<H::Event>,
     pub waker: Waker,
@@ -131,6 +132,7 @@ fn prepare<H: ShardHandler>(
     // the arena's pages are first touched here, on the local NUMA node.
     let mut ring = Ring::new().map_err(|source| ShardStartError::Ring { shard, source })?;
     ring.beat_while_on_disk(Arc::clone(&seed.stats));
+    ring.set_log_writes(seed.log_writes);
     let arena = Arena::new(seed.slot_bytes, seed.slots)
         .map_err(|source| ShardStartError::Arena { shard, source })?;
     ring.register_arena(&arena)
@@ -158,6 +160,8 @@ fn publish<E>(cx: &mut ShardCx<'_, E>) {
     let in_use = slots - cx.arena.free_slots() as u64;
     cx.stats
         .publish_runtime(ring.submitted, ring.completed, in_use, slots);
+    cx.stats
+        .publish_inline_writes(ring.writes_inline, ring.writes_inline_slow);
     cx.latency.maybe_rotate(cx.stats, std::time::Instant::now());
 }
 

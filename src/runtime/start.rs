@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use super::inline_writes::LogWrites;
 use super::mailbox::{ControlSender, MailboxFull, ShardSender};
 use super::memlock::{self, MemlockError};
 use super::ring::Waker;
@@ -23,6 +24,8 @@ pub struct RuntimeConfig {
     pub cores: Option<Vec<usize>>,
     pub arena_slot_bytes: usize,
     pub arena_slots: usize,
+    /// Where the shards' log writes run (`runtime.log_writes`).
+    pub log_writes: LogWrites,
 }
 
 /// Why the runtime did not start.
@@ -176,6 +179,7 @@ impl<H: ShardHandler + 'static> Runtime<H> {
                 core,
                 slot_bytes: config.arena_slot_bytes,
                 slots: config.arena_slots,
+                log_writes: config.log_writes,
                 inbox,
                 events: ControlSender::new(to_control, control.clone()),
                 waker: waker.clone(),

@@ -210,6 +210,10 @@ pub struct ShardStats {
     fetch_incremental: AtomicU64,
     ring_submitted: AtomicU64,
     ring_completed: AtomicU64,
+    /// Log writes done on the shard thread, and those slower than their size explains
+    /// (`runtime::inline_writes`), each of which sent writes to the ring for a while.
+    log_writes_inline: AtomicU64,
+    log_writes_inline_slow: AtomicU64,
     arena_slots_in_use: AtomicU64,
     arena_slots: AtomicU64,
     /// Flushes the shard performed on its ring (rolls, checkpoint rounds): finished, their
@@ -237,6 +241,8 @@ pub struct ShardSnapshot {
     pub fetch_incremental: u64,
     pub ring_submitted: u64,
     pub ring_completed: u64,
+    pub log_writes_inline: u64,
+    pub log_writes_inline_slow: u64,
     pub arena_slots_in_use: u64,
     pub arena_slots: u64,
     pub flushes: u64,
@@ -266,6 +272,8 @@ impl ShardStats {
             fetch_incremental: AtomicU64::new(0),
             ring_submitted: AtomicU64::new(0),
             ring_completed: AtomicU64::new(0),
+            log_writes_inline: AtomicU64::new(0),
+            log_writes_inline_slow: AtomicU64::new(0),
             arena_slots_in_use: AtomicU64::new(0),
             arena_slots: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
@@ -327,6 +335,12 @@ impl ShardStats {
         self.arena_slots.store(slots, Ordering::Relaxed);
     }
 
+    /// The ring's inline-write counters, published with `publish_runtime`.
+    pub fn publish_inline_writes(&self, inline: u64, slow: u64) {
+        self.log_writes_inline.store(inline, Ordering::Relaxed);
+        self.log_writes_inline_slow.store(slow, Ordering::Relaxed);
+    }
+
     /// The shard loop's heartbeat (written by the shard) and health verdict (by the control
     /// side's check).
     pub fn heartbeat(&self) -> &super::health::Heartbeat {
@@ -368,6 +382,8 @@ impl ShardStats {
             fetch_incremental: l(&self.fetch_incremental),
             ring_submitted: l(&self.ring_submitted),
             ring_completed: l(&self.ring_completed),
+            log_writes_inline: l(&self.log_writes_inline),
+            log_writes_inline_slow: l(&self.log_writes_inline_slow),
             arena_slots_in_use: l(&self.arena_slots_in_use),
             arena_slots: l(&self.arena_slots),
             flushes: l(&self.flushes),
