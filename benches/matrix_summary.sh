@@ -15,15 +15,17 @@ function median(list,    n, a, i, j, t) {
     for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
     # Lines from before the groups knob have no groups= field: kmirror then had one.
     if (!("groups" in f)) f["groups"] = 1
-    key = f["codec"] " | " f["batch"] " | " f["partitions"] " | " f["shards"] " | " f["sessions"] " | " f["groups"]
+    # Nor a log_writes= field before that knob: the writes were then ring WRITEs.
+    if (!("log_writes" in f)) f["log_writes"] = "io_worker"
+    key = f["codec"] " | " f["batch"] " | " f["partitions"] " | " f["shards"] " | " f["sessions"] " | " f["groups"] " | " f["log_writes"]
     if (!(key in runs)) order[++cells] = key
     runs[key]++
     mb[key] = mb[key] " " f["MBps"]; raw[key] = raw[key] " " f["raw_MBps"]
     ratio[key] = ratio[key] " " f["ratio"]; cpu[key] = cpu[key] " " f["cpu_ratio"]
 }
 END {
-    print "| codec | batch B | partitions | shards | sessions | groups | runs | kmirror MB/s | raw MB/s | MB/s ratio | CPU ratio |"
-    print "|---|---|---|---|---|---|---|---|---|---|---|"
+    print "| codec | batch B | partitions | shards | sessions | groups | log writes | runs | kmirror MB/s | raw MB/s | MB/s ratio | CPU ratio |"
+    print "|---|---|---|---|---|---|---|---|---|---|---|---|"
     for (c = 1; c <= cells; c++) {
         k = order[c]
         printf "| %s | %d | %.1f | %.1f | %.2f | %.2f |\n", k, runs[k], median(mb[k]), median(raw[k]), median(ratio[k]), median(cpu[k])

@@ -17,6 +17,8 @@
 #   ALTERNATE=1 REPEAT=4 ... benches/mirror_matrix.sh   # even runs: kmirror first, raw copy after
 #   KM_MAX_BYTES=2097152 GROUPS_PER_CONN=4 ... benches/mirror_matrix.sh   # kmirror with 2 MiB
 #                                    # responses, four in flight per connection; raw copy unchanged
+#   LOG_WRITES="shard_when_fast io_worker" ... benches/mirror_matrix.sh   # each cell once per
+#                                    # runtime.log_writes, each with its raw copy
 #   SOURCE_FLAGS="--link-rtt-ms 20 --link-mb-s 1250" ... benches/mirror_matrix.sh   # both halves
 #                                    # across an emulated 20 ms, 10 Gb/s link
 #
@@ -71,6 +73,7 @@ SESSIONS=${SESSIONS:-on}                 # "on off": each cell once per setting,
 # always meets the page cache the other just freed (on this VM freed memory goes back to the
 # host, and the next half refaults it: benches/RESULTS.md, session 17).
 ALTERNATE=${ALTERNATE:-0}
+LOG_WRITES=${LOG_WRITES:-shard_when_fast} # kmirror's runtime.log_writes, one run per value listed
 CONNS_PER_SOURCE=${CONNS_PER_SOURCE:-1}  # kmirror's fetch.connections_per_source (connections per source broker and shard)
 GROUPS_PER_CONN=${GROUPS_PER_CONN:-1}    # kmirror's fetch.sessions_per_connection (requests in flight
                                          # per connection); the raw copy keeps one
@@ -144,18 +147,18 @@ raw_half() { # the raw copy of the cell from the source running now; sets raw_mb
     raw_cpu=$(kv cpu_s_per_GB "$raw_line")
 }
 
-echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) bin=$BIN total_mb=$TOTAL_MB max_bytes=$MAX_BYTES kmirror_max_bytes=$KM_MAX_BYTES groups_per_conn=$GROUPS_PER_CONN conns_per_source=$CONNS_PER_SOURCE partition_max_bytes=$PARTITION_MAX slots=${SLOTS}x$SLOT_BYTES"
+echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) bin=$BIN total_mb=$TOTAL_MB max_bytes=$MAX_BYTES kmirror_max_bytes=$KM_MAX_BYTES groups_per_conn=$GROUPS_PER_CONN conns_per_source=$CONNS_PER_SOURCE log_writes=\"$LOG_WRITES\" partition_max_bytes=$PARTITION_MAX slots=${SLOTS}x$SLOT_BYTES"
 for codec in $CODECS; do
     for batch in $BATCHES; do
         for parts in $PARTS; do
-            for shards in $SHARDS; do for sess in $SESSIONS; do for rep in $(seq 1 "$REPEAT"); do
+            for shards in $SHARDS; do for sess in $SESSIONS; do for lw in $LOG_WRITES; do for rep in $(seq 1 "$REPEAT"); do
                 pbytes=$((TOTAL_MB * 1000000 / parts))
                 data=(--codec "$codec" --batch-bytes "$batch" --partitions "$parts" --partition-bytes "$pbytes")
                 start_source "${data[@]}"
                 bb=$(kv batch_bytes "$layout")
                 bpp=$(kv batches_per_partition "$layout")
                 expected=$((parts * bpp * bb))
-                cell="codec=$codec batch=$bb partitions=$parts shards=$shards sessions=$sess groups=$GROUPS_PER_CONN conns=$CONNS_PER_SOURCE rep=$rep batches_per_partition=$bpp total_bytes=$expected"
+                cell="codec=$codec batch=$bb partitions=$parts shards=$shards sessions=$sess groups=$GROUPS_PER_CONN conns=$CONNS_PER_SOURCE log_writes=$lw rep=$rep batches_per_partition=$bpp total_bytes=$expected"
                 if ((expected > MAX_CELL_MB * 1000000)); then
                     echo "$cell skipped: whole batches need more than MAX_CELL_MB=$MAX_CELL_MB"
                     stop "$src_pid"; src_pid=""
@@ -193,6 +196,7 @@ data_dir = "$data_dir"
 shards = $shards
 arena_slot_bytes = $SLOT_BYTES
 arena_slots = $SLOTS
+log_writes = "$lw"
 [fetch]
 max_bytes = $KM_MAX_BYTES
 partition_max_bytes = $PARTITION_MAX
@@ -264,7 +268,7 @@ EOF
                         if (raw != "") line = line sprintf(" raw_MBps=%s raw_cpu_s_per_GB=%s ratio=%.2f cpu_ratio=%.2f", raw, rawcpu, mbps / raw, (mb > 0 && rawcpu > 0 ? cpu / (mb / 1000) / rawcpu : 0))
                         print line
                     }'
-            done; done; done
+            done; done; done; done
         done
     done
 done
