@@ -798,6 +798,19 @@ impl Ring {
         if !self.inline.wanted(Instant::now()) {
             return;
         }
+        // A write that hangs (a device that needs stable pages, stuck in writeback) stops the
+        // shard's heartbeat; flagged, the health check names the disk, as for a ring wait.
+        if let Some(s) = &self.shard {
+            s.heartbeat().on_disk(true);
+        }
+        self.write_inline_ops(ops);
+        if let Some(s) = &self.shard {
+            s.heartbeat().on_disk(false);
+        }
+    }
+
+    /// The writes of `write_inline_while_fast`, until one is slow.
+    fn write_inline_ops(&mut self, ops: &[WriteOp<'_>]) {
         let mut chain_failed = false;
         for (k, op) in ops.iter().enumerate() {
             if !op.after_previous {
