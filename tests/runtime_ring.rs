@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use kmirror::ids::{Offset, ProducerId};
-use kmirror::log::io::{LogIo, StdIo, WriteOp};
+use kmirror::log::io::LogIo;
 use kmirror::log::txn_index::{AbortedTxn, TxnIndex};
 use kmirror::runtime::{Arena, Completion, OpBuf, Ring, RingIo};
 
@@ -73,107 +73,6 @@ fn write_fixed_from_slot_writes_exact_bytes() {
     assert_eq!(&back[..16], b"plain heap write");
     assert!(back[16..4096].iter().all(|&b| b == 0));
     assert_eq!(&back[4096..], &pattern[100..]);
-}
-
-/// Runs `ops` through `io.write_batch` and returns the errno (0: ok) of each op.
-fn batch_errnos(io: &mut impl LogIo, ops: &[WriteOp<'_>]) -> Vec<i32> {
-    let mut results = Vec::new();
-    io.write_batch(ops, &mut results);
-    results
-        .iter()
-        .map(|r| {
-            r.as_ref()
-                .map_or_else(|e| e.raw_os_error().unwrap(), |()| 0)
-        })
-        .collect()
-}
-
-// Goal: one write batch on the ring (a response's appends: per partition a .log write from the
-// arena linked to its index writes) writes every byte where the same ops through StdIo put
-// them, in one wait; a failing op fails the op linked after it (never written) and nothing
-// else. Method: 200 "partitions" of three linked writes into two files each, the middle one's
-// log write aimed at a read-only descriptor; the same ops through StdIo into a second set of
-// files; compare results and file contents.
-#[test]
-fn write_batch_matches_in_order_writes_and_cancels_the_linked_rest() {
-    let (mut ring, arena) = ring_with_arena(1);
-    let mut slot = arena.take().unwrap();
-    let pattern: Vec<u8> = (0..SLOT).map(|i| (i * 7 % 253) as u8).collect();
-    slot.extend_from_slice(&pattern);
-    let bytes = slot.freeze();
-    let dir = tempfile::tempdir().unwrap();
-    let open = |name: String| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(dir.path().join(name))
-            .unwrap()
-    };
-    const N: usize = 200;
-    let read_only = std::fs::File::open(dir.path()).unwrap();
-    let files: Vec<Vec<(std::fs::File, std::fs::File)>> = ["ring", "std"]
-        .iter()
-        .map(|side| {
-            (0..N)
-                .map(|p| {
-                    (
-                        open(format!("{side}-{p}.log")),
-                        open(format!("{side}-{p}.index")),
-                    )
-                })
-                .collect()
-        })
-        .collect();
-    let index_bytes: Vec<[u8; 8]> = (0..N).map(|p| (p as u64).to_be_bytes()).collect();
-    let ops = |side: usize| -> Vec<WriteOp<'_>> {
-        let mut ops = Vec::new();
-        for p in 0..N {
-            let (log, index) = &files[side][p];
-            let len = 1000 + p * 97;
-            let data = &bytes[p * 100..p * 100 + len];
-            ops.push(WriteOp {
-                file: if p == N / 2 { &read_only } else { log },
-                pos: 0,
-                data,
-                after_previous: false,
-            });
-            for k in 0..2 {
-                ops.push(WriteOp {
-                    file: index,
-                    pos: k * 8,
-                    data: &index_bytes[p],
-                    after_previous: true,
-                });
-            }
-        }
-        ops
-    };
-    let ring_errnos = batch_errnos(&mut RingIo::new(&mut ring), &ops(0));
-    let std_errnos = batch_errnos(&mut StdIo, &ops(1));
-    let failed: Vec<usize> = (0..3 * N).filter(|&k| ring_errnos[k] != 0).collect();
-    assert_eq!(failed, [3 * (N / 2), 3 * (N / 2) + 1, 3 * (N / 2) + 2]);
-    assert_eq!(ring_errnos[3 * (N / 2) + 1], libc::ECANCELED);
-    assert_eq!(
-        ring_errnos.iter().map(|&e| e != 0).collect::<Vec<_>>(),
-        std_errnos.iter().map(|&e| e != 0).collect::<Vec<_>>()
-    );
-    for p in 0..N {
-        for suffix in ["log", "index"] {
-            let ring_file = std::fs::read(dir.path().join(format!("ring-{p}.{suffix}"))).unwrap();
-            let std_file = std::fs::read(dir.path().join(format!("std-{p}.{suffix}"))).unwrap();
-            assert_eq!(ring_file, std_file, "partition {p} {suffix}");
-        }
-    }
-    // Every .log write went out as WRITE_FIXED from the slot, each op once (no retry round).
-    let stats = ring.stats();
-    assert_eq!(
-        (stats.writes_fixed, stats.writes_plain, stats.submitted),
-        (N as u64, 2 * N as u64, 3 * N as u64)
-    );
-    assert_eq!(stats.write_batches, 1);
-    eprintln!("{} writes, {} waits", 3 * N, stats.write_batch_waits);
 }
 
 // Goal: a real LogIo consumer (the .txnindex) works unchanged on RingIo and produces the same

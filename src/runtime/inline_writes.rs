@@ -30,7 +30,7 @@ use crate::limits::{
 };
 
 /// How a shard performs its log writes (`runtime.log_writes`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LogWrites {
     /// `pwrite` on the shard thread while writes stay fast; ring WRITEs for a while after a
@@ -39,15 +39,6 @@ pub enum LogWrites {
     ShardWhenFast,
     /// Always ring WRITEs (on ext4 an io-wq worker copies the bytes into the page cache).
     IoWorker,
-}
-
-impl LogWrites {
-    pub fn name(self) -> &'static str {
-        match self {
-            LogWrites::ShardWhenFast => "shard_when_fast",
-            LogWrites::IoWorker => "io_worker",
-        }
-    }
 }
 
 /// The policy's state, owned by the shard's ring.
@@ -66,7 +57,6 @@ pub(crate) struct InlineWrites {
     /// A write slower than `floor + len / rate` is slow.
     floor: Duration,
     rate: u64,
-    backoff: Duration,
 }
 
 /// What one inline write did.
@@ -88,7 +78,6 @@ impl InlineWrites {
             watch_dirty: true,
             floor: INLINE_WRITE_SLOW_FLOOR,
             rate: INLINE_WRITE_SLOW_BYTES_PER_SEC,
-            backoff: INLINE_WRITE_BACKOFF,
         }
     }
 
@@ -156,7 +145,7 @@ impl InlineWrites {
                 let explained =
                     self.floor + Duration::from_secs_f64(data.len() as f64 / self.rate as f64);
                 if took > explained {
-                    self.off_until = Some(Instant::now() + self.backoff);
+                    self.off_until = Some(Instant::now() + INLINE_WRITE_BACKOFF);
                     Inline::WrittenSlowly
                 } else {
                     Inline::Written
@@ -212,13 +201,13 @@ mod tests {
         assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), b"abcdef");
     }
 
-    /// Runs `ops` as one batch on `ring` and returns each op's errno (0: written).
+    /// Runs `ops` through `io.write_batch` and returns the errno (0: ok) of each op.
     fn batch_errnos(
-        ring: &mut crate::runtime::Ring,
+        io: &mut impl crate::log::io::LogIo,
         ops: &[crate::log::io::WriteOp<'_>],
     ) -> Vec<i32> {
         let mut results = Vec::new();
-        ring.write_batch(ops, &mut results);
+        io.write_batch(ops, &mut results);
         results
             .iter()
             .map(|r| {
@@ -228,22 +217,32 @@ mod tests {
             .collect()
     }
 
-    // Goal: a batch written on the shard thread, or started there and handed to the ring after
-    // a slow write, reports the same results and leaves the same files as the ring alone,
-    // including a failed write that cancels its linked index writes. Method: 50 "partitions"
-    // of a log write linked to two index writes, the middle one's log write aimed at a
-    // read-only descriptor, through three rings: io_worker, shard_when_fast, and
-    // shard_when_fast with every write slow; compare errnos, files and the ring's counters.
+    // Goal: one write batch (a response's appends: per partition a .log write from the arena
+    // linked to its index writes) writes every byte where the same ops in order through StdIo
+    // put them, and reports alike, whether the ring performs it (in one wait, every .log write
+    // a WRITE_FIXED from the slot), the shard thread does, or the shard thread starts and hands
+    // the rest to the ring after a slow write; a failing op fails the ops linked after it
+    // (never written, ECANCELED) and nothing else. Method: 200 "partitions" of a log write
+    // linked to two index writes, the middle one's log write aimed at a read-only descriptor,
+    // through StdIo and three rings (io_worker, shard_when_fast, shard_when_fast with every
+    // write slow), each into its own files; compare errnos, files and the rings' counters.
     #[test]
     fn inline_and_ring_writes_report_and_write_alike() {
-        use crate::log::io::WriteOp;
-        use crate::runtime::Ring;
-        const N: usize = 50;
+        use crate::log::io::{StdIo, WriteOp};
+        use crate::runtime::{Arena, Ring, RingIo};
+        const N: usize = 200;
+        const SLOT: usize = 256 * 1024;
+        let mut rings: Vec<Ring> = (0..3).map(|_| Ring::new().expect("io_uring")).collect();
+        let arena = Arena::new(SLOT, 1).unwrap();
+        rings[0].register_arena(&arena).unwrap();
+        let mut slot = arena.take().unwrap();
+        let pattern: Vec<u8> = (0..SLOT).map(|i| (i * 7 % 253) as u8).collect();
+        slot.extend_from_slice(&pattern);
+        let bytes = slot.freeze();
         let dir = tempfile::tempdir().unwrap();
         let read_only = File::open(dir.path()).unwrap();
-        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 253) as u8).collect();
         let index_bytes: Vec<[u8; 8]> = (0..N).map(|p| (p as u64).to_be_bytes()).collect();
-        let sides = ["ring", "inline", "slow"];
+        let sides = ["ring", "inline", "slow", "std"];
         let files: Vec<Vec<(File, File)>> = sides
             .iter()
             .map(|side| {
@@ -269,7 +268,7 @@ mod tests {
                 ops.push(WriteOp {
                     file: if p == N / 2 { &read_only } else { log },
                     pos: 0,
-                    data: &data[p * 100..p * 100 + 1000 + p * 97],
+                    data: &bytes[p * 100..p * 100 + 1000 + p * 97],
                     after_previous: false,
                 });
                 for k in 0..2 {
@@ -283,35 +282,50 @@ mod tests {
             }
             ops
         };
-        let mut rings: Vec<Ring> = (0..3).map(|_| Ring::new().expect("io_uring")).collect();
         rings[1].set_log_writes(LogWrites::ShardWhenFast);
         rings[1].inline_writes_for_tests(false);
         rings[2].set_log_writes(LogWrites::ShardWhenFast);
         rings[2].inline_writes_for_tests(true);
-        let errnos: Vec<Vec<i32>> = (0..3)
-            .map(|i| batch_errnos(&mut rings[i], &ops(i)))
+        let mut errnos: Vec<Vec<i32>> = (0..3)
+            .map(|i| batch_errnos(&mut RingIo::new(&mut rings[i]), &ops(i)))
             .collect();
+        errnos.push(batch_errnos(&mut StdIo, &ops(3)));
         let failed: Vec<usize> = (0..3 * N).filter(|&k| errnos[0][k] != 0).collect();
         assert_eq!(failed, [3 * (N / 2), 3 * (N / 2) + 1, 3 * (N / 2) + 2]);
         assert_eq!(errnos[0][3 * (N / 2)], libc::EBADF);
         assert_eq!(errnos[0][3 * (N / 2) + 1], libc::ECANCELED);
         assert_eq!(errnos[1], errnos[0], "inline");
         assert_eq!(errnos[2], errnos[0], "inline, then the ring");
+        assert_eq!(
+            errnos[0].iter().map(|&e| e != 0).collect::<Vec<_>>(),
+            errnos[3].iter().map(|&e| e != 0).collect::<Vec<_>>(),
+            "std"
+        );
         for p in 0..N {
             for suffix in ["log", "index"] {
                 let read = |side: &str| {
                     std::fs::read(dir.path().join(format!("{side}-{p}.{suffix}"))).unwrap()
                 };
-                assert_eq!(read("inline"), read("ring"), "partition {p} {suffix}");
-                assert_eq!(read("slow"), read("ring"), "partition {p} {suffix}");
+                let std_file = read("std");
+                for side in &sides[..3] {
+                    assert_eq!(read(side), std_file, "{side}: partition {p} {suffix}");
+                }
             }
         }
         let stats: Vec<_> = rings.iter().map(Ring::stats).collect();
-        // The ring alone: every op an SQE. Inline: no SQE; the two canceled ops never written.
+        // The ring alone: every .log write a WRITE_FIXED from the slot, every op one SQE (no
+        // retry round), one batch.
         assert_eq!(
-            (stats[0].writes_inline, stats[0].submitted),
-            (0, 3 * N as u64)
+            (
+                stats[0].writes_fixed,
+                stats[0].writes_plain,
+                stats[0].submitted
+            ),
+            (N as u64, 2 * N as u64, 3 * N as u64)
         );
+        assert_eq!(stats[0].write_batches, 1);
+        assert_eq!(stats[0].writes_inline, 0);
+        // Inline: no SQE; the two canceled ops never written.
         assert_eq!(
             (stats[1].writes_inline, stats[1].submitted),
             (3 * N as u64 - 2, 0)
@@ -326,7 +340,7 @@ mod tests {
             (1, 1, 3 * N as u64 - 1)
         );
         // ... and the next batch too, within the backoff.
-        let again = batch_errnos(&mut rings[2], &ops(2));
+        let again = batch_errnos(&mut RingIo::new(&mut rings[2]), &ops(2));
         assert_eq!(again, errnos[0]);
         assert_eq!(rings[2].stats().writes_inline, 1);
     }

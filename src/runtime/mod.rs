@@ -6,6 +6,7 @@
 //! | `arena`       | registered hugepage arena cut into slots; slots freeze into `Bytes`    |
 //! | `memlock`     | start-up RLIMIT_MEMLOCK / CAP_IPC_LOCK check with a fix-it message    |
 //! | `uring_io`    | `LogIo` on the shard ring (WRITE_FIXED from the arena)                 |
+//! | `inline_writes` | whether a batch's writes run on the shard thread or the ring (`runtime.log_writes`) |
 //! | `mailbox`     | bounded SPSC queues control<->shard with wakeups                       |
 //! | `shard`       | the pinned shard loop and the `ShardHandler` trait                     |
 //! | `start`       | `Runtime`: core selection, spawning, stopping                          |
