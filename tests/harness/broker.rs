@@ -19,6 +19,12 @@ const CLEANER_LIMIT: Duration = Duration::from_secs(180);
 const START_LIMIT: Duration = Duration::from_secs(180);
 /// How long a graceful shutdown (SIGTERM) may take before the harness kills the JVM.
 const STOP_LIMIT: Duration = Duration::from_secs(60);
+/// The session settings of the interim run that [`Kafka::restart`] makes after a kill: short
+/// enough that the controller soon expires the killed incarnation's registration.
+const QUICK_SESSION_AFTER_KILL: &[(&str, &str)] = &[
+    ("broker.session.timeout.ms", "3000"),
+    ("broker.heartbeat.interval.ms", "500"),
+];
 /// Attempts with fresh ports when another process took a port between our probe and the bind.
 const PORT_ATTEMPTS: usize = 3;
 
@@ -137,6 +143,9 @@ pub struct Kafka {
     format_args: Vec<String>,
     /// SIGSTOP'ed by [`Kafka::freeze`].
     frozen: bool,
+    /// SIGKILL'ed by [`Kafka::kill`] since it last ran: its registration is still live in the
+    /// metadata log, see [`Kafka::restart`].
+    killed: bool,
 }
 
 /// What a SASL_SSL broker needs: its key store, and the users to create at format time.
@@ -212,6 +221,7 @@ impl Kafka {
                 secure_port: free_port(),
                 format_args: Vec::new(),
                 frozen: false,
+                killed: false,
             };
             let secure_props = secure.map(|s| k.sasl_ssl_props(s)).unwrap_or_default();
             let mut all: Vec<(&str, &str)> = secure_props
@@ -384,13 +394,32 @@ impl Kafka {
     pub fn kill(&mut self) {
         if let Some(jvm) = self.jvm.take() {
             jvm.kill();
+            self.killed = true;
         }
     }
 
     /// Starts the broker again on the same directory and ports after [`stop`](Self::stop) or
     /// [`kill`](Self::kill).
+    ///
+    /// After a kill, a KRaft node's controller finds the killed incarnation still registered
+    /// and unfenced, and refuses the new one (DUPLICATE_BROKER_REGISTRATION) until that
+    /// session expires: `broker.session.timeout.ms`, which the harness keeps at 30 s (see
+    /// `write_config`), so a plain relaunch idles for half a minute. Instead the node first runs
+    /// with a short session (its controller expires the old registration within seconds),
+    /// then is stopped gracefully (which fences it, so the next registration is taken at once)
+    /// and launched with its own configuration. The test still sees what a crash leaves: the
+    /// first launch recovers the unflushed logs.
     pub fn restart(&mut self) {
         self.stop();
+        if std::mem::take(&mut self.killed) && self.version.metadata == Metadata::Kraft {
+            if let Err(log) = self.launch_with(false, QUICK_SESSION_AFTER_KILL) {
+                panic!(
+                    "Kafka {} failed to restart after a kill:\n{log}",
+                    self.version.name
+                );
+            }
+            self.stop();
+        }
         if let Err(log) = self.launch(false) {
             panic!("Kafka {} failed to restart:\n{log}", self.version.name);
         }
@@ -567,7 +596,8 @@ impl Kafka {
         );
     }
 
-    fn broker_command(&self) -> Command {
+    /// `overrides` go after the properties file as `--override key=value` (they win).
+    fn broker_command(&self, overrides: &[(&str, &str)]) -> Command {
         let mut cmd = Command::new(jars::java());
         cmd.args([
             "-Xmx512m",
@@ -585,18 +615,34 @@ impl Kafka {
         .arg("kafka.Kafka")
         .arg(self.config_path())
         .current_dir(&self.dir);
+        for (k, v) in overrides {
+            cmd.arg("--override").arg(format!("{k}={v}"));
+        }
         cmd
     }
 
     /// Starts the JVM(s) and waits until the broker serves clients. `Err` carries the log tail.
     fn launch(&mut self, remove_dir_after: bool) -> Result<(), String> {
+        self.launch_with(remove_dir_after, &[])
+    }
+
+    /// As [`launch`](Self::launch), with `--override` properties for this run only.
+    fn launch_with(
+        &mut self,
+        remove_dir_after: bool,
+        overrides: &[(&str, &str)],
+    ) -> Result<(), String> {
         if self.version.metadata == Metadata::ZooKeeper && self.zookeeper.is_none() {
             self.launch_zookeeper()?;
         }
         let log = self.log_file();
         let log_start = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
         let remove_after = remove_dir_after.then_some(self.dir.as_path());
-        self.jvm = Some(Jvm::spawn(&self.broker_command(), &log, remove_after));
+        self.jvm = Some(Jvm::spawn(
+            &self.broker_command(overrides),
+            &log,
+            remove_after,
+        ));
         self.wait_started(&log, log_start)
     }
 
