@@ -300,9 +300,7 @@ impl Ring {
     /// wait is younger than `SHARD_DISK_WAIT_MAX_MS` (past it the health check fails the shard,
     /// naming the disk). `disk_wait_end` clears the flag when the caller's wait is over.
     pub fn disk_wait_step(&mut self, since: Instant) {
-        if let Some(s) = &self.shard {
-            s.heartbeat().on_disk(true);
-        }
+        self.disk_wait_begin();
         self.submit_and_wait_new_for(Duration::from_millis(SHARD_HEARTBEAT_MS));
         if let Some(s) = &self.shard {
             if since.elapsed() < Duration::from_millis(SHARD_DISK_WAIT_MAX_MS) {
@@ -311,7 +309,15 @@ impl Ring {
         }
     }
 
-    /// The wait `disk_wait_step` was part of is over.
+    /// Flags the shard's heartbeat as waiting on the disk, so a wait that stops the loop is
+    /// blamed on the disk; `disk_wait_end` clears it.
+    fn disk_wait_begin(&self) {
+        if let Some(s) = &self.shard {
+            s.heartbeat().on_disk(true);
+        }
+    }
+
+    /// The wait `disk_wait_step` (or an inline write) was part of is over.
     pub fn disk_wait_end(&mut self) {
         if let Some(s) = &self.shard {
             s.heartbeat().on_disk(false);
@@ -800,13 +806,9 @@ impl Ring {
         }
         // A write that hangs (a device that needs stable pages, stuck in writeback) stops the
         // shard's heartbeat; flagged, the health check names the disk, as for a ring wait.
-        if let Some(s) = &self.shard {
-            s.heartbeat().on_disk(true);
-        }
+        self.disk_wait_begin();
         self.write_inline_ops(ops);
-        if let Some(s) = &self.shard {
-            s.heartbeat().on_disk(false);
-        }
+        self.disk_wait_end();
     }
 
     /// The writes of `write_inline_while_fast`, until one is slow.
