@@ -48,17 +48,21 @@ pub enum Wire {
 /// Serves `wire` until the client leaves, sends something we cannot parse, misses a deadline
 /// of the endpoint's limits, or the endpoint stops. `_slot` is released when this returns or
 /// unwinds.
-pub async fn serve(wire: Wire, session: Arc<Session>, endpoint: Arc<Endpoint>, _slot: Slot) {
+pub async fn serve(mut wire: Wire, session: Arc<Session>, endpoint: Arc<Endpoint>, _slot: Slot) {
     let peer = session.peer;
-    let served = match wire {
-        Wire::Plain(mut s) => serve_frames(&mut s, Sink::Plain, &session, &endpoint).await,
-        Wire::Tls(mut s) => serve_frames(&mut *s, Sink::Tls, &session, &endpoint).await,
+    // Borrowed, not moved into the arms: a stream bound by value in an arm would drop (and
+    // the socket close) before the log line below, and a client could see its connection
+    // closed before the reason is in the log.
+    let served = match &mut wire {
+        Wire::Plain(s) => serve_frames(s, Sink::Plain, &session, &endpoint).await,
+        Wire::Tls(s) => serve_frames(&mut **s, Sink::Tls, &session, &endpoint).await,
     };
-    // The socket closes when the wire drops, after the log line.
     match served {
         Ok(()) => tracing::debug!(?peer, "Kafka client disconnected"),
         Err(e) => tracing::warn!(?peer, error = %e, "Kafka client connection closed"),
     }
+    // The socket closes here, after the log line.
+    drop(wire);
 }
 
 /// How a response's file parts leave: `sendfile` on the raw socket, or read and written
