@@ -89,6 +89,15 @@ impl InlineWrites {
         self
     }
 
+    /// For tests: no write counts as slow, however long the host takes (a CI machine under
+    /// load once took longer than the rule allows for one of 600 small writes).
+    #[cfg(test)]
+    pub fn no_write_slow(mut self) -> InlineWrites {
+        self.floor = Duration::from_secs(24 * 3600);
+        self.rate = u64::MAX;
+        self
+    }
+
     /// For tests: dirty memory never sends writes to the ring.
     #[cfg(test)]
     pub fn ignoring_dirty_memory(mut self) -> InlineWrites {

@@ -277,15 +277,15 @@ impl Ring {
         self.inline = InlineWrites::new(mode);
     }
 
-    /// For tests: inline writes regardless of the host's dirty memory, and (`slow`) every one
-    /// of them slow.
+    /// For tests: inline writes regardless of the host's dirty memory, and every one of them
+    /// slow (`slow`) or none (else: a loaded test host must not pick the path either).
     #[cfg(test)]
     pub(crate) fn inline_writes_for_tests(&mut self, slow: bool) {
         let inline = InlineWrites::new(self.inline.mode()).ignoring_dirty_memory();
         self.inline = if slow {
             inline.every_write_slow()
         } else {
-            inline
+            inline.no_write_slow()
         };
     }
 
