@@ -17,6 +17,7 @@
 #   ALTERNATE=1 REPEAT=4 ... benches/mirror_matrix.sh   # even runs: kmirror first, raw copy after
 #   KM_MAX_BYTES=2097152 GROUPS_PER_CONN=4 ... benches/mirror_matrix.sh   # kmirror with 2 MiB
 #                                    # responses, four in flight per connection; raw copy unchanged
+#   RAW_PREALLOCATE=1 ... benches/mirror_matrix.sh   # the raw copy reserves blocks ahead too
 #   LOG_WRITES="shard_when_fast io_worker" ... benches/mirror_matrix.sh   # each cell once per
 #                                    # runtime.log_writes, each with its raw copy
 #   SOURCE_FLAGS="--link-rtt-ms 20 --link-mb-s 1250" ... benches/mirror_matrix.sh   # both halves
@@ -67,6 +68,11 @@ SLOTS=${SLOTS:-8}
 # Single cells move by ±30 % on this 2-core VM (benches/RESULTS.md, session 9).
 REPEAT=${REPEAT:-1}
 RAW=${RAW:-1}                            # RAW=0 skips the raw-copy half
+# RAW_PREALLOCATE=1: the raw copy reserves blocks ahead of its file's end as kmirror's active
+# segments do (`--preallocate`, log::preallocate), so both halves get the same filesystem help.
+RAW_PREALLOCATE=${RAW_PREALLOCATE:-0}
+raw_extra=()
+if [[ $RAW_PREALLOCATE == 1 ]]; then raw_extra+=(--preallocate); fi
 SOURCE_FLAGS=${SOURCE_FLAGS:-}           # extra synth-source flags, e.g. "--link-rtt-ms 20 --link-mb-s 1250"
 SESSIONS=${SESSIONS:-on}                 # "on off": each cell once per setting, each with its raw copy
 # ALTERNATE=1: even repetitions run kmirror first and the raw copy after it, so neither half
@@ -139,7 +145,8 @@ raw_half() { # the raw copy of the cell from the source running now; sets raw_mb
     mkdir -p "$WORK/raw"
     raw_line=$("$BIN/kmirror-raw-copy" --bootstrap "$addr" "${data[@]}" \
         --out-dir "$WORK/raw" --connections "$shards" --seconds "$CELL_TIMEOUT" \
-        --max-bytes "$MAX_BYTES" --partition-max-bytes "$PARTITION_MAX")
+        --max-bytes "$MAX_BYTES" --partition-max-bytes "$PARTITION_MAX" \
+        ${raw_extra[@]+"${raw_extra[@]}"})
     rm -rf "$WORK/raw"
     raw_batches=$(kv batches "$raw_line")
     raw_secs=$(kv seconds "$raw_line")
@@ -147,7 +154,7 @@ raw_half() { # the raw copy of the cell from the source running now; sets raw_mb
     raw_cpu=$(kv cpu_s_per_GB "$raw_line")
 }
 
-echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) bin=$BIN total_mb=$TOTAL_MB max_bytes=$MAX_BYTES kmirror_max_bytes=$KM_MAX_BYTES groups_per_conn=$GROUPS_PER_CONN conns_per_source=$CONNS_PER_SOURCE log_writes=\"$LOG_WRITES\" partition_max_bytes=$PARTITION_MAX slots=${SLOTS}x$SLOT_BYTES"
+echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) bin=$BIN total_mb=$TOTAL_MB max_bytes=$MAX_BYTES kmirror_max_bytes=$KM_MAX_BYTES groups_per_conn=$GROUPS_PER_CONN conns_per_source=$CONNS_PER_SOURCE log_writes=\"$LOG_WRITES\" raw_preallocate=$RAW_PREALLOCATE partition_max_bytes=$PARTITION_MAX slots=${SLOTS}x$SLOT_BYTES"
 for codec in $CODECS; do
     for batch in $BATCHES; do
         for parts in $PARTS; do

@@ -120,6 +120,16 @@ const _: () = assert!(BATCH_BYTES_MAX <= FRAME_BYTES_MAX);
 const _: () = assert!(SYNTH_REQUEST_BYTES_MAX <= FRAME_BYTES_MAX);
 const _: () = assert!((BATCH_BYTES_MAX as u64) < SEGMENT_BYTES_MAX);
 const _: () = assert!(SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
+
+/// An active segment's `.log` gets disk blocks reserved ahead of its end (`log::preallocate`)
+/// once it holds this much: a partition that holds a few records never asks for any, and one
+/// that grows asks about once per doubling until the steps reach their cap.
+pub const LOG_PREALLOCATE_FROM_BYTES: u64 = 64 * 1024;
+/// The most reserved ahead of an active `.log`'s end at once. A reservation covers at most as
+/// much again as the segment holds, so the unused blocks of all active segments together stay
+/// below both their data and this much per partition; a roll gives them back.
+pub const LOG_PREALLOCATE_AHEAD_MAX: u64 = 8 * 1024 * 1024;
+const _: () = assert!(LOG_PREALLOCATE_FROM_BYTES <= LOG_PREALLOCATE_AHEAD_MAX);
 const _: () = assert!(RECORD_BATCH_V2_HEADER_BYTES > LOG_OVERHEAD);
 const _: () = assert!(SEGMENT_INDEX_BYTES_DEFAULT % OFFSET_INDEX_ENTRY_BYTES == 0);
 

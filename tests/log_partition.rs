@@ -748,3 +748,87 @@ fn a_roll_asks_for_a_flush_that_a_deferring_owner_performs_while_appends_go_on()
     assert!(!log.wants_flush());
     assert!(!log.flush_in_flight());
 }
+
+/// Disk blocks the file holds (st_blocks is in 512-byte units).
+fn allocated_bytes(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).expect("metadata").blocks() * 512
+}
+
+#[test]
+fn an_active_segment_reserves_blocks_ahead_without_growing_and_gives_them_back_on_roll() {
+    const MIB: usize = 1024 * 1024;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("orders-0");
+    let config = LogConfig {
+        segment_bytes: 6 * MIB as u64,
+        ..small_config()
+    };
+    let mut log = PartitionLog::create(&dir, tp(), None, config).expect("create");
+    // 64 KiB batches, four per append, until the segment holds 3 MiB.
+    let bs = batches(0, 120, 1, 64 * 1024);
+    let mut written = Vec::new();
+    let first = segment_file(&dir, Offset(0), LOG_SUFFIX);
+    let mut next = 0;
+    while written.len() < 3 * MIB {
+        let joined = bs[next..next + 4].concat();
+        log.append(&mut StdIo, &joined).expect("append");
+        written.extend_from_slice(&joined);
+        next += 4;
+    }
+    // The file holds exactly the bytes appended; the blocks run ahead of them (this test's
+    // filesystem supports fallocate: ext4, xfs and tmpfs all do), by at most as much again as
+    // the segment holds.
+    assert_eq!(std::fs::read(&first).expect("log"), written);
+    let held = written.len() as u64;
+    let blocks = allocated_bytes(&first);
+    assert!(
+        blocks > held.next_multiple_of(4096) && blocks <= 2 * held + 64 * 1024,
+        "{blocks} bytes of blocks for {held} bytes written"
+    );
+    // Reopening (revalidating every batch) sees the true end: nothing past it to cut.
+    log.close(&mut StdIo).expect("close");
+    let mut log = PartitionLog::open(
+        &dir,
+        tp(),
+        None,
+        small_config_6mib(),
+        LoadOptions::unclean(),
+        &mut StdIo,
+    )
+    .expect("reopen");
+    assert_eq!(log.log_end_offset(), Offset(next as i64));
+    // Append on until the segment rolls: the sealed segment keeps only its own blocks.
+    while next + 4 <= bs.len() && segment_count(&dir) == 1 {
+        let joined = bs[next..next + 4].concat();
+        log.append(&mut StdIo, &joined).expect("append");
+        written.extend_from_slice(&joined);
+        next += 4;
+    }
+    assert_eq!(segment_count(&dir), 2, "the segment rolled");
+    let sealed = std::fs::read(&first).expect("sealed log");
+    assert_eq!(sealed, written[..sealed.len()].to_vec());
+    assert!(
+        allocated_bytes(&first) < sealed.len() as u64 + 64 * 1024,
+        "{} bytes of blocks for a sealed segment of {}",
+        allocated_bytes(&first),
+        sealed.len()
+    );
+}
+
+fn small_config_6mib() -> LogConfig {
+    LogConfig {
+        segment_bytes: 6 * 1024 * 1024,
+        ..small_config()
+    }
+}
+
+fn segment_count(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .expect("dir")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(LOG_SUFFIX))
+        })
+        .count()
+}

@@ -22,6 +22,7 @@ use super::records::Catalog;
 use super::{SynthError, SynthSpec};
 use crate::ids::Offset;
 use crate::limits::{FETCH_RESPONSE_BYTES_MAX, RAW_COPY_CHUNK_BYTES};
+use crate::log::preallocate::{self, Reserved};
 use crate::wire::frame::encode_request;
 
 /// What the raw-copy client fetches and where it puts the bytes.
@@ -41,6 +42,9 @@ pub struct RawCopyConfig {
     pub duration: Duration,
     /// Stop after this many response bytes in all (keeps disk use bounded).
     pub max_total_bytes: u64,
+    /// Reserve disk blocks ahead of each output file's end as kmirror's active segments do
+    /// (`log::preallocate`), so the copy limit gets the same filesystem help.
+    pub preallocate: bool,
 }
 
 impl RawCopyConfig {
@@ -56,6 +60,7 @@ impl RawCopyConfig {
             out_dir: None,
             duration: Duration::from_secs(10),
             max_total_bytes: u64::MAX,
+            preallocate: false,
         }
     }
 }
@@ -212,6 +217,26 @@ fn last_topic_matches(t: &FetchTopic, version: i16, name: &str) -> bool {
     }
 }
 
+/// One connection's output file, appended to.
+struct OutFile {
+    file: File,
+    len: u64,
+    reserved: Option<Reserved>,
+}
+
+impl OutFile {
+    fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
+        let end = self.len + data.len() as u64;
+        if let Some((pos, len)) = self.reserved.as_mut().and_then(|r| r.plan(end, u64::MAX)) {
+            // A hint, as for a segment: the write reports what matters.
+            let _ = preallocate::reserve(&self.file, pos, len);
+        }
+        self.file.write_all(data)?;
+        self.len = end;
+        Ok(())
+    }
+}
+
 fn copy_connection(
     config: &RawCopyConfig,
     catalog: &Catalog,
@@ -225,8 +250,12 @@ fn copy_connection(
     }
     let mut stream = TcpStream::connect(&config.bootstrap)?;
     stream.set_nodelay(true)?;
-    let mut out: Option<File> = match &config.out_dir {
-        Some(dir) => Some(File::create(dir.join(format!("raw-copy-{index}.bin")))?),
+    let mut out: Option<OutFile> = match &config.out_dir {
+        Some(dir) => Some(OutFile {
+            file: File::create(dir.join(format!("raw-copy-{index}.bin")))?,
+            len: 0,
+            reserved: config.preallocate.then(|| Reserved::new(0)),
+        }),
         None => None,
     };
     let client_id = StrBytes::from_static_str("kmirror-raw-copy");

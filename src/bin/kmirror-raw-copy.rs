@@ -30,6 +30,9 @@ struct Cli {
     /// Directory for the output files (raw-copy-<n>.bin); without it the bytes are discarded.
     #[arg(long)]
     out_dir: Option<PathBuf>,
+    /// Reserve disk blocks ahead of each output file's end, as kmirror's active segments do.
+    #[arg(long)]
+    preallocate: bool,
     /// Seconds to run.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
@@ -57,6 +60,7 @@ fn main() -> anyhow::Result<()> {
     config.partition_max_bytes = cli.partition_max_bytes;
     config.connections = cli.connections;
     config.out_dir = cli.out_dir;
+    config.preallocate = cli.preallocate;
     config.duration = Duration::from_secs_f64(cli.seconds);
     if let Some(gb) = cli.max_gb {
         config.max_total_bytes = (gb * 1e9) as u64;

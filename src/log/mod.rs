@@ -19,6 +19,7 @@ pub mod offset_index;
 pub mod on_threads;
 pub mod partition_log;
 pub mod partition_meta;
+pub mod preallocate;
 pub mod producer_state;
 pub mod quarantine;
 pub mod read_view;

@@ -843,6 +843,7 @@ impl PartitionLog {
         assert!(base >= self.log_end_offset(), "roll base below the log end");
         let active = self.active_mut();
         active.write_final_time_entry(io)?;
+        active.release_reserved();
         // A sealed segment is only read (through descriptors opened per read) or deleted; the
         // flush syncs its files through descriptors of its own (`LazyFile::sync_ticket`).
         active.release_files();

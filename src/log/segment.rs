@@ -11,6 +11,7 @@ use crate::log::index_pending::PendingIndex;
 use crate::log::io::{LogIo, OwnedWriteOp, WriteOp};
 use crate::log::lazy_file::{FileRef, Hold, LazyFile};
 use crate::log::offset_index::{relative, OffsetIndex};
+use crate::log::preallocate::{self, Reserved};
 use crate::log::scan::{for_each_batch, read_header, BatchHeader, ScanEnd};
 use crate::log::time_index::TimeIndex;
 use crate::log::txn_index::{AbortedTxn, TxnIndex};
@@ -76,6 +77,11 @@ pub struct Segment {
     first_batch_max_timestamp: Option<TimestampMs>,
     created_ms: i64,
     next_offset: Offset,
+    /// `segment.bytes` when the segment was made: how far ahead of the end blocks may be
+    /// reserved.
+    segment_bytes: u64,
+    /// Blocks reserved past the `.log`'s end (`log::preallocate`); given back on roll.
+    reserved: Reserved,
 }
 
 /// A segment's in-memory state before a staged append, restored if the append's writes fail.
@@ -141,6 +147,8 @@ impl Segment {
             first_batch_max_timestamp: None,
             created_ms: now_ms,
             next_offset: base,
+            segment_bytes: config.segment_bytes,
+            reserved: Reserved::new(0),
         })
     }
 
@@ -215,6 +223,8 @@ impl Segment {
             first_batch_max_timestamp: None,
             created_ms: now_ms,
             next_offset: base,
+            segment_bytes: config.segment_bytes,
+            reserved: Reserved::new(size),
         };
         seg.max_timestamp_so_far = seg.time_index.last_entry();
         seg.first_batch_max_timestamp =
@@ -432,7 +442,25 @@ impl Segment {
             self.end_batch();
             return Err(e);
         }
+        if let Some((pos, len)) = self.reserved.plan(end, self.segment_bytes) {
+            // Only a hint: the write itself reports a full disk or a failing one.
+            if let Err(e) = preallocate::reserve(self.log.batch_file(), pos, len) {
+                tracing::debug!(segment = %self.log_path.display(), error = %e, "blocks not reserved ahead");
+            }
+        }
         Ok(mark)
+    }
+
+    /// Gives back the blocks reserved past the `.log`'s end (the segment stops being active).
+    /// A failure costs only disk space, so it is logged, not returned.
+    pub fn release_reserved(&mut self) {
+        if !self.reserved.past(self.size) {
+            return;
+        }
+        if let Err(e) = self.log.set_len(self.size) {
+            tracing::warn!(segment = %self.log_path.display(), error = %e, "reserved blocks not given back");
+        }
+        self.reserved.cut_to(self.size);
     }
 
     fn begin_batch(&mut self) -> Result<(), LogError> {
@@ -520,6 +548,7 @@ impl Segment {
             .log
             .set_len(mark.size)
             .map_err(|e| LogError::io(&self.log_path, e));
+        self.reserved.cut_to(mark.size);
         let index = self.offset_index.drop_pending();
         let time = self.time_index.drop_pending();
         log.and(index).and(time)
@@ -736,6 +765,7 @@ impl Segment {
             self.log
                 .set_len(valid_end)
                 .map_err(|e| LogError::io(&self.log_path, e))?;
+            self.reserved.cut_to(valid_end);
             self.size = valid_end;
         }
         self.write_pending_indexes(io)?;
@@ -819,6 +849,7 @@ impl Segment {
         self.log
             .set_len(new_size)
             .map_err(|e| LogError::io(&self.log_path, e))?;
+        self.reserved.cut_to(new_size);
         self.size = new_size;
         if new_size == 0 {
             self.created_ms = now_ms;
