@@ -126,7 +126,7 @@ impl FetchParts {
                 Ok(Step::End) if whole => return Ok(Some(Part::End)),
                 Ok(Step::End) => return Ok(None),
                 Err(Fatal(why)) => return Err(self.error(why)),
-                Err(Short(why)) if whole => return Err(self.error(why)),
+                Err(Short(why)) if whole => return Err(self.error(why.to_string())),
                 Err(Short(_)) => return Ok(None),
             }
         }
@@ -205,8 +205,8 @@ impl FetchParts {
                 // with an `anyhow::Error`, which captures a backtrace under RUST_BACKTRACE=1
                 // (~10 % of a shard's time in session 23's profile, one per entry and read
                 // step), and the retries would format its message each time.
-                if !whole && !partition_entry_fits(buf, self.version) {
-                    return Err(Short(String::new()));
+                if !whole {
+                    self.partition_entry_whole(buf)?;
                 }
                 let pd = PartitionData::decode(buf, self.version)?;
                 Ok(Step::Part(
@@ -223,11 +223,7 @@ impl FetchParts {
 
     /// An array's element count (not null: Kafka never sends these arrays null).
     fn count(&self, buf: &mut Bytes, left_in_whole: usize, what: &str) -> Result<u32, StepError> {
-        let n = if self.flexible() {
-            i64::from(varint_of(buf)?) - 1
-        } else {
-            i64::from(i32_of(buf)?)
-        };
+        let n = self.length(buf)?;
         if n < 0 {
             return Err(Fatal(format!("null or negative {what} count {n}")));
         }
@@ -237,6 +233,49 @@ impl FetchParts {
             )));
         }
         Ok(n as u32)
+    }
+
+    /// An array's or bytes' length as written: compact (length + 1, 0 for null) when flexible,
+    /// else an int32 (-1 for null).
+    fn length(&self, buf: &mut Bytes) -> Result<i64, StepError> {
+        Ok(if self.flexible() {
+            i64::from(varint_of(buf)?) - 1
+        } else {
+            i64::from(i32_of(buf)?)
+        })
+    }
+
+    /// Reads past one partition entry on a copy of `buf`: `Short` when the entry runs past its
+    /// end, so that `PartitionData::decode` is tried only on a whole entry. A malformed entry
+    /// is left to the decode, whose error is the one the whole body gives. Fields by version as
+    /// in Kafka's FetchResponse.json.
+    fn partition_entry_whole(&self, buf: &Bytes) -> Result<(), StepError> {
+        let v = self.version;
+        let mut buf = buf.clone();
+        let walked = (|| -> Result<(), StepError> {
+            // partition_index, error_code, high_watermark; last_stable_offset (v4+),
+            // log_start_offset (v5+).
+            let fixed = 4 + 2 + 8 + if v >= 4 { 8 } else { 0 } + if v >= 5 { 8 } else { 0 };
+            bytes_of(&mut buf, fixed)?;
+            // aborted_transactions (v4+, nullable): producer_id and first_offset each.
+            if v >= 4 {
+                for _ in 0..self.length(&mut buf)?.max(0) {
+                    bytes_of(&mut buf, 16)?;
+                    self.skip_tagged_fields(&mut buf)?;
+                }
+            }
+            // preferred_read_replica (v11+).
+            if v >= 11 {
+                bytes_of(&mut buf, 4)?;
+            }
+            let records = self.length(&mut buf)?;
+            bytes_of(&mut buf, records.max(0) as usize)?;
+            self.skip_tagged_fields(&mut buf)
+        })();
+        match walked {
+            Err(Fatal(_)) => Ok(()),
+            other => other,
+        }
     }
 
     /// Tagged fields we do not use (a topic's; the response's, whose tag 0 at v16 on is
@@ -254,83 +293,6 @@ impl FetchParts {
     }
 }
 
-/// Whether `buf` starts with a whole partition entry of a Fetch response of `version`, read
-/// without allocating: `false` only when the entry runs past the end of `buf` (a malformed one
-/// may read as whole or not; the decode of the whole body reports it either way). Fields by
-/// version as in Kafka's FetchResponse.json.
-fn partition_entry_fits(buf: &[u8], version: i16) -> bool {
-    fn skip(buf: &mut &[u8], n: usize) -> Option<()> {
-        *buf = buf.get(n..)?;
-        Some(())
-    }
-    fn uvarint(buf: &mut &[u8]) -> Option<u32> {
-        let mut value: u32 = 0;
-        for i in 0..5 {
-            let (&b, rest) = buf.split_first()?;
-            *buf = rest;
-            value |= u32::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
-                return Some(value);
-            }
-        }
-        None
-    }
-    fn i32_be(buf: &mut &[u8]) -> Option<i32> {
-        let (head, rest) = buf.split_first_chunk::<4>()?;
-        *buf = rest;
-        Some(i32::from_be_bytes(*head))
-    }
-    fn tagged_fields(buf: &mut &[u8]) -> Option<()> {
-        for _ in 0..uvarint(buf)? {
-            uvarint(buf)?;
-            let size = uvarint(buf)? as usize;
-            skip(buf, size)?;
-        }
-        Some(())
-    }
-    // A nullable array's or bytes' length: compact (length + 1, 0 for null) when flexible.
-    fn length(buf: &mut &[u8], flexible: bool) -> Option<i64> {
-        Some(if flexible {
-            i64::from(uvarint(buf)?) - 1
-        } else {
-            i64::from(i32_be(buf)?)
-        })
-    }
-    let flexible = version >= 12;
-    let mut buf = buf;
-    let fits = (|| {
-        // partition_index, error_code, high_watermark; last_stable_offset (v4+),
-        // log_start_offset (v5+).
-        skip(&mut buf, 4 + 2 + 8)?;
-        if version >= 4 {
-            skip(&mut buf, 8)?;
-        }
-        if version >= 5 {
-            skip(&mut buf, 8)?;
-        }
-        // aborted_transactions (v4+): producer_id and first_offset each.
-        if version >= 4 {
-            for _ in 0..length(&mut buf, flexible)?.max(0) {
-                skip(&mut buf, 16)?;
-                if flexible {
-                    tagged_fields(&mut buf)?;
-                }
-            }
-        }
-        // preferred_read_replica (v11+).
-        if version >= 11 {
-            skip(&mut buf, 4)?;
-        }
-        let records = length(&mut buf, flexible)?;
-        skip(&mut buf, records.max(0) as usize)?;
-        if flexible {
-            tagged_fields(&mut buf)?;
-        }
-        Some(())
-    })();
-    fits.is_some()
-}
-
 // Returned once per part and moved straight out: boxing the part would allocate per partition.
 #[allow(clippy::large_enum_variant)]
 enum Step {
@@ -343,23 +305,39 @@ enum Step {
 /// `Short`: too few bytes for the part (an error only once the body is whole). `Fatal`: no
 /// later byte can make the part valid.
 enum StepError {
-    Short(String),
+    Short(Shortfall),
     Fatal(String),
 }
 use StepError::{Fatal, Short};
 
+/// Why a part is not whole yet, kept as data: a prefix is short many times per response, and
+/// only a whole body's shortfall becomes a message.
+enum Shortfall {
+    Bytes { needed: usize, left: usize },
+    Decode(String),
+}
+
+impl std::fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Shortfall::Bytes { needed, left } => write!(f, "{needed} bytes needed, {left} left"),
+            Shortfall::Decode(why) => f.write_str(why),
+        }
+    }
+}
+
 impl From<anyhow::Error> for StepError {
     fn from(e: anyhow::Error) -> StepError {
-        StepError::Short(format!("{e:#}"))
+        Short(Shortfall::Decode(format!("{e:#}")))
     }
 }
 
 fn need(buf: &Bytes, n: usize) -> Result<(), StepError> {
     if buf.len() < n {
-        return Err(StepError::Short(format!(
-            "{n} bytes needed, {} left",
-            buf.len()
-        )));
+        return Err(Short(Shortfall::Bytes {
+            needed: n,
+            left: buf.len(),
+        }));
     }
     Ok(())
 }
@@ -524,10 +502,16 @@ mod tests {
                     }
                     let mut entry = BytesMut::new();
                     pd.encode(&mut entry, version).expect("encodes");
+                    let parts = FetchParts::new(version);
+                    let entry = entry.freeze();
                     for k in 0..=entry.len() {
+                        let short = matches!(
+                            parts.partition_entry_whole(&entry.slice(..k)),
+                            Err(Short(_))
+                        );
                         prop_assert_eq!(
-                            partition_entry_fits(&entry[..k], version),
-                            k == entry.len(),
+                            short,
+                            k < entry.len(),
                             "version {} prefix {} of {}", version, k, entry.len()
                         );
                     }
