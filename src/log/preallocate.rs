@@ -9,7 +9,7 @@
 //!
 //! The reservation is a hint: a filesystem without `fallocate` or a full disk makes it fail,
 //! and the write that follows reports the real outcome. A segment that stops being active
-//! gives its unused blocks back (`release`, a truncate to its own size).
+//! gives its unused blocks back (`Segment::release_reserved`, a truncate to its own size).
 
 use std::fs::File;
 use std::io;
