@@ -52,7 +52,10 @@ impl ServeProgress {
         let Some(flag) = self.done.get(global) else {
             return;
         };
+        // A load first: every request reports every partition of its session, and most are
+        // long done; a swap each time would write the shared line per partition per request.
         if next >= end
+            && !flag.load(Ordering::Relaxed)
             && !flag.swap(true, Ordering::Relaxed)
             && self.remaining.fetch_sub(1, Ordering::AcqRel) == 1
         {
