@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
@@ -31,7 +30,9 @@ use crate::log::read_view::{PartitionReadView, ReadCatalog};
 use crate::serve::authz::acl::{Operation, ResourceType};
 use crate::serve::dispatch::{encode_body, ApiHandler, Outcome, Part, Request};
 use crate::serve::fetch_park;
-use crate::serve::fetch_sessions::{self, Context, FetchSessions, TopicKey, Wanted};
+use crate::serve::fetch_sessions::{
+    self, Context, FetchSessions, TopicKey, Wanted, WantedPartition,
+};
 use crate::serve::metadata::{
     topic_by_id, topics, Topics, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -304,7 +305,7 @@ enum Answer {
 
 fn read_partition(
     view: &PartitionReadView,
-    p: &FetchPartition,
+    p: &WantedPartition,
     committed: bool,
     version: i16,
     budget: u64,
@@ -483,7 +484,7 @@ mod tests {
     use crate::serve::dispatch::Dispatcher;
     use crate::serve::fetch_sessions::{FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH};
     use crate::wire::batch_builder::{control_batch, BatchBuilder, EndTxnMarker};
-    use kafka_protocol::messages::fetch_request::FetchTopic;
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::RequestHeader;
     use kafka_protocol::protocol::{Decodable, Encodable};
     use std::os::unix::fs::FileExt;

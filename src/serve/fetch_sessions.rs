@@ -61,7 +61,32 @@ pub enum TopicKey {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Wanted {
     pub topic: TopicKey,
-    pub partition: FetchPartition,
+    pub partition: WantedPartition,
+}
+
+/// The fields of a Fetch request's partition that reading it uses, named as in the request.
+/// A plain copy: an incremental fetch lists every partition of its session (thousands for a
+/// mirror or a large consumer), and cloning and dropping the protocol type, with its map of
+/// tagged fields, per partition per request was a visible share of the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WantedPartition {
+    pub partition: i32,
+    pub current_leader_epoch: i32,
+    pub fetch_offset: i64,
+    pub last_fetched_epoch: i32,
+    pub partition_max_bytes: i32,
+}
+
+impl From<&FetchPartition> for WantedPartition {
+    fn from(p: &FetchPartition) -> WantedPartition {
+        WantedPartition {
+            partition: p.partition,
+            current_leader_epoch: p.current_leader_epoch,
+            fetch_offset: p.fetch_offset,
+            last_fetched_epoch: p.last_fetched_epoch,
+            partition_max_bytes: p.partition_max_bytes,
+        }
+    }
 }
 
 /// What reading one partition gave, as far as sessions care.
@@ -121,15 +146,86 @@ impl Cached {
     }
 }
 
+/// A partition's key in a session: its topic (name or id, as the session's version names
+/// topics) and index.
+type PartitionKey = (TopicKey, i32);
+
+/// What a session holds, laid out so that a request costs hash work only for the partitions
+/// it names: a mirror or a consumer with thousands of partitions names the few whose offsets
+/// moved, while every fetch reads (and reorders) all of them.
 #[derive(Debug)]
 struct Session {
     epoch: i32,
     uses_topic_ids: bool,
-    /// In the order they are read: partitions that were sent move to the end, so a response
-    /// cut short by max_bytes starts with the others next time.
-    partitions: Vec<Cached>,
+    /// The partitions, in no particular order (`order` is the read order); a slot moves only
+    /// when a partition before it is forgotten.
+    slots: Vec<Cached>,
+    /// Where each partition is in `slots`. Kept across requests: rebuilding it per request
+    /// was most of the session work at 4,096 partitions (benches/RESULTS.md, session 24).
+    at: HashMap<PartitionKey, usize>,
+    /// Slots in the order they are read: partitions that were sent move to the end, so a
+    /// response cut short by max_bytes starts with the others next time.
+    order: Vec<usize>,
     created_ms: u64,
     last_used_ms: u64,
+}
+
+impl Session {
+    /// Adds a partition the request names, or updates its parameters.
+    fn name(&mut self, w: Wanted) {
+        let key = (w.topic.clone(), w.partition.partition);
+        match self.at.get(&key) {
+            Some(&i) => self.slots[i].wanted = w,
+            None => {
+                self.at.insert(key, self.slots.len());
+                self.order.push(self.slots.len());
+                self.slots.push(Cached {
+                    wanted: w,
+                    high_watermark: Offset(-1),
+                    log_start: Offset(-1),
+                    last_stable: Offset(-1),
+                });
+            }
+        }
+    }
+
+    /// Drops the partitions of `forgotten`; one pass over the session whatever their number.
+    fn forget(&mut self, forgotten: &[PartitionKey]) {
+        let mut gone = vec![false; self.slots.len()];
+        let mut any = false;
+        for key in forgotten {
+            if let Some(i) = self.at.remove(key) {
+                gone[i] = true;
+                any = true;
+            }
+        }
+        if !any {
+            return;
+        }
+        // Old slot -> new slot, for the ones that stay.
+        let mut moved = vec![usize::MAX; self.slots.len()];
+        let mut next = 0;
+        for (i, g) in gone.iter().enumerate() {
+            if !g {
+                moved[i] = next;
+                next += 1;
+            }
+        }
+        let mut i = 0;
+        self.slots.retain(|_| {
+            i += 1;
+            !gone[i - 1]
+        });
+        for slot in self.at.values_mut() {
+            *slot = moved[*slot];
+        }
+        self.order.retain(|&s| !gone[s]);
+        for slot in &mut self.order {
+            *slot = moved[*slot];
+        }
+        debug_assert_eq!(self.slots.len(), self.at.len());
+        debug_assert_eq!(self.slots.len(), self.order.len());
+    }
 }
 
 /// Counters of what the cache did, for metrics and tests.
@@ -160,15 +256,6 @@ pub fn next_epoch(epoch: i32) -> i32 {
     }
 }
 
-/// Where each partition of `parts` is.
-fn index(parts: &[Cached]) -> HashMap<(TopicKey, i32), usize> {
-    parts
-        .iter()
-        .enumerate()
-        .map(|(i, c)| ((c.wanted.topic.clone(), c.wanted.partition.partition), i))
-        .collect()
-}
-
 fn key_of(version: i16, name: &str, id: uuid::Uuid) -> TopicKey {
     if version >= FIRST_TOPIC_ID_VERSION {
         TopicKey::Id(id)
@@ -185,7 +272,7 @@ pub fn requested(version: i16, request: &FetchRequest) -> Vec<Wanted> {
         for p in &t.partitions {
             out.push(Wanted {
                 topic: topic.clone(),
-                partition: p.clone(),
+                partition: WantedPartition::from(p),
             });
         }
     }
@@ -218,7 +305,7 @@ impl SessionCache {
 
     /// Partitions held by all sessions.
     pub fn partitions(&self) -> usize {
-        self.sessions.values().map(|s| s.partitions.len()).sum()
+        self.sessions.values().map(|s| s.slots.len()).sum()
     }
 
     /// Applies the request's session fields: closes, checks or updates the named session and
@@ -249,39 +336,26 @@ impl SessionCache {
         if session.uses_topic_ids != (version >= FIRST_TOPIC_ID_VERSION) {
             return Context::Error(FETCH_SESSION_TOPIC_ID_ERROR);
         }
-        let named = requested(version, request);
-        if !named.is_empty() {
-            // One hash lookup per named partition: a session may hold thousands and this
-            // runs under the cache's lock.
-            let mut at = index(&session.partitions);
-            for w in named {
-                let key = (w.topic.clone(), w.partition.partition);
-                match at.get(&key) {
-                    Some(&i) => session.partitions[i].wanted = w,
-                    None => {
-                        at.insert(key, session.partitions.len());
-                        session.partitions.push(Cached {
-                            wanted: w,
-                            high_watermark: Offset(-1),
-                            log_start: Offset(-1),
-                            last_stable: Offset(-1),
-                        });
-                    }
-                }
-            }
+        // One hash lookup per named partition: a session may hold thousands and this runs
+        // under the cache's lock.
+        for w in requested(version, request) {
+            session.name(w);
         }
-        for f in &request.forgotten_topics_data {
-            let topic = key_of(version, &f.topic.0, f.topic_id);
-            session.partitions.retain(|c| {
-                !(c.wanted.topic == topic && f.partitions.contains(&c.wanted.partition.partition))
-            });
-        }
-        if session.partitions.len() > max_partitions {
+        let forgotten: Vec<PartitionKey> = request
+            .forgotten_topics_data
+            .iter()
+            .flat_map(|f| {
+                let topic = key_of(version, &f.topic.0, f.topic_id);
+                f.partitions.iter().map(move |&p| (topic.clone(), p))
+            })
+            .collect();
+        session.forget(&forgotten);
+        if session.slots.len() > max_partitions {
             self.sessions.remove(&id);
             self.counts.closed += 1;
             return Context::Error(FETCH_SESSION_ID_NOT_FOUND);
         }
-        if session.partitions.is_empty() {
+        if session.slots.is_empty() {
             // Nothing left to follow: the session ends, as a broker ends it.
             self.sessions.remove(&id);
             self.counts.closed += 1;
@@ -293,9 +367,9 @@ impl SessionCache {
             id,
             epoch: session.epoch,
             wanted: session
-                .partitions
+                .order
                 .iter()
-                .map(|c| c.wanted.clone())
+                .map(|&i| session.slots[i].wanted.clone())
                 .collect(),
         }
     }
@@ -340,7 +414,9 @@ impl SessionCache {
             Session {
                 epoch: next_epoch(INITIAL_EPOCH),
                 uses_topic_ids: version >= FIRST_TOPIC_ID_VERSION,
-                partitions,
+                order: (0..partitions.len()).collect(),
+                slots: partitions,
+                at,
                 created_ms: now_ms,
                 last_used_ms: now_ms,
             },
@@ -362,25 +438,34 @@ impl SessionCache {
             return Err(FETCH_SESSION_ID_NOT_FOUND);
         };
         // Same epoch means nothing changed the session since `begin`, so the outcomes line up.
-        if session.epoch != epoch || session.partitions.len() != outcomes.len() {
+        if session.epoch != epoch || session.order.len() != outcomes.len() {
             return Err(INVALID_FETCH_SESSION_EPOCH);
         }
         let keep: Vec<bool> = session
-            .partitions
-            .iter_mut()
+            .order
+            .iter()
             .zip(outcomes)
-            .map(|(c, o)| c.must_respond(o))
+            .map(|(&i, o)| session.slots[i].must_respond(o))
             .collect();
-        let (mut sent, mut rest) = (Vec::new(), Vec::new());
-        for (c, k) in session.partitions.drain(..).zip(&keep) {
-            if *k {
-                sent.push(c);
-            } else {
-                rest.push(c);
-            }
-        }
-        rest.extend(sent);
-        session.partitions = rest;
+        // Sent partitions move to the end, each group keeping its order.
+        let mut order = Vec::with_capacity(session.order.len());
+        order.extend(
+            session
+                .order
+                .iter()
+                .zip(&keep)
+                .filter(|(_, k)| !**k)
+                .map(|(&i, _)| i),
+        );
+        order.extend(
+            session
+                .order
+                .iter()
+                .zip(&keep)
+                .filter(|(_, k)| **k)
+                .map(|(&i, _)| i),
+        );
+        session.order = order;
         self.counts.incremental_fetches += 1;
         Ok(keep)
     }
@@ -400,8 +485,8 @@ impl SessionCache {
                 .sessions
                 .iter()
                 .filter(|(_, s)| now_ms.saturating_sub(s.created_ms) > self.eviction_ms)
-                .min_by_key(|(id, s)| (s.partitions.len(), **id))
-                .filter(|(_, s)| s.partitions.len() < size)
+                .min_by_key(|(id, s)| (s.slots.len(), **id))
+                .filter(|(_, s)| s.slots.len() < size)
                 .map(|(id, _)| *id),
         };
         match victim {
@@ -882,5 +967,104 @@ mod tests {
             Context::Error(FETCH_SESSION_ID_NOT_FOUND)
         );
         assert!(c.is_empty());
+    }
+
+    // Goal: the session's layout (slots, a kept index, a read order) behaves exactly like the
+    // plain list it replaced: for any run of incremental requests that name, update and forget
+    // partitions of two topics, with any outcomes, every fetch reads the same partitions with
+    // the same parameters in the same order, and the responses keep the same ones. Method: a
+    // reference model (one Vec in read order: a named partition updated in place or pushed,
+    // forgotten ones retained out, sent ones moved to the end) run side by side with the cache.
+    proptest::proptest! {
+        #[test]
+        fn the_session_reads_and_orders_partitions_as_a_plain_list_would(
+            version in proptest::sample::select(vec![12i16, 13]),
+            steps in proptest::collection::vec(
+                (
+                    proptest::collection::vec((0usize..2, 0i32..12, 0i64..50), 0..6),
+                    proptest::collection::vec((0usize..2, 0i32..12), 0..4),
+                    proptest::collection::vec((0i64..3, proptest::bool::ANY), 40),
+                ),
+                1..25,
+            ),
+        ) {
+            let names = ["a", "b"];
+            let mut c = SessionCache::new(4, EVICT, 1_000);
+            let id = open(&mut c, version, 6, 0);
+            // The model: (topic, partition, fetch offset, last high watermark told), in order;
+            // topic 2 is the session's first topic, "t" (`open`), which no step names.
+            let mut model: Vec<(usize, i32, i64, i64)> = (0..6).map(|p| (2, p, 0, 10)).collect();
+            let mut epoch = 1;
+            for (named, forgotten, outs) in steps {
+                let mut topics = Vec::new();
+                for (t, name) in names.iter().enumerate() {
+                    let parts: Vec<(i32, i64)> = named
+                        .iter()
+                        .filter(|(nt, _, _)| *nt == t)
+                        .map(|&(_, p, o)| (p, o))
+                        .collect();
+                    if !parts.is_empty() {
+                        topics.push(topic(version, name, &parts));
+                    }
+                    for &(p, o) in &parts {
+                        match model.iter_mut().find(|m| m.0 == t && m.1 == p) {
+                            Some(m) => m.2 = o,
+                            None => model.push((t, p, o, -1)),
+                        }
+                    }
+                }
+                let mut r = req(id, epoch, topics);
+                for (t, name) in names.iter().enumerate() {
+                    let parts: Vec<i32> = forgotten
+                        .iter()
+                        .filter(|(ft, _)| *ft == t)
+                        .map(|&(_, p)| p)
+                        .collect();
+                    if !parts.is_empty() {
+                        r.forgotten_topics_data.push(forget(version, name, &parts));
+                        model.retain(|m| !(m.0 == t && parts.contains(&m.1)));
+                    }
+                }
+                let ctx = c.begin(version, &r, 5);
+                if model.is_empty() {
+                    // The session ended with its last partition, as a broker ends it.
+                    proptest::prop_assert!(matches!(ctx, Context::Sessionless(_)));
+                    return Ok(());
+                }
+                let Context::Incremental { epoch: next, wanted, .. } = ctx else {
+                    panic!("not incremental: {ctx:?}");
+                };
+                let read: Vec<(TopicKey, i32, i64)> = wanted
+                    .iter()
+                    .map(|w| (w.topic.clone(), w.partition.partition, w.partition.fetch_offset))
+                    .collect();
+                let topic_key = |t: usize| key(version, names.get(t).copied().unwrap_or("t"));
+                let expected: Vec<(TopicKey, i32, i64)> =
+                    model.iter().map(|m| (topic_key(m.0), m.1, m.2)).collect();
+                proptest::prop_assert_eq!(&read, &expected);
+                let outcomes: Vec<Outcome> = (0..wanted.len())
+                    .map(|i| {
+                        let (hw, records) = outs[i % outs.len()];
+                        Outcome { records, ..out(10 + hw, false) }
+                    })
+                    .collect();
+                let keep = c.finish_incremental(id, next, &outcomes).expect("same epoch");
+                let expected_keep: Vec<bool> = model
+                    .iter_mut()
+                    .zip(&outcomes)
+                    .map(|(m, o)| {
+                        let k = o.records || o.high_watermark.0 != m.3;
+                        m.3 = o.high_watermark.0;
+                        k
+                    })
+                    .collect();
+                proptest::prop_assert_eq!(&keep, &expected_keep);
+                let (sent, rest): (Vec<_>, Vec<_>) =
+                    model.iter().zip(&keep).partition(|(_, k)| **k);
+                model = rest.into_iter().chain(sent).map(|(m, _)| *m).collect();
+                proptest::prop_assert_eq!(c.partitions(), model.len());
+                epoch = next;
+            }
+        }
     }
 }
