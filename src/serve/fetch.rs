@@ -48,6 +48,9 @@ pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
 const FIRST_FLEXIBLE: i16 = 12;
 /// First Fetch version that names topics by id.
 const FIRST_TOPIC_ID: i16 = 13;
+/// First Fetch version with a response-wide max_bytes (KIP-74): from it a first batch the
+/// limits cut short is answered with no records instead of the cut bytes.
+const FIRST_SOFT_MAX_BYTES: i16 = 3;
 
 pub struct FetchApi {
     pub catalog: Arc<ReadCatalog>,
@@ -368,6 +371,13 @@ fn read_partition(
             // KIP-74: the first batch of a response is sent whole even past the limits, so a
             // batch larger than max bytes cannot stall the consumer.
             want = (h.size as u64).min(avail);
+        } else if want < h.size as u64 && version >= FIRST_SOFT_MAX_BYTES {
+            // The limits cut this partition's first batch short: send no records, as Kafka
+            // does from Fetch v3, and the client asks again (then first in its response).
+            // The cut batch alone would make the Java consumer fail ("no complete records
+            // were found"); it is only an answer before v3, where it means the record is
+            // too large for the client's limits.
+            want = 0;
         }
         if want > 0 {
             read = Some(Read {
@@ -643,6 +653,49 @@ mod tests {
                     assert!(p.aborted_transactions.is_none());
                 }
             }
+        }
+    }
+
+    // Goal: a partition whose first batch the response's limits cut short is answered with no
+    // records (Kafka's rule from Fetch v3), never with the cut bytes, which stock consumers
+    // cannot use (the Java consumer fails: "no complete records were found"), while the first
+    // partition with data still gets its first batch whole past the limits (KIP-74). Method:
+    // one request names partition 0 twice (sessionless); max_bytes lets the first read take
+    // the whole log and leaves half a batch for the second, then a partition_max_bytes of half
+    // a batch on the first (whole anyway) and the second (nothing).
+    #[test]
+    fn a_first_batch_the_limits_cut_short_is_sent_whole_first_and_otherwise_not_at_all() {
+        let (_dir, d, id, all) = setup();
+        let first = batch(0, 5, 0).len();
+        for version in [4, 7, 12, 13, 17] {
+            let mut r = request(version, id, 0, 0);
+            let again = r.topics[0].partitions[0].clone();
+            r.topics[0].partitions.push(again);
+            r.max_bytes = i32::try_from(all.len() + first / 2).unwrap();
+            let resp = fetch(&d, version, &r);
+            let parts = &resp.responses[0].partitions;
+            assert_eq!(parts.len(), 2, "v{version}");
+            assert_eq!(parts[0].records.as_deref(), Some(&all[..]), "v{version}");
+            assert_eq!(parts[1].error_code, 0);
+            assert_eq!(parts[1].high_watermark, 13);
+            assert_eq!(
+                parts[1].records.as_deref(),
+                Some(&[][..]),
+                "v{version}: a cut first batch is sent as no records"
+            );
+
+            let mut r = request(version, id, 0, 0);
+            r.topics[0].partitions[0].partition_max_bytes = i32::try_from(first / 2).unwrap();
+            let again = r.topics[0].partitions[0].clone();
+            r.topics[0].partitions.push(again);
+            let resp = fetch(&d, version, &r);
+            let parts = &resp.responses[0].partitions;
+            assert_eq!(
+                parts[0].records.as_deref(),
+                Some(&all[..first]),
+                "v{version}: the response's first batch goes out whole"
+            );
+            assert_eq!(parts[1].records.as_deref(), Some(&[][..]), "v{version}");
         }
     }
 
