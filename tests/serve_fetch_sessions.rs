@@ -7,7 +7,9 @@
 //! output (partition, offset, timestamp, headers, key, value of every record) must equal its
 //! output against the source. kmirror's `/metrics` must then show sessions created and
 //! incremental fetches served: without sessions the client falls back to full fetches and
-//! those counters stay at zero, failing the test.
+//! those counters stay at zero, failing the test. A last read from kmirror uses a response
+//! limit that runs out inside a partition's first batch, which a broker answers with no
+//! records for that partition; the consumer must again get every record.
 
 mod harness;
 mod mirror_support;
@@ -40,34 +42,33 @@ fn start_serving(
     (serve, data_dir, addr)
 }
 
-/// Every record of `topic` as the console consumer prints it, sorted by partition and offset.
-fn console_read(bootstrap: &str, topic: &str) -> Vec<String> {
+/// Every record of `topic` as the console consumer prints it, sorted by partition and offset;
+/// `limits` are extra consumer properties.
+fn console_read(bootstrap: &str, topic: &str, limits: &[&str]) -> Vec<String> {
     let max = RECORDS.to_string();
-    let mut lines = harness::console_consumer(
-        bootstrap,
-        &[
-            "--topic",
-            topic,
-            "--from-beginning",
-            "--max-messages",
-            &max,
-            "--timeout-ms",
-            "60000",
-            "--property",
-            "print.partition=true",
-            "--property",
-            "print.offset=true",
-            "--property",
-            "print.timestamp=true",
-            "--property",
-            "print.headers=true",
-            "--property",
-            "print.key=true",
-            // Small fetches: the topic takes many fetch round trips, so most are incremental.
-            "--consumer-property",
-            "max.partition.fetch.bytes=4096",
-        ],
-    );
+    let mut args = vec![
+        "--topic",
+        topic,
+        "--from-beginning",
+        "--max-messages",
+        &max,
+        "--timeout-ms",
+        "60000",
+        "--property",
+        "print.partition=true",
+        "--property",
+        "print.offset=true",
+        "--property",
+        "print.timestamp=true",
+        "--property",
+        "print.headers=true",
+        "--property",
+        "print.key=true",
+    ];
+    for property in limits {
+        args.extend(["--consumer-property", property]);
+    }
+    let mut lines = harness::console_consumer(bootstrap, &args);
     let key = |l: &String| -> (i64, i64) {
         let field = |name: &str| {
             l.split('\t')
@@ -123,9 +124,11 @@ fn console_consumer_reads_through_incremental_fetch_sessions() {
         "no client fetched yet"
     );
 
-    let theirs = console_read(&k.bootstrap(), &topic);
+    // Small fetches: the topic takes many fetch round trips, so most are incremental.
+    let small = ["max.partition.fetch.bytes=4096"];
+    let theirs = console_read(&k.bootstrap(), &topic, &small);
     assert_eq!(theirs.len(), RECORDS, "the source gave every record");
-    let ours = console_read(&kmirror, &topic);
+    let ours = console_read(&kmirror, &topic, &small);
     assert_eq!(ours.len(), RECORDS, "kmirror gave every record");
     assert_eq!(
         ours, theirs,
@@ -156,6 +159,19 @@ fn console_consumer_reads_through_incremental_fetch_sessions() {
         incremental >= 1.0,
         "no incremental fetch was served (created {created}): {after:?}"
     );
+    // A response limit that runs out inside the next partition's first batch (1,500 bytes of
+    // the 2,000 go to the first partition, batches are about 1 KiB): that partition must come
+    // back with no records, as from a broker, not with the cut bytes, which stop the Java
+    // consumer ("no complete records were found").
+    let cut = ["max.partition.fetch.bytes=1500", "fetch.max.bytes=2000"];
+    let ours = console_read(&kmirror, &topic, &cut);
+    assert_eq!(
+        ours.len(),
+        RECORDS,
+        "kmirror gave every record under a cutting limit"
+    );
+    assert_eq!(ours, theirs, "records read under a cutting limit differ");
+
     serve.assert_running();
     let text = serve.sigterm_and_wait();
     assert!(text.contains("stopped cleanly"), "{text}");
