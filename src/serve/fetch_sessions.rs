@@ -171,20 +171,38 @@ struct Session {
 }
 
 impl Session {
-    /// Adds a partition the request names, or updates its parameters.
-    fn name(&mut self, w: Wanted) {
+    /// A session with no partitions yet, opened by a full fetch at `now_ms`.
+    fn new(uses_topic_ids: bool, now_ms: u64) -> Session {
+        Session {
+            epoch: next_epoch(INITIAL_EPOCH),
+            uses_topic_ids,
+            slots: Vec::new(),
+            at: HashMap::new(),
+            order: Vec::new(),
+            created_ms: now_ms,
+            last_used_ms: now_ms,
+        }
+    }
+
+    /// Adds a partition the request names, or updates its parameters; returns its slot.
+    fn name(&mut self, w: Wanted) -> usize {
         let key = (w.topic.clone(), w.partition.partition);
         match self.at.get(&key) {
-            Some(&i) => self.slots[i].wanted = w,
+            Some(&i) => {
+                self.slots[i].wanted = w;
+                i
+            }
             None => {
-                self.at.insert(key, self.slots.len());
-                self.order.push(self.slots.len());
+                let i = self.slots.len();
+                self.at.insert(key, i);
+                self.order.push(i);
                 self.slots.push(Cached {
                     wanted: w,
                     high_watermark: Offset(-1),
                     log_start: Offset(-1),
                     last_stable: Offset(-1),
                 });
+                i
             }
         }
     }
@@ -383,44 +401,22 @@ impl SessionCache {
         outcomes: &[Outcome],
         now_ms: u64,
     ) -> i32 {
-        let mut partitions: Vec<Cached> = Vec::with_capacity(wanted.len());
-        let mut at = HashMap::with_capacity(wanted.len());
+        let mut session = Session::new(version >= FIRST_TOPIC_ID_VERSION, now_ms);
         for (w, o) in wanted.iter().zip(outcomes) {
-            let mut c = Cached {
-                wanted: w.clone(),
-                high_watermark: Offset(-1),
-                log_start: Offset(-1),
-                last_stable: Offset(-1),
-            };
-            c.must_respond(o);
-            // A partition named twice keeps its last parameters, as a map would.
-            match at.get(&(w.topic.clone(), w.partition.partition)) {
-                Some(&i) => partitions[i] = c,
-                None => {
-                    at.insert((w.topic.clone(), w.partition.partition), partitions.len());
-                    partitions.push(c);
-                }
-            }
+            // A partition named twice keeps its last parameters and what it was last told
+            // (`must_respond` overwrites all of that), as a map would.
+            let i = session.name(w.clone());
+            session.slots[i].must_respond(o);
         }
-        if partitions.is_empty() || partitions.len() > self.max_partitions {
+        let size = session.slots.len();
+        if size == 0 || size > self.max_partitions {
             return NO_SESSION;
         }
-        if self.sessions.len() >= self.max_sessions && !self.evict_for(partitions.len(), now_ms) {
+        if self.sessions.len() >= self.max_sessions && !self.evict_for(size, now_ms) {
             return NO_SESSION;
         }
         let id = self.new_id();
-        self.sessions.insert(
-            id,
-            Session {
-                epoch: next_epoch(INITIAL_EPOCH),
-                uses_topic_ids: version >= FIRST_TOPIC_ID_VERSION,
-                order: (0..partitions.len()).collect(),
-                slots: partitions,
-                at,
-                created_ms: now_ms,
-                last_used_ms: now_ms,
-            },
-        );
+        self.sessions.insert(id, session);
         self.counts.created += 1;
         id
     }
