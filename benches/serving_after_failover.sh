@@ -19,6 +19,8 @@
 #   PRODUCE_MB   megabytes each produce run writes (default 200)
 #   RUNS         runs per side and tool, alternating (default 2)
 #   SHARDS       kmirror shards (default 2)
+#   KEEP=1       keep the work dir (tool.log with the clients' errors, serve.log, broker.log)
+#                and print its path, to see why a run failed
 # Build first: cargo build --release --bin kmirror
 set -euo pipefail
 
@@ -29,6 +31,7 @@ CODEC=${CODEC:-lz4}
 PRODUCE_MB=${PRODUCE_MB:-200}
 RUNS=${RUNS:-2}
 SHARDS=${SHARDS:-2}
+KEEP=${KEEP:-0}
 KAFKA_VERSION=${KAFKA_VERSION:-4.4.0}
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,7 +49,7 @@ SERVE_PID=""
 cleanup() {
   [ -n "$SERVE_PID" ] && kill "$SERVE_PID" 2>/dev/null && wait "$SERVE_PID" 2>/dev/null || true
   [ -n "$BROKER_PID" ] && kill "$BROKER_PID" 2>/dev/null && wait "$BROKER_PID" 2>/dev/null || true
-  rm -rf "$WORK"
+  if [ "$KEEP" = 1 ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 fail() { echo "serving_after_failover: $*" >&2; exit 1; }
