@@ -145,6 +145,11 @@ pub struct FetchSection {
     /// each pipelines with the others without holding idle partitions back.
     #[serde(default = "default_connections_per_source")]
     pub connections_per_source: u8,
+    /// With `sessions_per_connection = 1`: a second fetch session on the connection only
+    /// while its partitions are behind (two requests in flight), merged back into one long
+    /// poll with the first answer that brings no records.
+    #[serde(default = "default_catch_up_pipelining")]
+    pub catch_up_pipelining: bool,
     /// `[fetch.source_load]`: fetch sessions on/off and the per-mirror rate cap.
     #[serde(default)]
     pub source_load: crate::fetch::source_load::SourceLoadSection,
@@ -152,6 +157,10 @@ pub struct FetchSection {
 
 fn default_sessions_per_connection() -> u8 {
     crate::limits::SOURCE_FETCH_SESSIONS_DEFAULT
+}
+
+fn default_catch_up_pipelining() -> bool {
+    true
 }
 
 fn default_connections_per_source() -> u8 {
@@ -185,6 +194,7 @@ impl Default for FetchSection {
             request_timeout_ms: default_request_timeout_ms(),
             sessions_per_connection: default_sessions_per_connection(),
             connections_per_source: default_connections_per_source(),
+            catch_up_pipelining: default_catch_up_pipelining(),
             source_load: Default::default(),
         }
     }
@@ -694,6 +704,7 @@ impl ServeConfig {
             max_rate_bytes_per_sec: self.fetch.source_load.max_rate_bytes_per_sec,
             sessions_per_connection: self.fetch.sessions_per_connection,
             connections_per_source: self.fetch.connections_per_source,
+            catch_up_pipelining: self.fetch.catch_up_pipelining,
         }
     }
 }

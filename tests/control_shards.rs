@@ -89,6 +89,7 @@ fn open_controller(data: &std::path::Path) -> Ctl {
         sessions_per_connection: 1,
         connections_per_source: 1,
         max_rate_bytes_per_sec: 0,
+        catch_up_pipelining: true,
     };
     let plane = ShardDataPlane::start(
         data,

@@ -38,6 +38,7 @@ fn small_config() -> FetchConfig {
         sessions_per_connection: 1,
         connections_per_source: 1,
         max_rate_bytes_per_sec: 0,
+        catch_up_pipelining: true,
     }
 }
 

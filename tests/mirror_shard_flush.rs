@@ -146,6 +146,7 @@ fn rig_of(partitions: i32, batches: u64, config_of: fn(i32) -> LogConfig) -> Rig
             sessions_per_connection: 1,
             connections_per_source: 1,
             max_rate_bytes_per_sec: 0,
+            catch_up_pipelining: true,
         },
         client_id: "flush-test".to_string(),
         request_timeout_ms: 5_000,

@@ -77,6 +77,7 @@ fn start_shard_with(
             sessions_per_connection: 1,
             connections_per_source: 1,
             max_rate_bytes_per_sec: 0,
+            catch_up_pipelining: true,
         },
         client_id: "test".to_string(),
         request_timeout_ms: 300,

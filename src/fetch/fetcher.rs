@@ -97,6 +97,10 @@ pub struct FetchConfig {
     /// Connections a shard opens to one source broker, its partitions there split between
     /// them; read by the shard, not by the fetcher.
     pub connections_per_source: u8,
+    /// With one fetch group per connection: split a connection's partitions into a second
+    /// group while they are behind, so two requests are in flight, and merge them back with
+    /// the first answer that brings no records; read by the shard (`mirror_shard_split`).
+    pub catch_up_pipelining: bool,
 }
 
 impl Default for FetchConfig {
@@ -110,6 +114,7 @@ impl Default for FetchConfig {
             max_rate_bytes_per_sec: 0,
             sessions_per_connection: crate::limits::SOURCE_FETCH_SESSIONS_DEFAULT,
             connections_per_source: crate::limits::SOURCE_CONNECTIONS_DEFAULT,
+            catch_up_pipelining: true,
         }
     }
 }
@@ -124,6 +129,8 @@ pub enum FetcherError {
     Duplicate(TopicPartition),
     #[error("no such partition slot {0:?}")]
     NoSuchSlot(Slot),
+    #[error("a request is in flight")]
+    RequestInFlight,
     #[error(transparent)]
     Conn(#[from] ConnError),
 }
@@ -131,6 +138,16 @@ pub enum FetcherError {
 /// A partition's handle in one fetcher, stable until it is removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Slot(pub u32);
+
+/// A partition's whole fetch state between `Fetcher::hand_over` and `Fetcher::take_over`.
+#[derive(Debug)]
+pub struct Handover(Partition);
+
+impl Handover {
+    pub fn topic_partition(&self) -> &TopicPartition {
+        &self.0.tp
+    }
+}
 
 /// Where to start fetching a partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -310,7 +327,7 @@ struct SessionEntry {
     last_fetched_epoch: LeaderEpoch,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Partition {
     tp: TopicPartition,
     topic_name: TopicName,
@@ -426,6 +443,8 @@ pub struct Fetcher {
     backoffs: BTreeSet<(Instant, Slot)>,
     /// Partitions (removed ones included) that the broker's session holds.
     in_session: usize,
+    /// Removed partitions still held to be forgotten (counted in `order`).
+    removed: usize,
     /// Partitions without a topic id (they force Fetch v12 on sources that have ids).
     nil_ids: BTreeSet<Slot>,
     /// Some partition may be in `AwaitingLogStart` / `AwaitingEpochCheck`: set when one enters
@@ -500,6 +519,7 @@ impl Fetcher {
             visit: Vec::new(),
             backoffs: BTreeSet::new(),
             in_session: 0,
+            removed: 0,
             nil_ids: BTreeSet::new(),
             want_list_offsets: false,
             want_epoch_check: false,
@@ -529,38 +549,10 @@ impl Fetcher {
 
     /// Start fetching a partition from this broker.
     pub fn add_partition(&mut self, start: PartitionStart) -> Result<Slot, FetcherError> {
-        if self.by_name.len() >= FETCHER_PARTITIONS_MAX {
-            return Err(FetcherError::TooManyPartitions(self.by_name.len()));
-        }
-        let name = topic_name(&start.tp);
-        let partition_index = start.tp.partition;
-        let key = (name.clone(), partition_index);
-        if let Some(slot) = self.by_name.get(&key) {
-            // A removed partition still waiting to be forgotten may be added again.
-            // (`partition()` hides removed partitions, so look at the slot itself.)
-            let removed = self
-                .slots
-                .get(slot.0 as usize)
-                .and_then(Option::as_ref)
-                .is_some_and(|p| p.removed);
-            if !removed {
-                return Err(FetcherError::Duplicate(start.tp));
-            }
-            self.drop_slot(*slot);
-        }
         let needs_epoch_check =
             !self.versions.fetch_has_divergence() && start.last_epoch.is_known();
-        // Keep partitions of one topic next to each other.
-        let next_rank = &mut self.next_rank;
-        let group = self.topic_groups.entry(name.clone()).or_insert_with(|| {
-            *next_rank += 1;
-            (*next_rank, 0)
-        });
-        group.1 += 1;
-        self.next_seq += 1;
-        let order_key = (group.0, self.next_seq);
         let partition = Partition {
-            topic_name: name.clone(),
+            topic_name: topic_name(&start.tp),
             topic_id: start.topic_id,
             fetch_offset: start.log_end,
             log_end: start.log_end,
@@ -581,10 +573,73 @@ impl Fetcher {
             bad_records_streak: 0,
             append_failures: 0,
             skip_in_flight_answer: false,
-            order_key,
+            order_key: (0, 0),
             touched: false,
             tp: start.tp,
         };
+        self.insert(partition)
+    }
+
+    /// Takes `slot`'s partition out of this fetcher with all its fetch state, for another
+    /// fetcher of the same broker to go on with (`take_over`): the shard's catch-up split and
+    /// merge move partitions between its fetch groups this way, keeping every position,
+    /// watermark, epoch, backoff and pending check. Only between requests: the answer to a
+    /// request in flight would be read against a partition that is no longer here. The
+    /// broker's session forgets it with this fetcher's next request.
+    pub fn hand_over(&mut self, slot: Slot) -> Result<Handover, FetcherError> {
+        if self.pending.is_some() {
+            return Err(FetcherError::RequestInFlight);
+        }
+        let p = self
+            .partition(slot)
+            .ok_or(FetcherError::NoSuchSlot(slot))?
+            .clone();
+        self.remove_partition(slot)?;
+        Ok(Handover(p))
+    }
+
+    /// Goes on fetching a partition another fetcher of the same broker handed over.
+    pub fn take_over(&mut self, handover: Handover) -> Result<Slot, FetcherError> {
+        let mut p = handover.0;
+        p.in_session = None;
+        p.removed = false;
+        p.touched = false;
+        p.skip_in_flight_answer = false;
+        self.insert(p)
+    }
+
+    /// Adds `partition` (not in the session yet) and touches it.
+    fn insert(&mut self, mut partition: Partition) -> Result<Slot, FetcherError> {
+        if self.by_name.len() >= FETCHER_PARTITIONS_MAX {
+            return Err(FetcherError::TooManyPartitions(self.by_name.len()));
+        }
+        let name = partition.topic_name.clone();
+        let partition_index = partition.tp.partition;
+        let key = (name.clone(), partition_index);
+        if let Some(slot) = self.by_name.get(&key) {
+            // A removed partition still waiting to be forgotten may be added again.
+            // (`partition()` hides removed partitions, so look at the slot itself.)
+            let removed = self
+                .slots
+                .get(slot.0 as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|p| p.removed);
+            if !removed {
+                return Err(FetcherError::Duplicate(partition.tp));
+            }
+            self.drop_slot(*slot);
+        }
+        // Keep partitions of one topic next to each other.
+        let next_rank = &mut self.next_rank;
+        let group = self.topic_groups.entry(name).or_insert_with(|| {
+            *next_rank += 1;
+            (*next_rank, 0)
+        });
+        group.1 += 1;
+        self.next_seq += 1;
+        let order_key = (group.0, self.next_seq);
+        partition.order_key = order_key;
+        let topic_id = partition.topic_id;
         let slot = match self.free.pop() {
             Some(i) => {
                 self.slots[i as usize] = Some(partition);
@@ -596,10 +651,10 @@ impl Fetcher {
             }
         };
         self.by_name.insert(key, slot);
-        if start.topic_id.is_nil() {
+        if topic_id.is_nil() {
             self.nil_ids.insert(slot);
         } else {
-            self.by_id.insert((start.topic_id, partition_index), slot);
+            self.by_id.insert((topic_id, partition_index), slot);
         }
         self.order.insert(order_key, slot);
         self.touch(slot);
@@ -634,6 +689,7 @@ impl Fetcher {
         let tp = p.tp.clone();
         if p.in_session.is_some() {
             p.removed = true;
+            self.removed += 1;
             self.touch(slot);
         } else {
             self.drop_slot(slot);
@@ -655,6 +711,9 @@ impl Fetcher {
             }
         }
         self.nil_ids.remove(&slot);
+        if p.removed {
+            self.removed -= 1;
+        }
         if p.in_session.is_some() {
             self.in_session -= 1;
         }
@@ -695,8 +754,19 @@ impl Fetcher {
             .map(|p| (p.high_watermark, p.last_stable_offset, p.log_start_offset))
     }
 
+    /// Whether one more partition may be added (`FETCHER_PARTITIONS_MAX`, partitions still to
+    /// be forgotten included).
+    pub fn has_room(&self) -> bool {
+        self.by_name.len() < FETCHER_PARTITIONS_MAX
+    }
+
     pub fn partitions(&self) -> usize {
         self.order.len()
+    }
+
+    /// Partitions fetched here: `partitions` but those removed and not yet forgotten.
+    pub fn live_partitions(&self) -> usize {
+        self.order.len() - self.removed
     }
 
     /// The broker's fetch session, if one is open: (id, next epoch).

@@ -297,6 +297,51 @@ fn removed_partition_is_forgotten_in_the_session() {
     assert_eq!(b.f.partitions(), 1);
 }
 
+// Goal: a partition handed over from one fetcher of a broker to another (the shard's catch-up
+// split and merge of its fetch groups) keeps its whole fetch state: the fetcher it joins asks
+// for it from the same offset with the same epochs and knows its watermarks, and the fetcher
+// it left forgets it in its session with its next request. A fetcher with a request in flight
+// hands nothing over (that request's answer would name a partition no longer there).
+#[test]
+fn a_handed_over_partition_keeps_its_position_epochs_and_watermarks() {
+    let mut a = Broker::new(12);
+    a.add(0, 0, -1);
+    let s1 = a.add(1, 10, 3);
+    let (h, _) = a.fetch_request();
+    a.respond(
+        &h,
+        &fetch_response(9, vec![partition(1, 30, Some(batch(10, 5, 4)))], false),
+    );
+    assert_eq!(a.f.fetch_offset(s1), Some(Offset(15)));
+    let (h, _) = a.fetch_request();
+    assert!(matches!(
+        a.f.hand_over(s1),
+        Err(FetcherError::RequestInFlight)
+    ));
+    a.respond(&h, &fetch_response(9, vec![], false));
+    let handover = a.f.hand_over(s1).unwrap();
+    assert_eq!(handover.topic_partition(), &TopicPartition::new("t", 1));
+    assert_eq!((a.f.partitions(), a.f.live_partitions()), (2, 1));
+    assert_eq!(a.f.fetch_offset(s1), None, "gone from the fetcher it left");
+
+    let mut b = Broker::new(12);
+    let t1 = b.f.take_over(handover).unwrap();
+    assert_eq!(b.f.fetch_offset(t1), Some(Offset(15)));
+    assert_eq!(
+        b.f.watermarks(t1),
+        Some((Offset(30), Offset(30), Offset(0)))
+    );
+    let (_, req) = b.fetch_request();
+    assert_eq!(sent_partitions(&req), vec![(1, 15)]);
+    let p = &req.topics[0].partitions[0];
+    assert_eq!((p.current_leader_epoch, p.last_fetched_epoch), (5, 4));
+
+    let (_, req) = a.fetch_request();
+    assert!(req.topics.is_empty(), "{req:?}");
+    assert_eq!(req.forgotten_topics_data[0].partitions, vec![1]);
+    assert_eq!((a.f.partitions(), a.f.live_partitions()), (1, 1));
+}
+
 // Goal: pause then resume before the next request. The partition removed from a session is
 // still waiting to be forgotten; adding it again must replace it, not fail as a duplicate.
 #[test]
