@@ -305,13 +305,19 @@ pub const FETCH_BAD_RECORDS_RETRIES: u32 = 3;
 pub const SOURCE_FETCH_SESSIONS_MAX: usize = 8;
 /// Default `fetch.sessions_per_connection`: one, Kafka's replica-fetcher behaviour. The source
 /// answers a connection's requests one at a time, so with several groups an idle group's long
-/// poll delays the other groups' data by up to `max_wait_ms`; more groups are for catching up.
+/// poll delays the other groups' data by up to `max_wait_ms`; a connection behind gets a second
+/// group only while it is behind (`fetch.catch_up_pipelining`, `runtime::mirror_shard_split`).
 pub const SOURCE_FETCH_SESSIONS_DEFAULT: u8 = 1;
 
 const _: () = assert!(
     SOURCE_FETCH_SESSIONS_DEFAULT >= 1
         && SOURCE_FETCH_SESSIONS_DEFAULT as usize <= SOURCE_FETCH_SESSIONS_MAX
 );
+
+/// Answers in a row, each showing a backlog at the source (`runtime::mirror_shard_split`'s
+/// `Backlog`), before a connection with one fetch group splits it in two to catch up: one
+/// such answer may be a burst, two are a backlog.
+pub const CATCH_UP_SPLIT_AFTER_RESPONSES: u32 = 2;
 
 /// Connections one shard may open to one source broker (`fetch.connections_per_source`): its
 /// partitions there are split between them, each connection with its own fetch groups. A

@@ -8,6 +8,12 @@
 //! to the broker, each with one request in flight, and still mirrors every partition
 //! byte-for-byte.
 //!
+//! A third: with the defaults (one fetch group per connection) a connection behind splits its
+//! partitions into a second group, so two requests are in flight while it catches up, and
+//! merges them back once caught up: from then on one request at a time, the long poll of the
+//! one group (checked over an idle window and a trickle of new records), and the mirror is
+//! byte-for-byte.
+//!
 //! Then idle: with nothing new on the source, the groups must not spin on empty answers
 //! (requests queued behind another one ask for `max_wait_ms = 0`, so a careless client would
 //! resend them back to back). The bound below is an upper bound on the number of Fetches, not
@@ -144,6 +150,8 @@ max_wait_ms = 200
 max_bytes = 2097152
 partition_max_bytes = 16384
 connections_per_source = 3
+# One group per connection for good (no catch-up split), so each has one request in flight.
+catch_up_pipelining = false
 "#,
             bootstrap = proxy.bootstrap(),
             data = data_dir.display()
@@ -175,4 +183,122 @@ connections_per_source = 3
         "no connection was dropped:\n{text}"
     );
     assert_valid(&pairs.iter().map(|(_, o)| o.clone()).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_connection_behind_pipelines_then_merges_back_into_one_long_poll() {
+    let k = harness::shared();
+    let topic = harness::unique_topic("catch-up");
+    let partitions = 8;
+    k.create_topic(&topic, partitions, &[]);
+    for p in 0..partitions {
+        let opts = ProduceOpts {
+            seed: 200 + p as u64,
+            value_bytes: 1000,
+            ..Default::default()
+        };
+        k.produce(&topic, p, 400, &opts);
+    }
+    let proxy = FaultProxy::start(k.bootstrap().parse().unwrap(), Fault::None);
+    let work = tempfile::tempdir().unwrap();
+    let data_dir = work.path().join("data");
+    let config = work.path().join("kmirror.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[source]
+bootstrap_servers = ["{bootstrap}"]
+[topics]
+names = ["{topic}"]
+[storage]
+data_dir = "{data}"
+[runtime]
+shards = 1
+arena_slot_bytes = 4194304
+arena_slots = 4
+[fetch]
+max_wait_ms = 200
+max_bytes = 2097152
+partition_max_bytes = 16384
+"#,
+            bootstrap = proxy.bootstrap(),
+            data = data_dir.display()
+        ),
+    )
+    .unwrap();
+    let metrics = harness::serve::add_metrics_listener(&config);
+    let pairs = k.mirror_pairs(&topic, partitions, &data_dir);
+    let mut serve = Serve::start(&config, work.path().join("serve.log"));
+    wait_all_mirrored(&mut serve, &pairs);
+    let catching_up = proxy.max_in_flight.load(Ordering::Relaxed);
+    let (splits, merges) = group_changes(&harness::serve::scrape_metrics(&metrics));
+    println!(
+        "while behind: most requests in flight {catching_up}; splits {splits}, merges {merges}"
+    );
+    assert_eq!(
+        catching_up, 2,
+        "a connection behind keeps two requests in flight, one per group"
+    );
+    assert!(splits >= 1, "the connection split to catch up");
+
+    // Caught up: the first empty answer merges the groups. From the next request on, one
+    // request at a time, through an idle window and a trickle of new records.
+    serve.wait_for("the groups merged", Duration::from_secs(30), || {
+        let (s, m) = group_changes(&harness::serve::scrape_metrics(&metrics));
+        s >= 1 && m == s
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    proxy.max_in_flight.store(0, Ordering::Relaxed);
+    let before = proxy.fetches.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(1_500));
+    for p in 0..partitions {
+        k.produce(&topic, p, 3, &ProduceOpts::default());
+    }
+    wait_all_mirrored(&mut serve, &pairs);
+    std::thread::sleep(Duration::from_millis(1_000));
+    let caught_up = proxy.max_in_flight.load(Ordering::Relaxed);
+    let fetches = proxy.fetches.load(Ordering::Relaxed) - before;
+    let (splits_after, merges_after) = group_changes(&harness::serve::scrape_metrics(&metrics));
+    println!("caught up: most requests in flight {caught_up} over {fetches} fetches");
+    assert!(fetches > 0, "fetching stopped once caught up");
+    assert_eq!(
+        caught_up, 1,
+        "caught up, the connection's partitions are one group again: one long poll at a time"
+    );
+    assert_eq!(
+        (splits_after, merges_after),
+        (splits, splits),
+        "a trickle of records neither splits nor leaves the connection split"
+    );
+    let text = serve.sigterm_and_wait();
+    assert!(!text.contains("partition stopped"), "{text}");
+    assert!(
+        !text.contains("reconnecting"),
+        "no connection was dropped:\n{text}"
+    );
+    assert_valid(&pairs.iter().map(|(_, o)| o.clone()).collect::<Vec<_>>());
+}
+
+/// `kmirror_shard_catch_up_group_changes_total` of a scrape, summed over shards: (splits,
+/// merges).
+fn group_changes(scrape: &str) -> (u64, u64) {
+    let (mut splits, mut merges) = (0, 0);
+    for line in scrape.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        if !series.starts_with("kmirror_shard_catch_up_group_changes_total{") {
+            continue;
+        }
+        let n: u64 = value.parse().unwrap();
+        if series.contains("change=\"split\"") {
+            splits += n;
+        } else if series.contains("change=\"merge\"") {
+            merges += n;
+        } else {
+            panic!("group change series without a known change: {line}");
+        }
+    }
+    (splits, merges)
 }

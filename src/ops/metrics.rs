@@ -663,6 +663,28 @@ impl Scrape {
              incremental ones (KIP-227 fetch sessions) only partitions whose position changed.",
             &requests,
         )?;
+        let catch_up: Vec<(Labels, u64)> = self
+            .shards
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| {
+                let with = |change: &'static str| {
+                    let mut l = shard_labels(i);
+                    l.push(("change", change.to_string()));
+                    l
+                };
+                [
+                    (with("split"), s.fetch_group_splits),
+                    (with("merge"), s.fetch_group_merges),
+                ]
+            })
+            .collect();
+        f.counter(
+            "kmirror_shard_catch_up_group_changes",
+            "Connections that split their partitions into a second fetch group while behind \
+             (two requests in flight), and merged them back once caught up.",
+            &catch_up,
+        )?;
         for (which, name, help) in [
             (
                 Latency::FetchRoundTrip,

@@ -11,6 +11,8 @@
 //! in the order they came). Responses are matched to groups by that order (`in_flight`).
 //! With one group (the default, like Kafka's replica fetcher) a RECV may ask for the whole
 //! slot; with several, a RECV never reads past the frame it is filling (see `ensure_recv`).
+//! With one group configured, a connection behind is split into two groups until it caught
+//! up (`split`, `fetch.catch_up_pipelining`).
 //!
 //! The source handles one request of a connection at a time, so a request parked for
 //! `max_wait_ms` (a long poll of a group with nothing new) holds back every request behind it.
@@ -67,6 +69,9 @@ mod progress_report;
 // Flushes (rolls, checkpoints) performed on the ring without waiting.
 #[path = "mirror_shard_flush.rs"]
 mod flush;
+// A second fetch group on a connection while its partitions are behind.
+#[path = "mirror_shard_split.rs"]
+mod split;
 
 /// Control → shard.
 #[derive(Debug)]
@@ -216,6 +221,30 @@ struct Group {
     streaming: bool,
     /// Records of the response being received were handed out before it was whole.
     records_read_early: bool,
+    /// What the response being received showed of the source's backlog (`split`).
+    backlog: split::Backlog,
+}
+
+impl Group {
+    fn new(spec: &SourceSpec) -> Result<Group, FetcherError> {
+        Ok(Group {
+            fetcher: Fetcher::new(spec.fetch, spec.versions, &spec.client_id)?,
+            logs: Vec::new(),
+            meters: Vec::new(),
+            leader_wanted: Vec::new(),
+            throttle_seen_ms: 0,
+            requests_seen: FetchRequestCounts::default(),
+            streaming: true,
+            records_read_early: false,
+            backlog: Default::default(),
+        })
+    }
+
+    /// Whether the group fetches any partition (a group the catch-up merge emptied may still
+    /// have partitions to forget in its session).
+    fn holds_partitions(&self) -> bool {
+        self.fetcher.live_partitions() > 0
+    }
 }
 
 /// A request on the wire, oldest first in `Source::in_flight`.
@@ -266,6 +295,19 @@ struct Source {
     /// The source answered a request on this connection since it (re)connected; mirrored into
     /// every partition's stats when it changes (`kmirror_source_reachable`), never per response.
     answered: bool,
+    /// The connection's partitions are split into two fetch groups to catch up (`split`).
+    catching_up: bool,
+    /// Answers in a row that left partitions behind (`split`).
+    behind_streak: u32,
+}
+
+impl Source {
+    /// Whether the connection's responses may follow each other on the socket: fixed fetch
+    /// groups, or a catch-up split. (A group the merge emptied may still send one request to
+    /// forget its partitions; it waits while an unbounded RECV is posted, see `drive`.)
+    fn pipelines(&self) -> bool {
+        self.groups.len() > 1 && (self.spec.fetch.sessions_per_connection > 1 || self.catching_up)
+    }
 }
 
 /// Logs handed back to the control thread when a shard stops or drops a partition, so the
@@ -372,6 +414,8 @@ impl MirrorShard {
             next_head: 0,
             deadline_armed: false,
             answered: false,
+            catching_up: false,
+            behind_streak: 0,
         });
         let i = self.sources.len() - 1;
         self.connect(cx, i);
@@ -380,25 +424,21 @@ impl MirrorShard {
 
     /// The fetch group a new partition joins: an empty one, else a new one while the
     /// connection has fewer than `sessions_per_connection`, else the one with fewest
-    /// partitions.
+    /// partitions. With one session per connection, outside a catch-up split, that is the
+    /// group that holds the connection's partitions (the split's second group stays empty).
     fn pick_group(src: &mut Source) -> Result<usize, FetcherError> {
+        let max =
+            usize::from(src.spec.fetch.sessions_per_connection).clamp(1, SOURCE_FETCH_SESSIONS_MAX);
+        if max == 1 && !src.catching_up {
+            if let Some(g) = src.groups.iter().position(Group::holds_partitions) {
+                return Ok(g);
+            }
+        }
         if let Some(g) = src.groups.iter().position(|g| g.fetcher.partitions() == 0) {
             return Ok(g);
         }
-        let max =
-            usize::from(src.spec.fetch.sessions_per_connection).clamp(1, SOURCE_FETCH_SESSIONS_MAX);
         if src.groups.len() < max {
-            let fetcher = Fetcher::new(src.spec.fetch, src.spec.versions, &src.spec.client_id)?;
-            src.groups.push(Group {
-                fetcher,
-                logs: Vec::new(),
-                meters: Vec::new(),
-                leader_wanted: Vec::new(),
-                throttle_seen_ms: 0,
-                requests_seen: FetchRequestCounts::default(),
-                streaming: true,
-                records_read_early: false,
-            });
+            src.groups.push(Group::new(&src.spec)?);
             return Ok(src.groups.len() - 1);
         }
         let fewest = (0..src.groups.len()).min_by_key(|&g| src.groups[g].fetcher.partitions());
@@ -668,9 +708,11 @@ impl MirrorShard {
         src.out.clear();
         let now = Instant::now();
         let answered = std::mem::replace(&mut src.answered, false);
+        src.behind_streak = 0;
         for group in &mut src.groups {
             group.fetcher.connection_lost(now);
             group.streaming = true;
+            group.backlog = Default::default();
             if answered {
                 group
                     .meters
@@ -845,6 +887,12 @@ impl MirrorShard {
         if src.link != Link::Up {
             return;
         }
+        debug_assert!(
+            src.spec.fetch.sessions_per_connection > 1
+                || src.catching_up
+                || src.groups.iter().filter(|g| g.holds_partitions()).count() <= 1,
+            "outside a catch-up split, one fetch group holds a connection's partitions"
+        );
         let now = Instant::now();
         let mut wake: Option<Instant> = None;
         let n = src.groups.len();
@@ -872,7 +920,10 @@ impl MirrorShard {
                 continue;
             }
             let group = &mut src.groups[g];
-            let wait = if head { src.spec.fetch.max_wait_ms } else { 0 };
+            // A group the catch-up merge emptied only forgets: it must not park at the head
+            // with nothing to wait for while the other group's request waits behind it.
+            let parks = head && group.holds_partitions();
+            let wait = if parks { src.spec.fetch.max_wait_ms } else { 0 };
             group.fetcher.set_max_wait_ms(wait);
             match group.fetcher.poll_request(&mut src.out, now) {
                 Ok(Poll::Sent(_)) => {
@@ -962,7 +1013,7 @@ impl MirrorShard {
                         .min(slot.remaining()),
                     false,
                 ),
-                _ if src.groups.len() > 1 || src.in_flight.len() > 1 => {
+                _ if src.pipelines() || src.in_flight.len() > 1 => {
                     (LENGTH_PREFIX_BYTES.saturating_sub(slot.len()), false)
                 }
                 _ => (slot.remaining(), true),
@@ -1122,6 +1173,7 @@ impl MirrorShard {
         self.events = events;
         let group = &mut self.sources[i].groups[g];
         group.streaming = streaming;
+        let backlog = std::mem::take(&mut group.backlog);
         let requests = group.fetcher.fetch_requests();
         cx.stats.fetch_requests(
             requests.full - group.requests_seen.full,
@@ -1138,7 +1190,9 @@ impl MirrorShard {
                 .flatten()
                 .for_each(|m| m.throttled(throttled));
         }
-        handled.map_err(|e| e.to_string())
+        handled.map_err(|e| e.to_string())?;
+        self.pipeline_catch_up(cx, i, g, streaming, backlog);
+        Ok(())
     }
 
     fn apply_events(&mut self, cx: &mut Cx<'_>, i: usize, g: usize, events: &mut Vec<FetchEvent>) {
@@ -1154,7 +1208,10 @@ impl MirrorShard {
                 self.write_staged(cx);
             }
             match ev {
-                FetchEvent::Records(r) => self.stage_records(cx, at(r.slot), r),
+                FetchEvent::Records(r) => {
+                    self.sources[i].groups[g].backlog.count(&r);
+                    self.stage_records(cx, at(r.slot), r)
+                }
                 FetchEvent::LogStartMoved { slot, to, .. } => {
                     // Mirrored history is never deleted because the source lost it: the log
                     // keeps its batches and the next append lands at `to`, past a gap. Only

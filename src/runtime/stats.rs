@@ -208,6 +208,10 @@ pub struct ShardStats {
     /// Fetch requests sent, full and incremental (fetch sessions, `fetch::source_load`).
     fetch_full: AtomicU64,
     fetch_incremental: AtomicU64,
+    /// Catch-up splits of a connection into two fetch groups, and merges back
+    /// (`mirror_shard_split`).
+    fetch_group_splits: AtomicU64,
+    fetch_group_merges: AtomicU64,
     ring_submitted: AtomicU64,
     ring_completed: AtomicU64,
     /// Log writes done on the shard thread, and those slower than their size explains
@@ -239,6 +243,8 @@ pub struct ShardSnapshot {
     pub throttle_ms: u64,
     pub fetch_full: u64,
     pub fetch_incremental: u64,
+    pub fetch_group_splits: u64,
+    pub fetch_group_merges: u64,
     pub ring_submitted: u64,
     pub ring_completed: u64,
     pub log_writes_inline: u64,
@@ -270,6 +276,8 @@ impl ShardStats {
             throttle_ms: AtomicU64::new(0),
             fetch_full: AtomicU64::new(0),
             fetch_incremental: AtomicU64::new(0),
+            fetch_group_splits: AtomicU64::new(0),
+            fetch_group_merges: AtomicU64::new(0),
             ring_submitted: AtomicU64::new(0),
             ring_completed: AtomicU64::new(0),
             log_writes_inline: AtomicU64::new(0),
@@ -312,6 +320,16 @@ impl ShardStats {
         self.fetch_full.fetch_add(full, Ordering::Relaxed);
         self.fetch_incremental
             .fetch_add(incremental, Ordering::Relaxed);
+    }
+
+    /// A connection behind split its partitions into a second fetch group.
+    pub fn fetch_group_split(&self) {
+        self.fetch_group_splits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection caught up merged its fetch groups back into one.
+    pub fn fetch_group_merge(&self) {
+        self.fetch_group_merges.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A flush's syncs went to the ring.
@@ -380,6 +398,8 @@ impl ShardStats {
             throttle_ms: l(&self.throttle_ms),
             fetch_full: l(&self.fetch_full),
             fetch_incremental: l(&self.fetch_incremental),
+            fetch_group_splits: l(&self.fetch_group_splits),
+            fetch_group_merges: l(&self.fetch_group_merges),
             ring_submitted: l(&self.ring_submitted),
             ring_completed: l(&self.ring_completed),
             log_writes_inline: l(&self.log_writes_inline),
