@@ -11,6 +11,7 @@
 #
 #   RATE_MB_S=100 benches/latency.sh                 # half of a measured maximum of 200 MB/s
 #   QUICK=1 BIN=target/debug RATE_MB_S=5 benches/latency.sh
+#   CATCH_UP=0 RATE_MB_S=100 benches/latency.sh      # without fetch.catch_up_pipelining
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release}
@@ -21,8 +22,9 @@ PARTS=${PARTS:-16}
 BATCH=${BATCH:-16384}
 CODEC=${CODEC:-lz4}
 SHARDS=${SHARDS:-1}
+CATCH_UP=${CATCH_UP:-1}
 OUT=${OUT:-benches/results}
-NAME=${NAME:-latency-p${PARTS}-b${BATCH}-${CODEC}-s${SHARDS}-r${RATE_MB_S}}
+NAME=${NAME:-latency-p${PARTS}-b${BATCH}-${CODEC}-s${SHARDS}-r${RATE_MB_S}$([[ $CATCH_UP == 0 ]] && echo -nocatchup)}
 for b in kmirror kmirror-synth-source; do
     [[ -x $BIN/$b ]] || { echo "build first: cargo build --release --bin kmirror --bin kmirror-synth-source" >&2; exit 1; }
 done
@@ -53,9 +55,11 @@ names = ["synth"]
 data_dir = "$WORK/data"
 [runtime]
 shards = $SHARDS
+[fetch]
+catch_up_pipelining = $([[ $CATCH_UP == 0 ]] && echo false || echo true)
 EOF
 load=$(cut -d' ' -f1 /proc/loadavg)
-echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc) load1=$load partitions=$PARTS codec=$CODEC shards=$SHARDS secs=$SECS $layout"
+echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc) load1=$load partitions=$PARTS codec=$CODEC shards=$SHARDS catch_up=$CATCH_UP secs=$SECS $layout"
 "$BIN/kmirror" serve --config "$WORK/kmirror.toml" >"$WORK/serve.log" 2>&1 &
 serve_pid=$!
 sleep "$SECS"

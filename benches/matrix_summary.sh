@@ -17,15 +17,17 @@ function median(list,    n, a, i, j, t) {
     if (!("groups" in f)) f["groups"] = 1
     # Nor a log_writes= field before that knob: the writes were then ring WRITEs.
     if (!("log_writes" in f)) f["log_writes"] = "io_worker"
-    key = f["codec"] " | " f["batch"] " | " f["partitions"] " | " f["shards"] " | " f["sessions"] " | " f["groups"] " | " f["log_writes"]
+    # Nor a catch_up= field before the catch-up split: kmirror then never split.
+    if (!("catch_up" in f)) f["catch_up"] = 0
+    key = f["codec"] " | " f["batch"] " | " f["partitions"] " | " f["shards"] " | " f["sessions"] " | " f["groups"] " | " f["catch_up"] " | " f["log_writes"]
     if (!(key in runs)) order[++cells] = key
     runs[key]++
     mb[key] = mb[key] " " f["MBps"]; raw[key] = raw[key] " " f["raw_MBps"]
     ratio[key] = ratio[key] " " f["ratio"]; cpu[key] = cpu[key] " " f["cpu_ratio"]
 }
 END {
-    print "| codec | batch B | partitions | shards | sessions | groups | log writes | runs | kmirror MB/s | raw MB/s | MB/s ratio | CPU ratio |"
-    print "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    print "| codec | batch B | partitions | shards | sessions | groups | catch-up | log writes | runs | kmirror MB/s | raw MB/s | MB/s ratio | CPU ratio |"
+    print "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for (c = 1; c <= cells; c++) {
         k = order[c]
         printf "| %s | %d | %.1f | %.1f | %.2f | %.2f |\n", k, runs[k], median(mb[k]), median(raw[k]), median(ratio[k]), median(cpu[k])

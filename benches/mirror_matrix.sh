@@ -17,6 +17,8 @@
 #   ALTERNATE=1 REPEAT=4 ... benches/mirror_matrix.sh   # even runs: kmirror first, raw copy after
 #   KM_MAX_BYTES=2097152 GROUPS_PER_CONN=4 ... benches/mirror_matrix.sh   # kmirror with 2 MiB
 #                                    # responses, four in flight per connection; raw copy unchanged
+#   CATCH_UP=0 ... benches/mirror_matrix.sh   # kmirror without its catch-up split (one request
+#                                    # in flight per connection even while behind)
 #   RAW_PREALLOCATE=1 ... benches/mirror_matrix.sh   # the raw copy reserves blocks ahead too
 #   LOG_WRITES="shard_when_fast io_worker" ... benches/mirror_matrix.sh   # each cell once per
 #                                    # runtime.log_writes, each with its raw copy
@@ -83,6 +85,11 @@ LOG_WRITES=${LOG_WRITES:-shard_when_fast} # kmirror's runtime.log_writes, one ru
 CONNS_PER_SOURCE=${CONNS_PER_SOURCE:-1}  # kmirror's fetch.connections_per_source (connections per source broker and shard)
 GROUPS_PER_CONN=${GROUPS_PER_CONN:-1}    # kmirror's fetch.sessions_per_connection (requests in flight
                                          # per connection); the raw copy keeps one
+CATCH_UP=${CATCH_UP:-1}                  # kmirror's fetch.catch_up_pipelining (1: a second group
+                                         # while behind; 0: off)
+METRICS_PORT=${METRICS_PORT:-}           # set: kmirror serves /metrics there, and the shard's
+                                         # fetch, append and catch-up counters at the end of each
+                                         # kmirror run go to stderr as "# M" lines
 for b in kmirror kmirror-synth-source kmirror-raw-copy; do
     [[ -x $BIN/$b ]] || {
         echo "build first: cargo build --release --bin kmirror --bin kmirror-synth-source --bin kmirror-raw-copy" >&2
@@ -154,7 +161,7 @@ raw_half() { # the raw copy of the cell from the source running now; sets raw_mb
     raw_cpu=$(kv cpu_s_per_GB "$raw_line")
 }
 
-echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) bin=$BIN total_mb=$TOTAL_MB max_bytes=$MAX_BYTES kmirror_max_bytes=$KM_MAX_BYTES groups_per_conn=$GROUPS_PER_CONN conns_per_source=$CONNS_PER_SOURCE log_writes=\"$LOG_WRITES\" raw_preallocate=$RAW_PREALLOCATE partition_max_bytes=$PARTITION_MAX slots=${SLOTS}x$SLOT_BYTES"
+echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) bin=$BIN total_mb=$TOTAL_MB max_bytes=$MAX_BYTES kmirror_max_bytes=$KM_MAX_BYTES groups_per_conn=$GROUPS_PER_CONN catch_up=$CATCH_UP conns_per_source=$CONNS_PER_SOURCE log_writes=\"$LOG_WRITES\" raw_preallocate=$RAW_PREALLOCATE partition_max_bytes=$PARTITION_MAX slots=${SLOTS}x$SLOT_BYTES"
 for codec in $CODECS; do
     for batch in $BATCHES; do
         for parts in $PARTS; do
@@ -165,7 +172,7 @@ for codec in $CODECS; do
                 bb=$(kv batch_bytes "$layout")
                 bpp=$(kv batches_per_partition "$layout")
                 expected=$((parts * bpp * bb))
-                cell="codec=$codec batch=$bb partitions=$parts shards=$shards sessions=$sess groups=$GROUPS_PER_CONN conns=$CONNS_PER_SOURCE log_writes=$lw rep=$rep batches_per_partition=$bpp total_bytes=$expected"
+                cell="codec=$codec batch=$bb partitions=$parts shards=$shards sessions=$sess groups=$GROUPS_PER_CONN catch_up=$CATCH_UP conns=$CONNS_PER_SOURCE log_writes=$lw rep=$rep batches_per_partition=$bpp total_bytes=$expected"
                 if ((expected > MAX_CELL_MB * 1000000)); then
                     echo "$cell skipped: whole batches need more than MAX_CELL_MB=$MAX_CELL_MB"
                     stop "$src_pid"; src_pid=""
@@ -209,9 +216,13 @@ max_bytes = $KM_MAX_BYTES
 partition_max_bytes = $PARTITION_MAX
 sessions_per_connection = $GROUPS_PER_CONN
 connections_per_source = $CONNS_PER_SOURCE
+catch_up_pipelining = $([[ $CATCH_UP == 0 ]] && echo false || echo true)
 [fetch.source_load]
 sessions = $([[ $sess == off ]] && echo false || echo true)
 EOF
+                if [[ -n $METRICS_PORT ]]; then
+                    printf '[metrics]\nlisten = "127.0.0.1:%s"\n' "$METRICS_PORT" >>"$WORK/kmirror.toml"
+                fi
                 load=$(cut -d' ' -f1 /proc/loadavg)
                 t_launch=$(date +%s.%N)
                 "$BIN/kmirror" serve --config "$WORK/kmirror.toml" >"$WORK/serve.log" 2>&1 &
@@ -242,6 +253,11 @@ EOF
                     fi
                     sleep "$POLL"
                 done
+                if [[ -n $METRICS_PORT ]]; then
+                    curl -s "127.0.0.1:$METRICS_PORT/metrics" |
+                        grep -E '^kmirror_shard_(fetch|appends|catch_up|log_writes_inline)' |
+                        sed 's/^/# M /' >&2 || true
+                fi
                 hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$serve_pid/status" 2>/dev/null || echo 0)
                 stop "$serve_pid"; serve_pid=""
                 stop "$src_pid"; src_pid=""
