@@ -12,12 +12,13 @@
 //! fetching partition into a second group only while it is behind: after
 //! `CATCH_UP_SPLIT_AFTER_RESPONSES` answers in a row that each showed a backlog (`Backlog`:
 //! partitions cut short, or half a response's worth of records). The first answer of either
-//! group that brings no records merges its partitions into the other group before anything
-//! else is sent. A group that answered has no request in flight, so its partitions leave it
-//! between requests, with their whole fetch state (`Fetcher::hand_over`). A group that
-//! brings records never parks, so while the connection is split neither request waits at
-//! the source. Only the merge's own moment can meet a park: the partitions that just caught
-//! up join the other group's next request, not the one it may have in flight.
+//! group that shows none (an empty answer, or a small one: a steady stream the connection
+//! keeps up with) merges its partitions into the other group before anything else is sent. A
+//! group that answered has no request in flight, so its partitions leave it between
+//! requests, with their whole fetch state (`Fetcher::hand_over`). A group with a backlog
+//! never parks, so while the connection is split neither request waits at the source. Only
+//! the merge's own moment can meet a park: the partitions that just caught up join the other
+//! group's next request, not the one it may have in flight.
 //!
 //! A move first completes the appends staged so far (their writes name the partition's
 //! location), so a partition moves with its log end equal to its fetch position. The group
@@ -59,7 +60,10 @@ impl Backlog {
 
 impl MirrorShard {
     /// After group `g` of source `i` handled a whole response: `records` says whether it
-    /// carried any, `backlog` what it showed of the source's backlog.
+    /// carried any, `backlog` what it showed of the source's backlog. Splits after
+    /// `CATCH_UP_SPLIT_AFTER_RESPONSES` answers in a row that show one, merges at the first
+    /// answer of either group that does not (a steady stream of small answers is caught up:
+    /// two groups would only double the requests).
     pub(super) fn pipeline_catch_up(
         &mut self,
         cx: &mut Cx<'_>,
@@ -73,15 +77,17 @@ impl MirrorShard {
         if !fetch.catch_up_pipelining || fetch.sessions_per_connection != 1 {
             return;
         }
+        let partitions = src.groups[g].fetcher.live_partitions();
+        let behind = records
+            && partitions >= 2
+            && backlog.behind(partitions, fetch.max_bytes, fetch.partition_max_bytes);
         if src.catching_up {
-            if !records {
+            if !behind {
                 self.merge_group(cx, i, g);
             }
             return;
         }
-        let partitions = src.groups[g].fetcher.live_partitions();
-        if partitions < 2 || !backlog.behind(partitions, fetch.max_bytes, fetch.partition_max_bytes)
-        {
+        if !behind {
             src.behind_streak = 0;
             return;
         }
@@ -201,5 +207,37 @@ impl MirrorShard {
             self.cells.insert(new, cell);
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Backlog;
+
+    const MAX: u32 = 8 << 20;
+    const PART_MAX: u32 = 1 << 20;
+
+    fn backlog(partitions_left: u32, record_bytes: u64) -> Backlog {
+        Backlog {
+            partitions_left,
+            record_bytes,
+        }
+    }
+
+    // Goal: what counts as a backlog. Two partitions cut short by their own limit, or half of
+    // what the response could carry (the smaller of max_bytes and the partitions' limits), is
+    // one; a small answer, or one partition cut short with little else, is a stream kept up
+    // with.
+    #[test]
+    fn a_backlog_is_partitions_cut_short_or_half_a_response() {
+        assert!(backlog(2, 64 << 10).behind(16, MAX, PART_MAX));
+        assert!(!backlog(1, 64 << 10).behind(16, MAX, PART_MAX));
+        // 4,096 partitions drained whole, eleven to an 8 MiB response: none cut short.
+        assert!(backlog(0, 8 << 20).behind(4096, MAX, PART_MAX));
+        assert!(backlog(0, 4 << 20).behind(4096, MAX, PART_MAX));
+        assert!(!backlog(0, (4 << 20) - 1).behind(4096, MAX, PART_MAX));
+        // Two partitions can carry 2 MiB at most: half of that is a backlog.
+        assert!(backlog(0, 1 << 20).behind(2, MAX, PART_MAX));
+        assert!(!backlog(0, 200 << 10).behind(2, MAX, PART_MAX));
     }
 }
