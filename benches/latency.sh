@@ -24,7 +24,7 @@ CODEC=${CODEC:-lz4}
 SHARDS=${SHARDS:-1}
 CATCH_UP=${CATCH_UP:-1}
 OUT=${OUT:-benches/results}
-NAME=${NAME:-latency-p${PARTS}-b${BATCH}-${CODEC}-s${SHARDS}-r${RATE_MB_S}$([[ $CATCH_UP == 0 ]] && echo -nocatchup)}
+NAME=${NAME:-latency-p${PARTS}-b${BATCH}-${CODEC}-s${SHARDS}-r${RATE_MB_S}$([[ $CATCH_UP == 0 ]] && echo -nocatchup || true)}
 for b in kmirror kmirror-synth-source; do
     [[ -x $BIN/$b ]] || { echo "build first: cargo build --release --bin kmirror --bin kmirror-synth-source" >&2; exit 1; }
 done
