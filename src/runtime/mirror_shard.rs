@@ -1173,7 +1173,7 @@ impl MirrorShard {
         self.events = events;
         let group = &mut self.sources[i].groups[g];
         group.streaming = streaming;
-        let backlog = std::mem::take(&mut group.backlog);
+        let mut backlog = std::mem::take(&mut group.backlog);
         let requests = group.fetcher.fetch_requests();
         cx.stats.fetch_requests(
             requests.full - group.requests_seen.full,
@@ -1182,6 +1182,7 @@ impl MirrorShard {
         group.requests_seen = requests;
         let throttled = group.fetcher.throttled_ms_total() - group.throttle_seen_ms;
         if throttled > 0 {
+            backlog.throttled();
             group.throttle_seen_ms += throttled;
             cx.stats.throttled(throttled);
             group

@@ -13,7 +13,7 @@
 //! `CATCH_UP_SPLIT_AFTER_RESPONSES` answers in a row that each showed a backlog (`Backlog`:
 //! partitions cut short, or half a response's worth of records). The first answer of either
 //! group that shows none (an empty answer, or a small one: a steady stream the connection
-//! keeps up with) merges its partitions into the other group before anything else is sent. A
+//! keeps up with; or one that asked for a throttle, so the source gets fewer requests) merges its partitions into the other group before anything else is sent. A
 //! group that answered has no request in flight, so its partitions leave it between
 //! requests, with their whole fetch state (`Fetcher::hand_over`). A group with a backlog
 //! never parks, so while the connection is split neither request waits at the source. Only
@@ -37,6 +37,9 @@ pub(super) struct Backlog {
     partitions_left: u32,
     /// Record bytes it brought.
     record_bytes: u64,
+    /// It asked for a throttle (`throttle_time_ms`): the source wants fewer requests, not a
+    /// second one in flight.
+    throttled: bool,
 }
 
 impl Backlog {
@@ -47,14 +50,18 @@ impl Backlog {
         self.record_bytes += r.records.as_ref().len() as u64;
     }
 
+    pub(super) fn throttled(&mut self) {
+        self.throttled = true;
+    }
+
     /// Whether the group is behind: two or more of its partitions were cut short, or the
     /// response brought half of what it could (`fetch.max_bytes`, or each partition's
-    /// `partition_max_bytes`). The first is many partitions with a lot each, the second many
+    /// `partition_max_bytes`); and the source did not ask us to slow down. The first is many partitions with a lot each, the second many
     /// with a little each: 4,096 partitions of 733 KB fill an 8 MiB response eleven whole
     /// partitions at a time, none of them cut short.
     fn behind(&self, partitions: usize, max_bytes: u32, partition_max_bytes: u32) -> bool {
         let could = u64::from(max_bytes).min(partitions as u64 * u64::from(partition_max_bytes));
-        self.partitions_left >= 2 || self.record_bytes * 2 >= could
+        !self.throttled && (self.partitions_left >= 2 || self.record_bytes * 2 >= could)
     }
 }
 
@@ -221,6 +228,7 @@ mod tests {
         Backlog {
             partitions_left,
             record_bytes,
+            throttled: false,
         }
     }
 
@@ -239,5 +247,9 @@ mod tests {
         // Two partitions can carry 2 MiB at most: half of that is a backlog.
         assert!(backlog(0, 1 << 20).behind(2, MAX, PART_MAX));
         assert!(!backlog(0, 200 << 10).behind(2, MAX, PART_MAX));
+        // A source that asks for a throttle gets no second request in flight.
+        let mut asked = backlog(16, 8 << 20);
+        asked.throttled();
+        assert!(!asked.behind(16, MAX, PART_MAX));
     }
 }
