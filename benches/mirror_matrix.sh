@@ -253,12 +253,14 @@ EOF
                     fi
                     sleep "$POLL"
                 done
+                hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$serve_pid/status" 2>/dev/null || echo 0)
+                # After the peak-memory read: rendering every partition's series for the
+                # scrape takes memory of its own (megabytes at 16,384 partitions).
                 if [[ -n $METRICS_PORT ]]; then
                     curl -s "127.0.0.1:$METRICS_PORT/metrics" |
                         grep -E '^kmirror_shard_(fetch|appends|catch_up|log_writes_inline)' |
                         sed 's/^/# M /' >&2 || true
                 fi
-                hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$serve_pid/status" 2>/dev/null || echo 0)
                 stop "$serve_pid"; serve_pid=""
                 stop "$src_pid"; src_pid=""
                 if [[ $status != ok ]]; then
