@@ -120,6 +120,9 @@ impl MirrorShard {
             },
             _ => 1 - g,
         };
+        // First, as the moves need: a failed write may stop or rewind a partition.
+        self.write_staged(cx);
+        let src = &self.sources[i];
         let fetcher = &src.groups[g].fetcher;
         let moving: Vec<Slot> = src.groups[g]
             .logs
@@ -134,7 +137,6 @@ impl MirrorShard {
         if moving.is_empty() {
             return;
         }
-        self.write_staged(cx);
         for slot in moving {
             self.move_partition(i, g, slot, h);
         }
@@ -144,6 +146,7 @@ impl MirrorShard {
 
     /// Moves every partition of group `g` into the connection's other group.
     fn merge_group(&mut self, cx: &mut Cx<'_>, i: usize, g: usize) {
+        self.write_staged(cx);
         let src = &self.sources[i];
         debug_assert_eq!(
             src.groups.len(),
@@ -158,13 +161,12 @@ impl MirrorShard {
             .filter(|(_, log)| log.is_some())
             .map(|(n, _)| Slot(n as u32))
             .collect();
-        self.write_staged(cx);
         let mut all = true;
         for slot in moving {
             all &= self.move_partition(i, g, slot, h);
         }
-        // A partition the other group could not take stays here, and the next empty answer
-        // tries again.
+        // A partition the other group has no room for stays here, and the next answer without
+        // a backlog tries again.
         if all {
             self.sources[i].catching_up = false;
             cx.stats.fetch_group_merge();
