@@ -610,7 +610,7 @@ impl Fetcher {
 
     /// Adds `partition` (not in the session yet) and touches it.
     fn insert(&mut self, mut partition: Partition) -> Result<Slot, FetcherError> {
-        if self.by_name.len() >= FETCHER_PARTITIONS_MAX {
+        if !self.has_room() {
             return Err(FetcherError::TooManyPartitions(self.by_name.len()));
         }
         let name = partition.topic_name.clone();

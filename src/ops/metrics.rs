@@ -551,6 +551,21 @@ impl Scrape {
                 .map(|(i, s)| (shard_labels(i), v(s)))
                 .collect()
         };
+        // One row per shard and value of `label`, in the order given.
+        type Kinds = [(&'static str, fn(&ShardSnapshot) -> u64); 2];
+        let rows_by = |label: &'static str, kinds: Kinds| -> Vec<(Labels, u64)> {
+            self.shards
+                .iter()
+                .enumerate()
+                .flat_map(|(i, s)| {
+                    kinds.map(|(value, get)| {
+                        let mut l = shard_labels(i);
+                        l.push((label, value.to_string()));
+                        (l, get(s))
+                    })
+                })
+                .collect()
+        };
         f.counter(
             "kmirror_shard_written_bytes",
             "Bytes appended to partition logs by the shard.",
@@ -641,44 +656,26 @@ impl Scrape {
             "Throttle time sources asked the shard's connections to wait.",
             &throttle,
         )?;
-        let requests: Vec<(Labels, u64)> = self
-            .shards
-            .iter()
-            .enumerate()
-            .flat_map(|(i, s)| {
-                let with = |kind: &'static str| {
-                    let mut l = shard_labels(i);
-                    l.push(("kind", kind.to_string()));
-                    l
-                };
-                [
-                    (with("full"), s.fetch_full),
-                    (with("incremental"), s.fetch_incremental),
-                ]
-            })
-            .collect();
+        let requests = rows_by(
+            "kind",
+            [
+                ("full", |s| s.fetch_full),
+                ("incremental", |s| s.fetch_incremental),
+            ],
+        );
         f.counter(
             "kmirror_shard_fetch_requests",
             "Fetch requests the shard sent to sources: full ones list every partition, \
              incremental ones (KIP-227 fetch sessions) only partitions whose position changed.",
             &requests,
         )?;
-        let catch_up: Vec<(Labels, u64)> = self
-            .shards
-            .iter()
-            .enumerate()
-            .flat_map(|(i, s)| {
-                let with = |change: &'static str| {
-                    let mut l = shard_labels(i);
-                    l.push(("change", change.to_string()));
-                    l
-                };
-                [
-                    (with("split"), s.fetch_group_splits),
-                    (with("merge"), s.fetch_group_merges),
-                ]
-            })
-            .collect();
+        let catch_up = rows_by(
+            "change",
+            [
+                ("split", |s| s.fetch_group_splits),
+                ("merge", |s| s.fetch_group_merges),
+            ],
+        );
         f.counter(
             "kmirror_shard_catch_up_group_changes",
             "Connections that split their partitions into a second fetch group while behind \

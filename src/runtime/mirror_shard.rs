@@ -245,6 +245,18 @@ impl Group {
     fn holds_partitions(&self) -> bool {
         self.fetcher.live_partitions() > 0
     }
+
+    /// The slots whose log `pick` picks.
+    fn slots_where<'a>(
+        &'a self,
+        pick: impl Fn(&PartitionLog) -> bool + 'a,
+    ) -> impl Iterator<Item = Slot> + 'a {
+        self.logs
+            .iter()
+            .enumerate()
+            .filter(move |(_, log)| log.as_ref().is_some_and(&pick))
+            .map(|(n, _)| Slot(n as u32))
+    }
 }
 
 /// A request on the wire, oldest first in `Source::in_flight`.
@@ -556,15 +568,11 @@ impl MirrorShard {
         let mut found = Vec::new();
         for (i, src) in self.sources.iter().enumerate() {
             for (g, group) in src.groups.iter().enumerate() {
-                for (n, log) in group.logs.iter().enumerate() {
-                    if log.as_ref().is_some_and(&pick) {
-                        found.push(Loc {
-                            src: i,
-                            group: g,
-                            slot: Slot(n as u32),
-                        });
-                    }
-                }
+                found.extend(group.slots_where(&pick).map(|slot| Loc {
+                    src: i,
+                    group: g,
+                    slot,
+                }));
             }
         }
         found

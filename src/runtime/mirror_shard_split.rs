@@ -125,11 +125,7 @@ impl MirrorShard {
         let src = &self.sources[i];
         let fetcher = &src.groups[g].fetcher;
         let moving: Vec<Slot> = src.groups[g]
-            .logs
-            .iter()
-            .enumerate()
-            .filter(|(_, log)| log.is_some())
-            .map(|(n, _)| Slot(n as u32))
+            .slots_where(|_| true)
             .filter(|&s| fetcher.state(s) == Some(PartitionState::Fetching))
             .skip(1)
             .step_by(2)
@@ -154,13 +150,7 @@ impl MirrorShard {
             "a connection catching up has two groups"
         );
         let h = 1 - g;
-        let moving: Vec<Slot> = src.groups[g]
-            .logs
-            .iter()
-            .enumerate()
-            .filter(|(_, log)| log.is_some())
-            .map(|(n, _)| Slot(n as u32))
-            .collect();
+        let moving: Vec<Slot> = src.groups[g].slots_where(|_| true).collect();
         let mut all = true;
         for slot in moving {
             all &= self.move_partition(i, g, slot, h);
