@@ -24,6 +24,7 @@
 mod harness;
 mod mirror_support;
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -47,33 +48,13 @@ fn several_requests_in_flight_per_connection() {
     }
     let proxy = FaultProxy::start(k.bootstrap().parse().unwrap(), Fault::None);
     let work = tempfile::tempdir().unwrap();
-    let data_dir = work.path().join("data");
-    let config = work.path().join("kmirror.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[source]
-bootstrap_servers = ["{bootstrap}"]
-[topics]
-names = ["{topic}"]
-[storage]
-data_dir = "{data}"
-[runtime]
-shards = 1
-arena_slot_bytes = 4194304
-arena_slots = 4
-[fetch]
-max_wait_ms = 200
-max_bytes = 2097152
-partition_max_bytes = 16384
-sessions_per_connection = 4
-"#,
-            bootstrap = proxy.bootstrap(),
-            data = data_dir.display()
-        ),
-    )
-    .unwrap();
+    let (config, data_dir) = write_config(
+        work.path(),
+        &proxy.bootstrap(),
+        &topic,
+        4,
+        "sessions_per_connection = 4\n",
+    );
     let pairs = k.mirror_pairs(&topic, partitions, &data_dir);
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     wait_all_mirrored(&mut serve, &pairs);
@@ -129,35 +110,14 @@ fn several_connections_per_source() {
     }
     let proxy = FaultProxy::start(k.bootstrap().parse().unwrap(), Fault::None);
     let work = tempfile::tempdir().unwrap();
-    let data_dir = work.path().join("data");
-    let config = work.path().join("kmirror.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[source]
-bootstrap_servers = ["{bootstrap}"]
-[topics]
-names = ["{topic}"]
-[storage]
-data_dir = "{data}"
-[runtime]
-shards = 1
-arena_slot_bytes = 4194304
-arena_slots = 6
-[fetch]
-max_wait_ms = 200
-max_bytes = 2097152
-partition_max_bytes = 16384
-connections_per_source = 3
-# One group per connection for good (no catch-up split), so each has one request in flight.
-catch_up_pipelining = false
-"#,
-            bootstrap = proxy.bootstrap(),
-            data = data_dir.display()
-        ),
-    )
-    .unwrap();
+    // One group per connection for good (no catch-up split), so each has one request in flight.
+    let (config, data_dir) = write_config(
+        work.path(),
+        &proxy.bootstrap(),
+        &topic,
+        6,
+        "connections_per_source = 3\ncatch_up_pipelining = false\n",
+    );
     let pairs = k.mirror_pairs(&topic, partitions, &data_dir);
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
     wait_all_mirrored(&mut serve, &pairs);
@@ -201,32 +161,7 @@ fn a_connection_behind_pipelines_then_merges_back_into_one_long_poll() {
     }
     let proxy = FaultProxy::start(k.bootstrap().parse().unwrap(), Fault::None);
     let work = tempfile::tempdir().unwrap();
-    let data_dir = work.path().join("data");
-    let config = work.path().join("kmirror.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[source]
-bootstrap_servers = ["{bootstrap}"]
-[topics]
-names = ["{topic}"]
-[storage]
-data_dir = "{data}"
-[runtime]
-shards = 1
-arena_slot_bytes = 4194304
-arena_slots = 4
-[fetch]
-max_wait_ms = 200
-max_bytes = 2097152
-partition_max_bytes = 16384
-"#,
-            bootstrap = proxy.bootstrap(),
-            data = data_dir.display()
-        ),
-    )
-    .unwrap();
+    let (config, data_dir) = write_config(work.path(), &proxy.bootstrap(), &topic, 4, "");
     let metrics = harness::serve::add_metrics_listener(&config);
     let pairs = k.mirror_pairs(&topic, partitions, &data_dir);
     let mut serve = Serve::start(&config, work.path().join("serve.log"));
@@ -278,6 +213,43 @@ partition_max_bytes = 16384
         "no connection was dropped:\n{text}"
     );
     assert_valid(&pairs.iter().map(|(_, o)| o.clone()).collect::<Vec<_>>());
+}
+
+/// A one-shard `kmirror serve` config for `topic` from `bootstrap`, with `arena_slots` slots
+/// and `fetch_extra` appended to its `[fetch]` section; returns its path and the data dir.
+fn write_config(
+    work: &Path,
+    bootstrap: &str,
+    topic: &str,
+    arena_slots: u32,
+    fetch_extra: &str,
+) -> (PathBuf, PathBuf) {
+    let data_dir = work.join("data");
+    let config = work.join("kmirror.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[source]
+bootstrap_servers = ["{bootstrap}"]
+[topics]
+names = ["{topic}"]
+[storage]
+data_dir = "{data}"
+[runtime]
+shards = 1
+arena_slot_bytes = 4194304
+arena_slots = {arena_slots}
+[fetch]
+max_wait_ms = 200
+max_bytes = 2097152
+partition_max_bytes = 16384
+{fetch_extra}"#,
+            data = data_dir.display()
+        ),
+    )
+    .unwrap();
+    (config, data_dir)
 }
 
 /// `kmirror_shard_catch_up_group_changes_total` of a scrape, summed over shards: (splits,
