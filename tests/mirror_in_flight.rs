@@ -255,22 +255,11 @@ partition_max_bytes = 16384
 /// `kmirror_shard_catch_up_group_changes_total` of a scrape, summed over shards: (splits,
 /// merges).
 fn group_changes(scrape: &str) -> (u64, u64) {
-    let (mut splits, mut merges) = (0, 0);
-    for line in scrape.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        if !series.starts_with("kmirror_shard_catch_up_group_changes_total{") {
-            continue;
-        }
-        let n: u64 = value.parse().unwrap();
-        if series.contains("change=\"split\"") {
-            splits += n;
-        } else if series.contains("change=\"merge\"") {
-            merges += n;
-        } else {
-            panic!("group change series without a known change: {line}");
-        }
-    }
+    let [splits, merges] = harness::serve::counter_by_label(
+        scrape,
+        "kmirror_shard_catch_up_group_changes_total",
+        "change",
+        ["split", "merge"],
+    );
     (splits, merges)
 }

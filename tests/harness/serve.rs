@@ -495,25 +495,43 @@ pub fn add_fetch_settings(config: &Path, lines: &str) {
     std::fs::write(config, text).unwrap();
 }
 
-/// Fetch requests kmirror's shards sent, summed over shards: (full, incremental), from
-/// `kmirror_shard_fetch_requests_total` in a scrape.
-pub fn fetch_requests(scrape: &str) -> (u64, u64) {
-    let (mut full, mut incremental) = (0, 0);
+/// The series of counter `name` in a scrape, summed over shards by the value of `label`, which
+/// must be one of `values`: in the order of `values`.
+pub fn counter_by_label<const N: usize>(
+    scrape: &str,
+    name: &str,
+    label: &str,
+    values: [&str; N],
+) -> [u64; N] {
+    let mut sums = [0; N];
+    let prefix = format!("{name}{{");
     for line in scrape.lines().filter(|l| !l.starts_with('#')) {
         let Some((series, value)) = line.rsplit_once(' ') else {
             continue;
         };
-        if !series.starts_with("kmirror_shard_fetch_requests_total{") {
+        if !series.starts_with(&prefix) {
             continue;
         }
         let n: u64 = value.parse().unwrap();
-        if series.contains("kind=\"full\"") {
-            full += n;
-        } else if series.contains("kind=\"incremental\"") {
-            incremental += n;
-        } else {
-            panic!("fetch request series without a known kind: {line}");
-        }
+        let Some(at) = values
+            .iter()
+            .position(|v| series.contains(&format!("{label}=\"{v}\"")))
+        else {
+            panic!("{name} series without a known {label}: {line}");
+        };
+        sums[at] += n;
     }
+    sums
+}
+
+/// Fetch requests kmirror's shards sent, summed over shards: (full, incremental), from
+/// `kmirror_shard_fetch_requests_total` in a scrape.
+pub fn fetch_requests(scrape: &str) -> (u64, u64) {
+    let [full, incremental] = counter_by_label(
+        scrape,
+        "kmirror_shard_fetch_requests_total",
+        "kind",
+        ["full", "incremental"],
+    );
     (full, incremental)
 }
