@@ -40,6 +40,8 @@
 #   cpu_ratio                        kmirror CPU s/GB / raw-copy CPU s/GB
 #   startup_s                        serve start to the first records sent (topic resolution,
 #                                    creating the partition directories), not in MBps
+#   dir_walks                        walks of the data dir to sum its .log bytes (made only
+#                                    once the source served everything and kmirror is quiet)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release}
@@ -61,6 +63,7 @@ MAX_CELL_MB=${MAX_CELL_MB:-3000} # skip cells whose whole-batch rounding needs m
 # next cells wait on its writeback.)
 CELL_TIMEOUT=${CELL_TIMEOUT:-180}
 POLL=${POLL:-0.2}
+IDLE_TICKS=${IDLE_TICKS:-2} # kmirror CPU ticks (1/100 s) per poll below which it counts as quiet
 MAX_BYTES=${MAX_BYTES:-8388608}          # fetch max_bytes, kmirror and raw copy alike
 KM_MAX_BYTES=${KM_MAX_BYTES:-$MAX_BYTES} # kmirror's fetch.max_bytes alone (the raw copy keeps MAX_BYTES)
 PARTITION_MAX=${PARTITION_MAX:-1048576}  # fetch partition_max_bytes
@@ -161,7 +164,19 @@ raw_half() { # the raw copy of the cell from the source running now; sets raw_mb
     raw_cpu=$(kv cpu_s_per_GB "$raw_line")
 }
 
-echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) bin=$BIN total_mb=$TOTAL_MB max_bytes=$MAX_BYTES kmirror_max_bytes=$KM_MAX_BYTES groups_per_conn=$GROUPS_PER_CONN catch_up=$CATCH_UP conns_per_source=$CONNS_PER_SOURCE log_writes=\"$LOG_WRITES\" raw_preallocate=$RAW_PREALLOCATE partition_max_bytes=$PARTITION_MAX slots=${SLOTS}x$SLOT_BYTES"
+# startup_s depends on the filesystem: ext4 without a journal skips inodes freed in the last
+# minutes when it allocates (see the comment on set_aside), so a start right after a mass
+# deletion (this script's own cleanup, a previous run) takes 10-30 s at 16,384 partitions
+# instead of 1-3 s. The header says which kind the data dir is on; `kmirror doctor` warns too.
+ext4_journal() { # dir -> yes | no | n/a (not ext4, or unknown)
+    local dev name
+    dev=$(stat -c '%Hd:%Ld' "$1" 2>/dev/null) || { echo n/a; return; }
+    name=$(basename "$(readlink -f "/sys/dev/block/$dev" 2>/dev/null)")
+    [[ -r /sys/fs/ext4/$name/journal_task ]] || { echo n/a; return; }
+    if [[ $(<"/sys/fs/ext4/$name/journal_task") == "<none>" ]]; then echo no; else echo yes; fi
+}
+
+echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc)$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) bin=$BIN total_mb=$TOTAL_MB max_bytes=$MAX_BYTES kmirror_max_bytes=$KM_MAX_BYTES groups_per_conn=$GROUPS_PER_CONN catch_up=$CATCH_UP conns_per_source=$CONNS_PER_SOURCE log_writes=\"$LOG_WRITES\" raw_preallocate=$RAW_PREALLOCATE partition_max_bytes=$PARTITION_MAX slots=${SLOTS}x$SLOT_BYTES ext4_journal=$(ext4_journal "$WORK")"
 for codec in $CODECS; do
     for batch in $BATCHES; do
         for parts in $PARTS; do
@@ -229,9 +244,12 @@ EOF
                 serve_pid=$!
                 # The window opens when the source sends its first records (it says so on
                 # stdout) and closes at the last .log write. The data dir is walked only once the
-                # source has served everything: one walk of 16,384 partitions costs ~0.35 CPU-s,
-                # which polled during the run would take a core from the mirror being measured.
-                t0="" c0="" b0=0 t1="" c1="" b1=0 c_prev="" served="" status=ok
+                # source has served everything and kmirror has gone quiet (at most IDLE_TICKS of
+                # CPU since the last poll): one walk of 16,384 partitions costs ~0.35 CPU-s, and
+                # one of 4,096 about 80 ms, which during the last writes would take a core from
+                # the mirror being measured. (Bytes written by kmirror, /proc/PID/io wchar, would
+                # be cheaper but miss the writes that go through the ring.)
+                t0="" c0="" b0=0 t1="" c1="" b1=0 c_prev="" served="" status=ok walks=0 busy_polls=0
                 while :; do
                     if ! kill -0 "$serve_pid" 2>/dev/null; then status=serve-exited; break; fi
                     now=$(date +%s.%N)
@@ -243,8 +261,13 @@ EOF
                         [[ -n $t0 ]] && c0=${c_prev:-$c}
                     fi
                     [[ -z $served ]] && grep -q '^all_served_at=' "$WORK/source.out" && served=1
+                    # Busy for 10 polls after the source served everything: walk anyway, so a
+                    # mirror that never goes quiet still finishes (or times out) as before.
+                    [[ -n $served ]] && busy_polls=$((busy_polls + 1))
+                    ((c - ${c_prev:-0} <= IDLE_TICKS)) && busy_polls=0
                     c_prev=$c c1=$c
-                    if [[ -n $served ]]; then
+                    if [[ -n $served ]] && ((busy_polls % 10 == 0)); then
+                        walks=$((walks + 1))
                         b1=$(log_bytes "$data_dir")
                         ((b1 >= expected)) && break
                     fi
@@ -281,15 +304,15 @@ EOF
                 awk -v t0="$t0" -v t1="$t1" -v tl="$t_launch" -v b0="$b0" -v b1="$b1" -v c0="$c0" -v c1="$c1" \
                     -v hz="$HZ" -v bb="$bb" -v hwm="$hwm" -v parts="$parts" -v shards="$shards" \
                     -v slots="$SLOTS" -v slot="$SLOT_BYTES" -v raw="$raw_mbps" -v rawcpu="${raw_cpu:-}" \
-                    -v cell="$cell order=$order" -v load="$load" 'BEGIN {
+                    -v cell="$cell order=$order" -v load="$load" -v walks="$walks" 'BEGIN {
                         s = t1 - t0; mb = (b1 - b0) / 1e6
                         if (s <= 0) { s = 1e-9 }
                         mbps = mb / s
                         cpu = (c1 - c0) / hz
                         arena = shards * slots * slot / 1048576
-                        line = sprintf("%s load1=%s MBps=%.1f batches_per_s=%.0f cpu_s_per_GB=%.3f seconds=%.2f startup_s=%.2f hwm_MiB=%.1f arena_MiB=%.0f KiB_per_partition=%.1f",
+                        line = sprintf("%s load1=%s MBps=%.1f batches_per_s=%.0f cpu_s_per_GB=%.3f seconds=%.2f startup_s=%.2f hwm_MiB=%.1f arena_MiB=%.0f KiB_per_partition=%.1f dir_walks=%d",
                             cell, load, mbps, (b1 - b0) / bb / s, (mb > 0 ? cpu / (mb / 1000) : 0), s, t0 - tl,
-                            hwm / 1024, arena, (hwm - arena * 1024) / parts)
+                            hwm / 1024, arena, (hwm - arena * 1024) / parts, walks)
                         if (raw != "") line = line sprintf(" raw_MBps=%s raw_cpu_s_per_GB=%s ratio=%.2f cpu_ratio=%.2f", raw, rawcpu, mbps / raw, (mb > 0 && rawcpu > 0 ? cpu / (mb / 1000) / rawcpu : 0))
                         print line
                     }'
