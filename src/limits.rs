@@ -113,6 +113,12 @@ pub const FETCH_READ_EARLY_STEP_BYTES: usize = 128 * 1024;
 /// stay in L2/L3 between the socket read and the file write.
 pub const RAW_COPY_CHUNK_BYTES: usize = 1024 * 1024;
 
+/// Where in its read buffer the raw-copy client puts the bytes it reads, by default. At 0, the
+/// lz4 stream of the 16 KiB-batch cells made the kernel's socket-to-user copy twice as costly on
+/// the test VM as at any offset from 4 to 2,048 bytes, while zstd cost the same everywhere
+/// (benches/RESULTS.md, session 26): the copy limit must not rest on an unlucky placement.
+pub const RAW_COPY_READ_OFFSET_BYTES: usize = 64;
+
 /// Slices handed to one `writev`: Linux's IOV_MAX.
 pub const IOV_PER_WRITE_MAX: usize = 1024;
 

@@ -21,7 +21,7 @@ use super::fetch_response::{self, ResponseFrame, Served};
 use super::records::Catalog;
 use super::{SynthError, SynthSpec};
 use crate::ids::Offset;
-use crate::limits::{FETCH_RESPONSE_BYTES_MAX, RAW_COPY_CHUNK_BYTES};
+use crate::limits::{FETCH_RESPONSE_BYTES_MAX, RAW_COPY_CHUNK_BYTES, RAW_COPY_READ_OFFSET_BYTES};
 use crate::log::preallocate::{self, Reserved};
 use crate::wire::frame::encode_request;
 
@@ -45,6 +45,9 @@ pub struct RawCopyConfig {
     /// Reserve disk blocks ahead of each output file's end as kmirror's active segments do
     /// (`log::preallocate`), so the copy limit gets the same filesystem help.
     pub preallocate: bool,
+    /// Byte offset in the read buffer at which the socket's bytes land
+    /// (`RAW_COPY_READ_OFFSET_BYTES` by default; see there why not 0).
+    pub read_offset: usize,
 }
 
 impl RawCopyConfig {
@@ -61,6 +64,7 @@ impl RawCopyConfig {
             duration: Duration::from_secs(10),
             max_total_bytes: u64::MAX,
             preallocate: false,
+            read_offset: RAW_COPY_READ_OFFSET_BYTES,
         }
     }
 }
@@ -264,7 +268,8 @@ fn copy_connection(
     let mut request = BytesMut::new();
     let mut planned = ResponseFrame::default();
     let mut served: Vec<Served> = Vec::new();
-    let mut chunk = vec![0u8; RAW_COPY_CHUNK_BYTES];
+    let mut buffer = vec![0u8; config.read_offset + RAW_COPY_CHUNK_BYTES];
+    let chunk = &mut buffer[config.read_offset..];
     let start = Instant::now();
     let mut correlation = 0i32;
     while start.elapsed() < config.duration

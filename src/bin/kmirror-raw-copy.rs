@@ -33,6 +33,10 @@ struct Cli {
     /// Reserve disk blocks ahead of each output file's end, as kmirror's active segments do.
     #[arg(long)]
     preallocate: bool,
+    /// Byte offset in the read buffer at which the socket's bytes land (64: at 0 the kernel's
+    /// copy of some streams costs twice as much on some CPUs; benches/RESULTS.md, session 26).
+    #[arg(long, default_value_t = kmirror::limits::RAW_COPY_READ_OFFSET_BYTES)]
+    read_offset: usize,
     /// Seconds to run.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
@@ -61,6 +65,7 @@ fn main() -> anyhow::Result<()> {
     config.connections = cli.connections;
     config.out_dir = cli.out_dir;
     config.preallocate = cli.preallocate;
+    config.read_offset = cli.read_offset;
     config.duration = Duration::from_secs_f64(cli.seconds);
     if let Some(gb) = cli.max_gb {
         config.max_total_bytes = (gb * 1e9) as u64;
