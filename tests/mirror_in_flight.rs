@@ -224,19 +224,12 @@ fn write_config(
     arena_slots: u32,
     fetch_extra: &str,
 ) -> (PathBuf, PathBuf) {
-    let data_dir = work.join("data");
-    let config = work.join("kmirror.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[source]
-bootstrap_servers = ["{bootstrap}"]
-[topics]
-names = ["{topic}"]
-[storage]
-data_dir = "{data}"
-[runtime]
+    mirror_support::write_config_with(
+        work,
+        bootstrap,
+        &[topic],
+        &format!(
+            r#"[runtime]
 shards = 1
 arena_slot_bytes = 4194304
 arena_slots = {arena_slots}
@@ -244,12 +237,9 @@ arena_slots = {arena_slots}
 max_wait_ms = 200
 max_bytes = 2097152
 partition_max_bytes = 16384
-{fetch_extra}"#,
-            data = data_dir.display()
+{fetch_extra}"#
         ),
     )
-    .unwrap();
-    (config, data_dir)
 }
 
 /// `kmirror_shard_catch_up_group_changes_total` of a scrape, summed over shards: (splits,

@@ -15,6 +15,31 @@ use crate::harness::serve::{log_bytes, wait_all_mirrored, Serve};
 /// Writes a `kmirror serve` config for `topics` from `bootstrap` into `work`; returns its path
 /// and the data dir.
 pub fn write_config(work: &Path, bootstrap: &str, topics: &[&str]) -> (PathBuf, PathBuf) {
+    write_config_with(
+        work,
+        bootstrap,
+        topics,
+        r#"[runtime]
+shards = 2
+arena_slot_bytes = 4194304
+arena_slots = 4
+[fetch]
+max_wait_ms = 100
+max_bytes = 2097152
+partition_max_bytes = 262144
+"#,
+    )
+}
+
+/// Writes a `kmirror serve` config for `topics` from `bootstrap` into `work`, its `[source]`,
+/// `[topics]` and `[storage]` sections followed by `sections` (the test's `[runtime]`,
+/// `[fetch]` and so on); returns its path and the data dir.
+pub fn write_config_with(
+    work: &Path,
+    bootstrap: &str,
+    topics: &[&str],
+    sections: &str,
+) -> (PathBuf, PathBuf) {
     let data_dir = work.join("data");
     let config = work.join("kmirror.toml");
     let names: Vec<String> = topics.iter().map(|t| format!("\"{t}\"")).collect();
@@ -28,15 +53,7 @@ bootstrap_servers = ["{bootstrap}"]
 names = [{names}]
 [storage]
 data_dir = "{data}"
-[runtime]
-shards = 2
-arena_slot_bytes = 4194304
-arena_slots = 4
-[fetch]
-max_wait_ms = 100
-max_bytes = 2097152
-partition_max_bytes = 262144
-"#,
+{sections}"#,
             names = names.join(", "),
             data = data_dir.display()
         ),
